@@ -1,0 +1,110 @@
+"""Find and open a snapshot: a savepoint or checkpoint directory, its ``_metadata``, or a
+job checkpoint directory (meaning its latest complete checkpoint).
+
+Invariant: a directory without a valid ``_metadata`` is never read as state.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass
+from typing import Any
+
+from statekit.statefmt import layout
+from statekit.statefmt.errors import (
+    IncompleteCheckpointError,
+    MetadataError,
+    NotACheckpointError,
+    PathNotFoundError,
+)
+from statekit.statefmt.fileio import FileIO
+from statekit.statefmt.metadata import CheckpointMetadata, parse_metadata
+
+__all__ = ["Snapshot", "open_snapshot", "locate_snapshot_dir", "is_statekit_metadata", "is_flink_metadata_bytes"]
+
+FLINK_MAGIC = b"\x49\x60\x67\x2d"
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """An opened snapshot: where it is and its parsed metadata."""
+
+    io: FileIO
+    directory: str
+    metadata: CheckpointMetadata
+
+    @property
+    def url(self) -> str:
+        return self.io.url(self.directory)
+
+    def file_path(self, relative: str) -> str:
+        return posixpath.normpath(posixpath.join(self.directory, relative))
+
+
+def is_statekit_metadata(head: bytes) -> bool:
+    return head.startswith(layout.METADATA_MAGIC)
+
+
+def is_flink_metadata_bytes(head: bytes) -> bool:
+    return head.startswith(FLINK_MAGIC)
+
+
+def locate_snapshot_dir(io: FileIO, path: str, *, allow_job_dir: bool = True) -> str:
+    """The snapshot directory that ``path`` names, or a typed error saying why there is none."""
+    url = io.url(path)
+    if not io.exists(path):
+        raise PathNotFoundError("no such file or directory", path=url)
+    if not io.isdir(path):
+        if posixpath.basename(path) == layout.METADATA_FILE:
+            return posixpath.dirname(path)
+        raise NotACheckpointError(
+            "is a file, not a checkpoint or savepoint directory (nor its _metadata)", path=url
+        )
+    if io.isfile(posixpath.join(path, layout.METADATA_FILE)):
+        return path
+    name = posixpath.basename(path)
+    if layout.parse_checkpoint_dir_name(name) is not None or name.startswith(layout.SAVEPOINT_DIR_PREFIX):
+        raise IncompleteCheckpointError(
+            "incomplete checkpoint: no _metadata (it was never completed; it holds no usable state)",
+            path=url,
+        )
+    if allow_job_dir:
+        latest = latest_complete_checkpoint(io, path)
+        if latest is not None:
+            return latest
+    raise NotACheckpointError(
+        "not a checkpoint or savepoint directory (no _metadata, no complete chk-N inside)", path=url
+    )
+
+
+def latest_complete_checkpoint(io: FileIO, job_dir: str) -> str | None:
+    """The complete chk-N with the highest N directly under ``job_dir``, if any."""
+    best: tuple[int, str] | None = None
+    for entry in io.list_dir(job_dir):
+        checkpoint_id = layout.parse_checkpoint_dir_name(entry.name)
+        if entry.is_dir and checkpoint_id is not None:
+            if io.isfile(posixpath.join(entry.path, layout.METADATA_FILE)):
+                if best is None or checkpoint_id > best[0]:
+                    best = (checkpoint_id, entry.path)
+    return best[1] if best else None
+
+
+def read_metadata(io: FileIO, directory: str) -> CheckpointMetadata:
+    path = posixpath.join(directory, layout.METADATA_FILE)
+    data = io.read_bytes(path)
+    if is_flink_metadata_bytes(data[:4]):
+        raise MetadataError(
+            "this is an Apache Flink _metadata file; statekit reads it with the Flink commands "
+            "(inspect, verify, checkpoints list, dispose)",
+            path=io.url(path),
+        )
+    return parse_metadata(data, source=io.url(path))
+
+
+def open_snapshot(
+    url: str, *, storage_options: dict[str, Any] | None = None, allow_job_dir: bool = True
+) -> Snapshot:
+    """Open the snapshot ``url`` names (savepoint/checkpoint dir, its _metadata, or a job dir)."""
+    io, path = FileIO.for_path(url, storage_options)
+    directory = locate_snapshot_dir(io, path, allow_job_dir=allow_job_dir)
+    return Snapshot(io=io, directory=directory, metadata=read_metadata(io, directory))

@@ -1,0 +1,218 @@
+"""A small file-IO seam over fsspec: every read and write of statekit goes through here.
+
+Atomicity: :meth:`FileIO.write_atomic` publishes a file whole or not at all — on local
+disks a temp file beside the target, fsync, ``os.replace`` and a directory fsync; on
+object stores a single PUT (objects appear whole). :meth:`FileIO.open_output` streams a
+large state file: local files go through a temp name and are renamed on close; object
+stores upload on close. A file is never visible under its final name half-written.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import IO, Any
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+from statekit.statefmt.errors import BadInputError, PathNotFoundError
+
+__all__ = ["FileIO", "FileInfo"]
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    path: str
+    name: str
+    is_dir: bool
+    size: int
+    mtime: float | None
+
+
+class FileIO:
+    """One filesystem and the URL prefix that turns its internal paths back into URLs."""
+
+    def __init__(self, fs: Any, protocol: str) -> None:
+        self.fs = fs
+        self.protocol = protocol
+
+    @classmethod
+    def for_path(cls, url: str, storage_options: dict[str, Any] | None = None) -> tuple[FileIO, str]:
+        """The FileIO for ``url`` and the path inside its filesystem."""
+        if not url:
+            raise BadInputError("empty path")
+        try:
+            fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
+        except (ImportError, ValueError) as exc:
+            raise BadInputError(f"cannot open filesystem: {exc}", path=url) from exc
+        protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+        if isinstance(fs, LocalFileSystem):
+            path = os.path.abspath(path)
+        return cls(fs, protocol), path.rstrip("/") or "/"
+
+    @property
+    def is_local(self) -> bool:
+        return isinstance(self.fs, LocalFileSystem)
+
+    def url(self, path: str) -> str:
+        """A user-facing name of an internal path (plain for local files)."""
+        if self.is_local:
+            return path
+        return f"{self.protocol}://{path.lstrip('/')}" if self.protocol != "memory" else f"memory://{path}"
+
+    @staticmethod
+    def join(*parts: str) -> str:
+        return posixpath.join(*parts)
+
+    # ------------------------------------------------------------ queries
+
+    def exists(self, path: str) -> bool:
+        return bool(self.fs.exists(path))
+
+    def isdir(self, path: str) -> bool:
+        return bool(self.fs.isdir(path))
+
+    def isfile(self, path: str) -> bool:
+        return bool(self.fs.isfile(path))
+
+    def size(self, path: str) -> int:
+        return int(self.fs.size(path))
+
+    def info(self, path: str) -> FileInfo:
+        raw = self.fs.info(path)
+        return self._info(raw)
+
+    def _info(self, raw: dict[str, Any]) -> FileInfo:
+        name = raw["name"].rstrip("/")
+        mtime = raw.get("mtime") or raw.get("LastModified") or raw.get("created")
+        if hasattr(mtime, "timestamp"):
+            mtime = mtime.timestamp()
+        return FileInfo(
+            path=name,
+            name=posixpath.basename(name),
+            is_dir=raw.get("type") == "directory",
+            size=int(raw.get("size") or 0),
+            mtime=float(mtime) if isinstance(mtime, (int, float)) else None,
+        )
+
+    def list_dir(self, path: str) -> list[FileInfo]:
+        try:
+            entries = self.fs.ls(path, detail=True)
+        except FileNotFoundError as exc:
+            raise PathNotFoundError("no such directory", path=self.url(path)) from exc
+        infos = [self._info(e) for e in entries]
+        return sorted((i for i in infos if i.path.rstrip("/") != path.rstrip("/")), key=lambda i: i.name)
+
+    def walk_files(self, path: str) -> list[FileInfo]:
+        """Every file below ``path`` (recursively), with sizes."""
+        found = self.fs.find(path, detail=True)
+        return [self._info(raw) for raw in found.values() if raw.get("type") != "directory"]
+
+    def du(self, path: str) -> int:
+        return sum(f.size for f in self.walk_files(path))
+
+    # ------------------------------------------------------------ reads
+
+    def read_bytes(self, path: str) -> bytes:
+        try:
+            return bytes(self.fs.cat_file(path))
+        except FileNotFoundError as exc:
+            raise PathNotFoundError("no such file", path=self.url(path)) from exc
+        except IsADirectoryError as exc:
+            raise BadInputError("is a directory, expected a file", path=self.url(path)) from exc
+
+    def open_input(self, path: str) -> IO[bytes]:
+        try:
+            return self.fs.open(path, "rb")  # type: ignore[no-any-return]
+        except FileNotFoundError as exc:
+            raise PathNotFoundError("no such file", path=self.url(path)) from exc
+
+    # ------------------------------------------------------------ writes
+
+    def makedirs(self, path: str) -> None:
+        self.fs.makedirs(path, exist_ok=True)
+
+    def write_atomic(self, path: str, data: bytes) -> None:
+        """Publish ``data`` at ``path`` whole or not at all (temp + fsync + rename, or one PUT)."""
+        if not self.is_local:
+            self.fs.pipe_file(path, data)
+            return
+        directory = os.path.dirname(path)
+        os.makedirs(directory, exist_ok=True)
+        tmp = os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+        _fsync_dir(directory)
+
+    @contextmanager
+    def open_output(self, path: str) -> Iterator[IO[bytes]]:
+        """Stream a new file; it appears under ``path`` only when the block exits cleanly."""
+        if not self.is_local:
+            with self.fs.open(path, "wb") as f:
+                yield f
+            return
+        directory = os.path.dirname(path)
+        os.makedirs(directory, exist_ok=True)
+        tmp = os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
+        try:
+            with open(tmp, "wb") as f:
+                yield f
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+
+    def sync_dir(self, path: str) -> None:
+        if self.is_local:
+            _fsync_dir(path)
+
+    def copy_file(self, src: FileIO, src_path: str, dst_path: str, chunk_size: int = 8 << 20) -> None:
+        """Copy bytes from another FileIO (possibly another filesystem) to ``dst_path``."""
+        with src.open_input(src_path) as source, self.open_output(dst_path) as target:
+            while True:
+                chunk = source.read(chunk_size)
+                if not chunk:
+                    break
+                target.write(chunk)
+
+    def rm(self, path: str, recursive: bool = False) -> None:
+        self.fs.rm(path, recursive=recursive)
+
+    def rm_file(self, path: str) -> None:
+        self.fs.rm_file(path)
+
+    def rename(self, src: str, dst: str) -> None:
+        """Rename a directory or file (atomic on local disks)."""
+        if self.is_local:
+            os.replace(src, dst)
+        else:
+            self.fs.mv(src, dst, recursive=True)
+
+
+def _fsync_dir(directory: str) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

@@ -1,0 +1,173 @@
+"""Serializers, named in the metadata and looked up here.
+
+Every serializer turns one Python value into bytes and back. All but ``pickle`` are safe on
+untrusted input: decoding them never runs code. ``pickle`` is refused on read unless the
+caller passes ``trust_pickle=True`` (``--trust-pickle`` on the CLI).
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+
+from statekit.statefmt.errors import (
+    BadInputError,
+    SerializationError,
+    UntrustedSerializerError,
+)
+
+__all__ = [
+    "Serializer",
+    "DEFAULT_SERIALIZER",
+    "SERIALIZER_NAMES",
+    "get_serializer",
+    "serialize_with",
+    "deserialize_with",
+    "encode_list",
+    "decode_list",
+]
+
+DEFAULT_SERIALIZER = "msgpack"
+_INT64 = struct.Struct(">q")
+
+
+@dataclass(frozen=True)
+class Serializer:
+    """A named pair of functions between a Python value and bytes."""
+
+    name: str
+    serialize: Callable[[Any], bytes]
+    deserialize: Callable[[bytes], Any]
+    safe: bool = True
+
+
+def _msgpack_dumps(value: Any) -> bytes:
+    return msgpack.packb(value, use_bin_type=True)  # type: ignore[no-any-return]
+
+
+def _msgpack_loads(data: bytes) -> Any:
+    return msgpack.unpackb(data, raw=False, strict_map_key=False)
+
+
+def _json_dumps(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True, allow_nan=False).encode()
+
+
+def _utf8_dumps(value: Any) -> bytes:
+    if not isinstance(value, str):
+        raise TypeError(f"expected str, got {type(value).__name__}")
+    return value.encode("utf-8")
+
+
+def _int64_dumps(value: Any) -> bytes:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"expected int, got {type(value).__name__}")
+    return _INT64.pack(value)
+
+
+def _int64_loads(data: bytes) -> int:
+    if len(data) != 8:
+        raise ValueError(f"int64 needs 8 bytes, got {len(data)}")
+    return int(_INT64.unpack(data)[0])
+
+
+def _bytes_dumps(value: Any) -> bytes:
+    if not isinstance(value, (bytes, bytearray, memoryview)):
+        raise TypeError(f"expected bytes, got {type(value).__name__}")
+    return bytes(value)
+
+
+_REGISTRY: dict[str, Serializer] = {
+    s.name: s
+    for s in (
+        Serializer("msgpack", _msgpack_dumps, _msgpack_loads),
+        Serializer("json", _json_dumps, lambda b: json.loads(b.decode("utf-8"))),
+        Serializer("utf8", _utf8_dumps, lambda b: bytes(b).decode("utf-8")),
+        Serializer("int64", _int64_dumps, _int64_loads),
+        Serializer("bytes", _bytes_dumps, bytes),
+        Serializer(
+            "pickle",
+            lambda v: pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL),
+            pickle.loads,
+            safe=False,
+        ),
+    )
+}
+SERIALIZER_NAMES = tuple(_REGISTRY)
+
+
+def get_serializer(name: str, *, trust_pickle: bool = False, for_write: bool = False) -> Serializer:
+    """Look up a serializer by its metadata name.
+
+    Raises:
+        BadInputError: the name is unknown.
+        UntrustedSerializerError: the serializer can run code on read and trust was not given.
+    """
+    serializer = _REGISTRY.get(name)
+    if serializer is None:
+        raise BadInputError(
+            f"unknown serializer {name!r} (known: {', '.join(SERIALIZER_NAMES)})"
+        )
+    if not serializer.safe and not trust_pickle and not for_write:
+        raise UntrustedSerializerError(
+            f"state uses the {name!r} serializer, which can run arbitrary code when read; "
+            "pass --trust-pickle (trust_pickle=True) only for savepoints you trust"
+        )
+    return serializer
+
+
+def serialize_with(serializer: Serializer, value: Any, what: str) -> bytes:
+    try:
+        return serializer.serialize(value)
+    except Exception as exc:  # noqa: BLE001 - serializers raise many types
+        raise SerializationError(
+            f"cannot serialize {what} {value!r:.60} with {serializer.name!r}: {exc}"
+        ) from exc
+
+
+def deserialize_with(serializer: Serializer, data: bytes, what: str, source: str | None = None) -> Any:
+    try:
+        return serializer.deserialize(data)
+    except Exception as exc:  # noqa: BLE001 - serializers raise many types
+        raise SerializationError(
+            f"cannot decode {what} with {serializer.name!r}: {exc}", path=source
+        ) from exc
+
+
+# List state: one entry per (key, namespace) holding all elements, framed as
+# u32 count, then per element u32 length + element bytes (big-endian).
+_U32 = struct.Struct(">I")
+
+
+def encode_list(elements: list[bytes]) -> bytes:
+    parts = [_U32.pack(len(elements))]
+    for element in elements:
+        parts.append(_U32.pack(len(element)))
+        parts.append(element)
+    return b"".join(parts)
+
+
+def decode_list(data: bytes) -> list[bytes]:
+    view = memoryview(data)
+    if len(view) < 4:
+        raise ValueError("list frame shorter than its count")
+    (count,) = _U32.unpack_from(view, 0)
+    pos, out = 4, []
+    for _ in range(count):
+        if pos + 4 > len(view):
+            raise ValueError("list frame truncated")
+        (length,) = _U32.unpack_from(view, pos)
+        pos += 4
+        if pos + length > len(view):
+            raise ValueError("list element truncated")
+        out.append(bytes(view[pos:pos + length]))
+        pos += length
+    if pos != len(view):
+        raise ValueError("trailing bytes after list frame")
+    return out

@@ -1,0 +1,291 @@
+"""The state file codec: key-group blocks, an index, a footer, checksums everywhere.
+
+Layout (little-endian; constants in :mod:`statekit.statefmt.layout`)::
+
+    header(16) | block* | index(32 * n) | footer(32)
+
+A block is one Arrow IPC record-batch message (no schema: the schema is fixed by the file
+kind and format version) holding the entries of one key group, sorted by
+(key, namespace, user key). Invariants:
+
+* blocks appear in strictly ascending key-group order and are byte ranges that can be
+  copied into another file unchanged (rescale with the same max parallelism);
+* every block has a CRC-32 in the index; the footer has the CRC-32 of the index and of all
+  bytes before the index; ``_metadata`` has the CRC-32 and size of the whole file;
+* a reader fetches one key group with three reads (footer, index, block).
+
+pyarrow is imported lazily: listing checkpoints never loads it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import IO, TYPE_CHECKING, Any
+
+from statekit.statefmt import layout
+from statekit.statefmt.checksum import Crc32, crc32
+from statekit.statefmt.errors import CorruptStateError, UnsupportedVersionError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = [
+    "IndexEntry",
+    "FileSummary",
+    "StateFileWriter",
+    "StateFileReader",
+    "keyed_schema",
+    "operator_schema",
+    "encode_block",
+    "decode_block",
+    "verify_state_stream",
+]
+
+KEYED_COLUMNS = ("key_hash", "key", "namespace", "user_key", "value", "expiry")
+OPERATOR_COLUMNS = ("key", "value")
+
+
+def keyed_schema() -> pa.Schema:
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            pa.field("key_hash", pa.uint32(), nullable=False),
+            pa.field("key", pa.binary(), nullable=False),
+            pa.field("namespace", pa.binary(), nullable=False),
+            pa.field("user_key", pa.binary()),
+            pa.field("value", pa.binary(), nullable=False),
+            pa.field("expiry", pa.int64()),
+        ]
+    )
+
+
+def operator_schema() -> pa.Schema:
+    import pyarrow as pa
+
+    return pa.schema([pa.field("key", pa.binary()), pa.field("value", pa.binary(), nullable=False)])
+
+
+def schema_for(kind: int) -> pa.Schema:
+    return keyed_schema() if kind == layout.FILE_KIND_KEYED else operator_schema()
+
+
+@dataclass(frozen=True)
+class IndexEntry:
+    key_group: int
+    offset: int
+    length: int
+    entries: int
+    checksum: int
+
+
+@dataclass(frozen=True)
+class FileSummary:
+    """What ``_metadata`` records about a finished file."""
+
+    size: int
+    checksum: str
+    entries: int
+    blocks: int
+
+
+def encode_block(batch: pa.RecordBatch) -> bytes:
+    """One record batch as the bytes of an IPC message (its schema is implied)."""
+    return batch.serialize().to_pybytes()  # type: ignore[no-any-return]
+
+
+def decode_block(data: bytes, kind: int, *, path: str, key_group: int) -> pa.RecordBatch:
+    """Decode and fully validate one block; malformed bytes raise CorruptStateError."""
+    import pyarrow as pa
+
+    schema = schema_for(kind)
+    try:
+        batch = pa.ipc.read_record_batch(pa.py_buffer(data), schema)
+        batch.validate(full=True)
+    except (pa.ArrowException, ValueError, OSError) as exc:
+        raise CorruptStateError(f"block does not decode: {exc}", path=path, key_group=key_group) from exc
+    return batch
+
+
+class StateFileWriter:
+    """Writes one state file to a binary stream, block by block, in key-group order."""
+
+    def __init__(self, out: IO[bytes], kind: int, *, path: str = "") -> None:
+        self._out = out
+        self._kind = kind
+        self._path = path
+        self._crc = Crc32()
+        self._index: list[IndexEntry] = []
+        self._finished = False
+        self._write(layout.STATE_FILE_HEADER.pack(layout.STATE_FILE_MAGIC, layout.STATE_FILE_VERSION, kind, 0, 0))
+
+    def _write(self, data: bytes | memoryview) -> None:
+        self._out.write(data)
+        self._crc.update(data)
+
+    @property
+    def entries(self) -> int:
+        return sum(e.entries for e in self._index)
+
+    def write_block(self, key_group: int, batch: pa.RecordBatch) -> None:
+        """Append the entries of one key group (already sorted; empty batches are skipped)."""
+        if batch.num_rows:
+            data = encode_block(batch)
+            self.write_raw_block(key_group, data, batch.num_rows, crc32(data))
+
+    def write_raw_block(self, key_group: int, data: bytes | memoryview, entries: int, checksum: int) -> None:
+        """Append a block copied whole from another file (its checksum already known)."""
+        if self._index and key_group <= self._index[-1].key_group:
+            raise ValueError(f"key group {key_group} written after {self._index[-1].key_group}")
+        self._index.append(IndexEntry(key_group, self._crc.size, len(data), entries, checksum))
+        self._write(data)
+
+    def finish(self) -> FileSummary:
+        """Write index and footer; return size, whole-file checksum and entry count."""
+        if self._finished:
+            raise ValueError("state file already finished")
+        self._finished = True
+        index_offset = self._crc.size
+        index = b"".join(
+            layout.INDEX_ENTRY.pack(e.key_group, e.offset, e.length, e.entries, e.checksum)
+            for e in self._index
+        )
+        self._write(index)
+        body_crc = self._crc.value & 0xFFFFFFFF
+        self._write(
+            layout.STATE_FILE_FOOTER.pack(
+                index_offset, len(self._index), crc32(index), body_crc, layout.STATE_FILE_FOOTER_MAGIC
+            )
+        )
+        return FileSummary(self._crc.size, self._crc.checksum, self.entries, len(self._index))
+
+
+class StateFileReader:
+    """Random access to the blocks of one state file through a seekable binary stream."""
+
+    def __init__(self, stream: IO[bytes], size: int, *, path: str) -> None:
+        self._stream = stream
+        self.path = path
+        self.size = size
+        self.kind, self.index = self._read_index()
+        self._by_group = {e.key_group: e for e in self.index}
+
+    def _corrupt(self, message: str) -> CorruptStateError:
+        return CorruptStateError(message, path=self.path)
+
+    def _read_at(self, offset: int, length: int) -> bytes:
+        self._stream.seek(offset)
+        data = self._stream.read(length)
+        if len(data) != length:
+            raise self._corrupt(f"truncated: wanted {length} bytes at offset {offset}, got {len(data)}")
+        return bytes(data)
+
+    def _read_index(self) -> tuple[int, tuple[IndexEntry, ...]]:
+        header_size, footer_size = layout.STATE_FILE_HEADER.size, layout.STATE_FILE_FOOTER.size
+        if self.size < header_size + footer_size:
+            raise self._corrupt(f"truncated: {self.size} bytes is shorter than header and footer")
+        magic, version, kind, _, _ = layout.STATE_FILE_HEADER.unpack(self._read_at(0, header_size))
+        if magic != layout.STATE_FILE_MAGIC:
+            raise self._corrupt("not a statekit state file (bad magic)")
+        if version != layout.STATE_FILE_VERSION:
+            raise UnsupportedVersionError(f"state file version {version} is not supported", path=self.path)
+        if kind not in (layout.FILE_KIND_KEYED, layout.FILE_KIND_OPERATOR):
+            raise self._corrupt(f"unknown file kind {kind}")
+        footer = self._read_at(self.size - footer_size, footer_size)
+        index_offset, count, index_crc, _, end_magic = layout.STATE_FILE_FOOTER.unpack(footer)
+        entry_size = layout.INDEX_ENTRY.size
+        if end_magic != layout.STATE_FILE_FOOTER_MAGIC or index_offset + count * entry_size != self.size - footer_size:
+            raise self._corrupt("damaged or truncated footer")
+        raw = self._read_at(index_offset, count * entry_size)
+        if crc32(raw) != index_crc:
+            raise self._corrupt("index checksum mismatch")
+        entries = tuple(IndexEntry(*layout.INDEX_ENTRY.unpack_from(raw, i * entry_size)) for i in range(count))
+        position, previous = header_size, -1
+        for e in entries:
+            if e.offset != position or e.key_group <= previous:
+                raise self._corrupt(f"index entry for key group {e.key_group} is inconsistent")
+            position, previous = e.offset + e.length, e.key_group
+        if position != index_offset:
+            raise self._corrupt("blocks do not end where the index starts")
+        return kind, entries
+
+    @property
+    def entries(self) -> int:
+        return sum(e.entries for e in self.index)
+
+    @property
+    def key_groups(self) -> list[int]:
+        return [e.key_group for e in self.index]
+
+    def entry(self, key_group: int) -> IndexEntry | None:
+        return self._by_group.get(key_group)
+
+    def read_block_bytes(self, key_group: int) -> bytes | None:
+        """The verified bytes of one key group's block, or None if the file has none."""
+        entry = self._by_group.get(key_group)
+        if entry is None:
+            return None
+        data = self._read_at(entry.offset, entry.length)
+        if crc32(data) != entry.checksum:
+            raise CorruptStateError("block checksum mismatch", path=self.path, key_group=key_group)
+        return data
+
+    def read_block(self, key_group: int) -> pa.RecordBatch | None:
+        data = self.read_block_bytes(key_group)
+        return None if data is None else decode_block(data, self.kind, path=self.path, key_group=key_group)
+
+    def iter_blocks(self, key_groups: Iterable[int] | None = None) -> Iterator[tuple[int, pa.RecordBatch]]:
+        """Decoded blocks in key-group order, restricted to ``key_groups`` when given."""
+        wanted = None if key_groups is None else set(key_groups)
+        for e in self.index:
+            if wanted is None or e.key_group in wanted:
+                batch = self.read_block(e.key_group)
+                assert batch is not None
+                yield e.key_group, batch
+
+    def iter_raw_blocks(self, key_groups: Iterable[int] | None = None) -> Iterator[tuple[IndexEntry, bytes]]:
+        wanted = None if key_groups is None else set(key_groups)
+        for e in self.index:
+            if wanted is None or e.key_group in wanted:
+                data = self.read_block_bytes(e.key_group)
+                assert data is not None
+                yield e, data
+
+
+def verify_state_stream(stream: IO[bytes], path: str, expected_size: int | None, expected_checksum: str | None,
+                        chunk_size: int = 1 << 20) -> list[CorruptStateError]:
+    """Every check on one file: size, whole-file CRC, footer, index and every block.
+
+    Returns the problems found (empty when the file is intact); never raises for damage.
+    """
+    problems: list[CorruptStateError] = []
+    stream.seek(0)
+    running = Crc32()
+    while True:
+        chunk = stream.read(chunk_size)
+        if not chunk:
+            break
+        running.update(chunk)
+    size = running.size
+    if expected_size is not None and size != expected_size:
+        problems.append(CorruptStateError(f"size {size} differs from the recorded {expected_size}", path=path))
+    if expected_checksum is not None and running.checksum != expected_checksum:
+        problems.append(CorruptStateError(f"file checksum {running.checksum} differs from the recorded {expected_checksum}", path=path))
+    try:
+        reader = StateFileReader(stream, size, path=path)
+    except CorruptStateError as exc:
+        problems.append(exc)
+        return problems
+    except UnsupportedVersionError as exc:
+        problems.append(CorruptStateError(str(exc)))
+        return problems
+    for e in reader.index:
+        try:
+            data = reader.read_block_bytes(e.key_group)
+            assert data is not None
+            decode_block(data, reader.kind, path=path, key_group=e.key_group)
+        except CorruptStateError as exc:
+            problems.append(exc)
+    return problems
+

@@ -1,0 +1,71 @@
+"""Write state files and commit snapshots: the only way bytes of state reach storage.
+
+Commit protocol: every state file is written completely (fsynced, renamed into place)
+before ``_metadata``; ``_metadata`` is published last and atomically. A reader that sees
+``_metadata`` therefore sees every file it names.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from statekit.statefmt import layout
+from statekit.statefmt.fileio import FileIO
+from statekit.statefmt.metadata import CheckpointMetadata, StateFile, serialize_metadata
+from statekit.statefmt.statefile import IndexEntry, StateFileWriter
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = ["write_keyed_file", "write_raw_keyed_file", "write_operator_file", "commit_metadata", "copy_state_file"]
+
+
+def write_keyed_file(
+    io: FileIO, directory: str, relative: str, state: str, groups: Iterable[tuple[int, pa.RecordBatch]]
+) -> StateFile:
+    """Write ``(key group, sorted batch)`` blocks (key groups ascending) as one keyed file."""
+    with io.open_output(posixpath.join(directory, relative)) as out:
+        writer = StateFileWriter(out, layout.FILE_KIND_KEYED, path=relative)
+        for key_group, batch in groups:
+            writer.write_block(key_group, batch)
+        summary = writer.finish()
+    return StateFile(state, relative, summary.size, summary.checksum, summary.entries)
+
+
+def write_raw_keyed_file(
+    io: FileIO, directory: str, relative: str, state: str, blocks: Iterable[tuple[IndexEntry, bytes]]
+) -> StateFile:
+    """Assemble a keyed file from whole blocks copied from other files (no decoding)."""
+    with io.open_output(posixpath.join(directory, relative)) as out:
+        writer = StateFileWriter(out, layout.FILE_KIND_KEYED, path=relative)
+        for entry, data in blocks:
+            writer.write_raw_block(entry.key_group, data, entry.entries, entry.checksum)
+        summary = writer.finish()
+    return StateFile(state, relative, summary.size, summary.checksum, summary.entries)
+
+
+def write_operator_file(
+    io: FileIO, directory: str, relative: str, state: str, batch: pa.RecordBatch
+) -> StateFile:
+    """Write one subtask's operator state (list/union elements or broadcast pairs)."""
+    with io.open_output(posixpath.join(directory, relative)) as out:
+        writer = StateFileWriter(out, layout.FILE_KIND_OPERATOR, path=relative)
+        writer.write_block(layout.OPERATOR_BLOCK_GROUP, batch)
+        summary = writer.finish()
+    return StateFile(state, relative, summary.size, summary.checksum, summary.entries)
+
+
+def copy_state_file(
+    src_io: FileIO, src_path: str, io: FileIO, directory: str, relative: str, file: StateFile
+) -> StateFile:
+    """Copy a state file byte for byte under a new relative path."""
+    io.copy_file(src_io, src_path, posixpath.join(directory, relative))
+    return StateFile(file.state, relative, file.size, file.checksum, file.entries)
+
+
+def commit_metadata(io: FileIO, directory: str, metadata: CheckpointMetadata) -> None:
+    """Publish ``_metadata`` atomically; call only after every state file is durable."""
+    io.sync_dir(directory)
+    io.write_atomic(posixpath.join(directory, layout.METADATA_FILE), serialize_metadata(metadata))
