@@ -254,10 +254,11 @@ class StateFileReader:
 
 
 def verify_state_stream(stream: IO[bytes], path: str, expected_size: int | None, expected_checksum: str | None,
-                        chunk_size: int = 1 << 20) -> list[CorruptStateError]:
+                        chunk_size: int = 1 << 20) -> tuple[list[CorruptStateError], int]:
     """Every check on one file: size, whole-file CRC, footer, index and every block.
 
-    Returns the problems found (empty when the file is intact); never raises for damage.
+    Returns the problems found (empty when the file is intact) and the number of blocks
+    checked; never raises for damage.
     """
     problems: list[CorruptStateError] = []
     stream.seek(0)
@@ -276,10 +277,10 @@ def verify_state_stream(stream: IO[bytes], path: str, expected_size: int | None,
         reader = StateFileReader(stream, size, path=path)
     except CorruptStateError as exc:
         problems.append(exc)
-        return problems
+        return problems, 0
     except UnsupportedVersionError as exc:
         problems.append(CorruptStateError(str(exc)))
-        return problems
+        return problems, 0
     for e in reader.index:
         try:
             data = reader.read_block_bytes(e.key_group)
@@ -287,5 +288,5 @@ def verify_state_stream(stream: IO[bytes], path: str, expected_size: int | None,
             decode_block(data, reader.kind, path=path, key_group=e.key_group)
         except CorruptStateError as exc:
             problems.append(exc)
-    return problems
+    return problems, len(reader.index)
 

@@ -1,0 +1,75 @@
+"""The ``statekit`` command: a flink-like CLI for stream-job state.
+
+Commands load lazily (module imported only when the command runs or its help is shown),
+so ``statekit --help`` and ``statekit checkpoints list`` start fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import click
+
+__all__ = ["cli", "main", "COMMANDS"]
+
+# command name -> (module, attribute, one-line help shown by `statekit --help`)
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "run": ("statekit.cli.jobs", "run", "Run a job (JOB.py) on the mini runtime."),
+    "list": ("statekit.cli.jobs", "list_jobs", "List running jobs."),
+    "savepoint": ("statekit.cli.jobs", "savepoint", "Trigger a savepoint of a running job."),
+    "stop": ("statekit.cli.jobs", "stop", "Stop a job with a savepoint."),
+    "cancel": ("statekit.cli.jobs", "cancel", "Cancel a running job."),
+    "checkpoints": ("statekit.cli.offline", "checkpoints", "Checkpoints and savepoints in a directory."),
+    "inspect": ("statekit.cli.offline", "inspect", "Operators, states, sizes and skew of a snapshot."),
+    "verify": ("statekit.cli.offline", "verify", "Check every file and checksum of a snapshot."),
+    "dispose": ("statekit.cli.offline", "dispose", "Safely delete a checkpoint or savepoint."),
+    "rescale": ("statekit.cli.surgery", "rescale", "Rescale a savepoint offline (parallelism, max parallelism)."),
+    "modify": ("statekit.cli.surgery", "modify", "Remove operators or states, rename uids."),
+    "bootstrap": ("statekit.cli.surgery", "bootstrap", "Create a savepoint from Parquet, CSV or JSON rows."),
+    "export": ("statekit.cli.spark_commands", "export", "Export state to Parquet through Spark."),
+    "diff": ("statekit.cli.spark_commands", "diff", "Compare two savepoints."),
+    "keygroup": ("statekit.cli.flink_commands", "keygroup", "Key group and subtask of a key (also Flink's)."),
+    "relocate": ("statekit.cli.flink_commands", "relocate", "Rewrite absolute paths in a Flink _metadata."),
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        spec = COMMANDS.get(cmd_name)
+        if spec is None:
+            return None
+        module = importlib.import_module(spec[0])
+        command = getattr(module, spec[1])
+        assert isinstance(command, click.Command)
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, COMMANDS[name][2]) for name in self.list_commands(ctx)])
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON output for every command.")
+@click.option("--verbose", "-v", is_flag=True, help="Show tracebacks and engine logs.")
+@click.version_option(package_name="statekit")
+@click.pass_context
+def cli(ctx: click.Context, as_json: bool, verbose: bool) -> None:
+    """statekit: savepoints, checkpoints and state of stream jobs.
+
+    \b
+    Exit codes: 0 ok, 1 a failed check (verify damage, diff differences, failed job),
+    2 bad input, 3 internal error, 130 interrupted.
+    """
+    ctx.obj = {"json": as_json, "verbose": verbose}
+
+
+def main() -> Any:
+    return cli(prog_name="statekit")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+"""Rendering behind one interface: rich tables for people, JSON for machines.
+
+Every result object has ``to_json()``; :class:`JsonOutput` prints that, and
+:class:`RichOutput` looks up a renderer by the result's type in ``statekit.cli.render``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import click
+
+__all__ = ["Output", "JsonOutput", "RichOutput", "get_output", "Progress"]
+
+Progress = Callable[[str, int], None]
+
+
+class Output:
+    def show(self, result: Any) -> None:
+        raise NotImplementedError
+
+    def message(self, text: str) -> None:
+        raise NotImplementedError
+
+    @contextmanager
+    def progress(self, description: str, total: int | None = None, unit: str = "bytes") -> Iterator[Progress]:
+        yield lambda _name, _amount: None
+
+
+class JsonOutput(Output):
+    def show(self, result: Any) -> None:
+        data = result.to_json() if hasattr(result, "to_json") else result
+        click.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
+
+    def message(self, text: str) -> None:
+        click.echo(text, err=True)
+
+
+class RichOutput(Output):
+    def __init__(self) -> None:
+        from rich.console import Console
+
+        self.console = Console(highlight=False, soft_wrap=False)
+        self.err = Console(stderr=True, highlight=False)
+
+    def show(self, result: Any) -> None:
+        from statekit.cli.render import render
+
+        render(self.console, result)
+
+    def message(self, text: str) -> None:
+        self.console.print(text)
+
+    @contextmanager
+    def progress(self, description: str, total: int | None = None, unit: str = "bytes") -> Iterator[Progress]:
+        if not self.err.is_terminal:
+            yield lambda _name, _amount: None
+            return
+        from rich.progress import BarColumn, DownloadColumn, Progress as RichProgress, TextColumn, TimeRemainingColumn
+
+        columns: list[Any] = [TextColumn("{task.description}"), BarColumn()]
+        columns.append(DownloadColumn() if unit == "bytes" else TextColumn("{task.completed}/{task.total}"))
+        columns.append(TimeRemainingColumn())
+        with RichProgress(*columns, console=self.err, transient=True) as bar:
+            task = bar.add_task(description, total=total)
+            yield lambda _name, amount: bar.advance(task, amount)
+
+
+def get_output() -> Output:
+    ctx = click.get_current_context()
+    as_json = False
+    node: click.Context | None = ctx
+    while node is not None:
+        if node.params.get("as_json") or (isinstance(node.obj, dict) and node.obj.get("json")):
+            as_json = True
+        node = node.parent
+    return JsonOutput() if as_json else RichOutput()
+
+
+def stdout_is_tty() -> bool:
+    return sys.stdout.isatty()

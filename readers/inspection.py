@@ -1,0 +1,162 @@
+"""``inspect``: operators, states, parallelism, key-group ranges, sizes and key-group skew.
+
+Sizes and entry counts come from ``_metadata``; the skew view reads each keyed file's
+index (footer and index only, never a block).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from statekit.readers.savepoint_reader import SavepointReader
+from statekit.statefmt.metadata import StateDescriptor
+
+__all__ = ["SnapshotInspection", "OperatorInspection", "StateInspection", "SkewView", "inspect_snapshot"]
+
+HISTOGRAM_BUCKETS = 10
+
+
+@dataclass(frozen=True)
+class SkewView:
+    """How evenly bytes spread over key groups: largest vs mean and a compact histogram."""
+
+    key_groups_with_state: int
+    max_bytes: int
+    mean_bytes: float
+    max_key_group: int | None
+    ratio: float
+    histogram: list[int]  # count of key groups per bucket of [0, max_bytes]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class StateInspection:
+    name: str
+    kind: str
+    value_serializer: str
+    value_type: str | None
+    user_key_serializer: str | None
+    ttl_ms: int | None
+    bytes: int
+    entries: int
+    per_subtask: list[dict[str, int]]
+    skew: SkewView | None
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["skew"] = self.skew.to_json() if self.skew else None
+        return data
+
+
+@dataclass(frozen=True)
+class OperatorInspection:
+    uid: str
+    name: str
+    parallelism: int
+    max_parallelism: int
+    key_serializer: str | None
+    key_group_ranges: list[list[int]]
+    bytes: int
+    entries: int
+    states: list[StateInspection] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["states"] = [s.to_json() for s in self.states]
+        return data
+
+
+@dataclass(frozen=True)
+class SnapshotInspection:
+    path: str
+    job_id: str
+    job_name: str
+    checkpoint_id: int
+    kind: str
+    format: str
+    created_at_ms: int
+    bytes: int
+    entries: int
+    operators: list[OperatorInspection]
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["operators"] = [o.to_json() for o in self.operators]
+        return data
+
+
+def inspect_snapshot(url: str, *, skew: bool = True, storage_options: dict[str, Any] | None = None) -> SnapshotInspection:
+    reader = SavepointReader.read(url, storage_options=storage_options)
+    md = reader.metadata
+    operators = []
+    for op in md.operators:
+        states = [_inspect_state(reader, op.uid, d, skew) for d in op.states]
+        operators.append(
+            OperatorInspection(
+                uid=op.uid,
+                name=op.name,
+                parallelism=op.parallelism,
+                max_parallelism=op.max_parallelism,
+                key_serializer=op.key_serializer,
+                key_group_ranges=[s.key_group_range.to_list() for s in op.subtasks],
+                bytes=sum(s.bytes for s in states),
+                entries=sum(s.entries for s in states),
+                states=states,
+            )
+        )
+    return SnapshotInspection(
+        path=reader.path,
+        job_id=md.job_id,
+        job_name=md.job_name,
+        checkpoint_id=md.checkpoint_id,
+        kind=md.kind.value,
+        format=md.format.value,
+        created_at_ms=md.created_at_ms,
+        bytes=sum(o.bytes for o in operators),
+        entries=sum(o.entries for o in operators),
+        operators=operators,
+    )
+
+
+def _inspect_state(reader: SavepointReader, uid: str, descriptor: StateDescriptor, skew: bool) -> StateInspection:
+    op = reader.operator(uid)
+    per_subtask = []
+    group_bytes: dict[int, int] = {}
+    for subtask in op.subtasks:
+        file = subtask.file_of(descriptor.name)
+        per_subtask.append({"subtask": subtask.index, "bytes": file.size if file else 0, "entries": file.entries if file else 0})
+        if file and skew and descriptor.keyed:
+            with reader.open_file(file) as state_file:
+                for entry in state_file.index:
+                    group_bytes[entry.key_group] = entry.length
+    return StateInspection(
+        name=descriptor.name,
+        kind=descriptor.kind.value,
+        value_serializer=descriptor.value_serializer,
+        value_type=descriptor.value_type,
+        user_key_serializer=descriptor.user_key_serializer,
+        ttl_ms=descriptor.ttl_ms,
+        bytes=sum(p["bytes"] for p in per_subtask),
+        entries=sum(p["entries"] for p in per_subtask),
+        per_subtask=per_subtask,
+        skew=_skew(group_bytes, op.max_parallelism) if descriptor.keyed and skew else None,
+    )
+
+
+def _skew(group_bytes: dict[int, int], max_parallelism: int) -> SkewView:
+    """Bytes per key group over all M key groups (empty groups count as 0)."""
+    if not group_bytes:
+        return SkewView(0, 0, 0.0, None, 0.0, [0] * HISTOGRAM_BUCKETS)
+    total = sum(group_bytes.values())
+    mean = total / max_parallelism
+    max_group = max(group_bytes, key=lambda g: group_bytes[g])
+    max_bytes = group_bytes[max_group]
+    histogram = [0] * HISTOGRAM_BUCKETS
+    for g in range(max_parallelism):
+        size = group_bytes.get(g, 0)
+        bucket = min(HISTOGRAM_BUCKETS - 1, size * HISTOGRAM_BUCKETS // max_bytes) if max_bytes else 0
+        histogram[bucket] += 1
+    return SkewView(len(group_bytes), max_bytes, mean, max_group, max_bytes / mean if mean else 0.0, histogram)

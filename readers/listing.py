@@ -1,0 +1,116 @@
+"""``checkpoints list``: every snapshot below a directory, complete or not.
+
+Recognises a checkpoint root (``<root>/<job-id>/chk-N``), a job directory (``chk-N``
+inside), a savepoint directory (``savepoint-*`` inside) or a single snapshot. Reads only
+``_metadata`` files and directory listings (no state, no pyarrow).
+"""
+
+from __future__ import annotations
+
+import posixpath
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from statekit.readers.snapshot import is_flink_metadata_bytes
+from statekit.statefmt import layout
+from statekit.statefmt.errors import NotACheckpointError, PathNotFoundError, StatekitError
+from statekit.statefmt.fileio import FileIO, FileInfo
+from statekit.statefmt.metadata import parse_metadata
+
+__all__ = ["CheckpointListing", "CheckpointList", "list_checkpoints"]
+
+
+@dataclass(frozen=True)
+class CheckpointListing:
+    path: str
+    job_id: str
+    checkpoint_id: int | None
+    status: str  # complete | incomplete | damaged | flink
+    kind: str  # checkpoint | savepoint | unknown
+    format: str
+    size: int
+    created_at_ms: int | None
+    age_s: float | None
+    problem: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class CheckpointList:
+    path: str
+    listings: list[CheckpointListing]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "snapshots": [c.to_json() for c in self.listings]}
+
+
+def list_checkpoints(url: str, storage_options: dict[str, Any] | None = None) -> CheckpointList:
+    io, root = FileIO.for_path(url, storage_options)
+    if not io.exists(root):
+        raise PathNotFoundError("no such directory", path=url)
+    if not io.isdir(root):
+        raise NotACheckpointError("is a file; give a checkpoint or savepoint directory", path=url)
+    now = time.time()
+    candidates = _snapshot_dirs(io, root)
+    if not candidates:
+        raise NotACheckpointError(
+            "no checkpoints or savepoints here (expected chk-N, savepoint-* or a _metadata file)", path=url
+        )
+    listings = [_describe(io, info, job_id, now) for info, job_id in candidates]
+    listings.sort(key=lambda c: (c.job_id, c.kind, c.checkpoint_id or -1, c.path))
+    return CheckpointList(io.url(root), listings)
+
+
+def _snapshot_dirs(io: FileIO, root: str) -> list[tuple[FileInfo, str]]:
+    if io.isfile(posixpath.join(root, layout.METADATA_FILE)):
+        return [(io.info(root), "")]
+    found: list[tuple[FileInfo, str]] = []
+    children = [c for c in io.list_dir(root) if c.is_dir]
+    for child in children:
+        if _is_snapshot_name(child.name):
+            found.append((child, posixpath.basename(root) if layout.parse_checkpoint_dir_name(child.name) is not None else ""))
+    if found:
+        return found
+    for job in children:
+        for child in io.list_dir(job.path):
+            if child.is_dir and _is_snapshot_name(child.name):
+                found.append((child, job.name if layout.parse_checkpoint_dir_name(child.name) is not None else ""))
+    return found
+
+
+def _is_snapshot_name(name: str) -> bool:
+    return layout.parse_checkpoint_dir_name(name) is not None or name.startswith(layout.SAVEPOINT_DIR_PREFIX)
+
+
+def _describe(io: FileIO, info: FileInfo, job_id: str, now: float) -> CheckpointListing:
+    checkpoint_id = layout.parse_checkpoint_dir_name(info.name)
+    kind = "checkpoint" if checkpoint_id is not None else "savepoint" if info.name.startswith(layout.SAVEPOINT_DIR_PREFIX) else "unknown"
+    size = io.du(info.path)
+    metadata_path = posixpath.join(info.path, layout.METADATA_FILE)
+    base = dict(path=io.url(info.path), job_id=job_id, checkpoint_id=checkpoint_id, kind=kind, size=size)
+    if not io.isfile(metadata_path):
+        age = now - info.mtime if info.mtime else None
+        return CheckpointListing(**base, status="incomplete", format="", created_at_ms=None, age_s=age,
+                                 problem="no _metadata")
+    data = io.read_bytes(metadata_path)
+    if is_flink_metadata_bytes(data[:4]):
+        return CheckpointListing(**base, status="flink", format="flink", created_at_ms=None, age_s=None,
+                                 problem="Apache Flink snapshot")
+    try:
+        md = parse_metadata(data, source=io.url(metadata_path))
+    except StatekitError as exc:
+        return CheckpointListing(**base, status="damaged", format="", created_at_ms=None, age_s=None, problem=str(exc))
+    return CheckpointListing(
+        path=io.url(info.path),
+        job_id=md.job_id,
+        checkpoint_id=md.checkpoint_id,
+        status="complete",
+        kind=md.kind.value,
+        format=md.format.value,
+        size=size,
+        created_at_ms=md.created_at_ms,
+        age_s=max(0.0, now - md.created_at_ms / 1000),
+    )
