@@ -21,6 +21,8 @@ from statekit.statefmt.serializers import (
     deserialize_with,
     encode_list,
     get_serializer,
+    deserialize_many,
+    serialize_many,
     serialize_with,
 )
 from statekit.statefmt.value_types import parse_value_type
@@ -111,6 +113,7 @@ class StateCodec:
         Rows: ``(key, value)`` or ``(key, namespace, value)``; for map state
         ``(key, user_key, value)`` or ``(key, namespace, user_key, value)``; or the
         :class:`KeyedStateEntry` / :class:`MapStateEntry` tuples a reader yields.
+        Encoding works a column at a time (serializers and type checks over lists).
         """
         import pyarrow as pa
 
@@ -118,34 +121,58 @@ class StateCodec:
 
         assert self.key is not None
         is_map = self.descriptor.kind is StateKind.MAP
-        hashes, keys, namespaces, user_keys, values, expiries = [], [], [], [], [], []
-        for row in rows:
-            key, namespace, user_key, value, expiry = self._unpack_row(row, is_map)
-            key_bytes = serialize_with(self.key, key, "key")
-            hashes.append(mmh3.hash(key_bytes, 0, signed=False))
-            keys.append(key_bytes)
-            namespaces.append(self.encode_namespace(namespace))
-            if is_map:
-                assert self.user_key is not None
-                self._check(user_key, user_key=True)
-                user_keys.append(serialize_with(self.user_key, user_key, "user key"))
-                self._check(value)
-                values.append(serialize_with(self.value, value, "value"))
+        keys, namespaces, user_keys, values, expiries = self._columns(rows, is_map)
+        key_bytes = serialize_many(self.key, keys, "key")
+        hash32 = mmh3.hash
+        hashes = [hash32(k, 0, False) for k in key_bytes]
+        if any(ns is not None for ns in namespaces):
+            namespace_bytes = [self.encode_namespace(ns) for ns in namespaces]
+        else:
+            namespace_bytes = [b""] * len(keys)
+        if is_map:
+            assert self.user_key is not None
+            self._check_column(user_keys, user_key=True)
+            user_key_bytes: list[bytes | None] = list(serialize_many(self.user_key, user_keys, "user key"))
+            self._check_column(values)
+            value_bytes = serialize_many(self.value, values, "value")
+        else:
+            user_key_bytes = [None] * len(keys)
+            if self.descriptor.kind is StateKind.LIST:
+                value_bytes = [self.encode_value(v) for v in values]
             else:
-                user_keys.append(None)
-                values.append(self.encode_value(value))
-            expiries.append(expiry)
+                self._check_column(values)
+                value_bytes = serialize_many(self.value, values, "value")
         return pa.table(
             [
                 pa.array(hashes, pa.uint32()),
-                pa.array(keys, pa.binary()),
-                pa.array(namespaces, pa.binary()),
-                pa.array(user_keys, pa.binary()),
-                pa.array(values, pa.binary()),
+                pa.array(key_bytes, pa.binary()),
+                pa.array(namespace_bytes, pa.binary()),
+                pa.array(user_key_bytes, pa.binary()),
+                pa.array(value_bytes, pa.binary()),
                 pa.array(expiries, pa.int64()),
             ],
             schema=keyed_schema(),
         )
+
+    def _check_column(self, values: list[Any], user_key: bool = False) -> None:
+        reason = (self.user_key_type if user_key else self.value_type).check_many(values)
+        if reason:
+            what = "user key" if user_key else "value"
+            raise SerializationError(f"state {self.descriptor.name!r}: a {what} does not match the declared type: {reason}")
+
+    def _columns(self, rows: Iterable[Any], is_map: bool) -> tuple[list[Any], list[Any], list[Any], list[Any], list[Any]]:
+        rows = rows if isinstance(rows, list) else list(rows)
+        n = len(rows)
+        if not is_map:
+            try:  # the common shape: (key, value) pairs
+                return [k for k, _ in rows], [None] * n, [None] * n, [v for _, v in rows], [None] * n
+            except (TypeError, ValueError):
+                pass
+        unpacked = [self._unpack_row(row, is_map) for row in rows]
+        if not unpacked:
+            return [], [], [], [], []
+        keys, namespaces, user_keys, values, expiries = (list(c) for c in zip(*unpacked))
+        return keys, namespaces, user_keys, values, expiries
 
     def _unpack_row(self, row: Any, is_map: bool) -> tuple[Any, Any, Any, Any, int | None]:
         if isinstance(row, MapStateEntry):
@@ -207,25 +234,26 @@ class StateCodec:
         return deserialize_with(self.value, data, "value", self.source)
 
     def decode_keyed_batch(self, batch: pa.RecordBatch) -> Iterator[KeyedStateEntry | MapStateEntry]:
+        """Decoded entries of one block, a column at a time."""
         assert self.key is not None
         columns = batch.to_pydict()
-        key_ser, source = self.key, self.source
-        is_map = self.descriptor.kind is StateKind.MAP
-        for key, namespace, user_key, value, expiry in zip(
-            columns["key"], columns["namespace"], columns["user_key"], columns["value"], columns["expiry"]
-        ):
-            k = deserialize_with(key_ser, key, "key", source)
-            if is_map:
-                assert self.user_key is not None
-                yield MapStateEntry(
-                    k,
-                    deserialize_with(self.user_key, user_key, "user key", source),
-                    deserialize_with(self.value, value, "value", source),
-                    self.decode_namespace(namespace),
-                    expiry,
-                )
-            else:
-                yield KeyedStateEntry(k, self.decode_namespace(namespace), self.decode_value(value), expiry)
+        source = self.source
+        keys = deserialize_many(self.key, columns["key"], "key", source)
+        namespaces = [None if not ns else self.decode_namespace(ns) for ns in columns["namespace"]]
+        expiries = columns["expiry"]
+        if self.descriptor.kind is StateKind.MAP:
+            assert self.user_key is not None
+            user_keys = deserialize_many(self.user_key, columns["user_key"], "user key", source)
+            values = deserialize_many(self.value, columns["value"], "value", source)
+            for entry in zip(keys, user_keys, values, namespaces, expiries):
+                yield MapStateEntry(*entry)
+            return
+        if self.descriptor.kind is StateKind.LIST:
+            values = [self.decode_value(v) for v in columns["value"]]
+        else:
+            values = deserialize_many(self.value, columns["value"], "value", source)
+        for entry in zip(keys, namespaces, values, expiries):
+            yield KeyedStateEntry(*entry)
 
     def decode_operator_batch(self, batch: pa.RecordBatch) -> list[Any]:
         columns = batch.to_pydict()

@@ -29,6 +29,8 @@ __all__ = [
     "get_serializer",
     "serialize_with",
     "deserialize_with",
+    "serialize_many",
+    "deserialize_many",
     "encode_list",
     "decode_list",
 ]
@@ -138,6 +140,48 @@ def deserialize_with(serializer: Serializer, data: bytes, what: str, source: str
         raise SerializationError(
             f"cannot decode {what} with {serializer.name!r}: {exc}", path=source
         ) from exc
+
+
+def _fast_many(name: str) -> Callable[[list[Any]], list[bytes]] | None:
+    """A column-at-a-time encoder for a serializer, or None to go item by item."""
+    if name == "msgpack":
+        def pack_many(values: list[Any]) -> list[bytes]:
+            pack = msgpack.Packer(use_bin_type=True).pack
+            return [pack(v) for v in values]
+        return pack_many
+    if name == "int64":
+        def int64_many(values: list[Any]) -> list[bytes]:
+            if not all(type(v) is int for v in values):
+                raise TypeError("expected int")
+            pack = _INT64.pack
+            return [pack(v) for v in values]
+        return int64_many
+    if name == "utf8":
+        return lambda values: [str.encode(v, "utf-8") for v in values]
+    return None
+
+
+def serialize_many(serializer: Serializer, values: list[Any], what: str) -> list[bytes]:
+    """Serialize a column of values; errors name the first offending value."""
+    fast = _fast_many(serializer.name)
+    if fast is not None:
+        try:
+            return fast(values)
+        except Exception:  # noqa: BLE001 - redo item by item for a precise message
+            pass
+    return [serialize_with(serializer, v, what) for v in values]
+
+
+def deserialize_many(serializer: Serializer, data: list[bytes], what: str, source: str | None = None) -> list[Any]:
+    """Deserialize a column of bytes; errors name the serializer and the source."""
+    decode = serializer.deserialize
+    if serializer.name == "msgpack":
+        def decode(b: bytes) -> Any:
+            return msgpack.unpackb(b, raw=False, strict_map_key=False)
+    try:
+        return [decode(b) for b in data]
+    except Exception:  # noqa: BLE001 - redo item by item for a precise message
+        return [deserialize_with(serializer, b, what, source) for b in data]
 
 
 # List state: one entry per (key, namespace) holding all elements, framed as

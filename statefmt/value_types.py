@@ -51,6 +51,19 @@ class ValueType:
             return f"struct<{inner}>"
         return self.name
 
+    def check_many(self, values: list[Any]) -> str | None:
+        """Why some value of ``values`` does not fit (the first such), or None."""
+        if self.name == "json":
+            return None
+        exact = _EXACT_TYPES.get(self.name)
+        if exact is not None and set(map(type, values)).issubset(exact):
+            return None
+        for value in values:
+            reason = self.check(value)
+            if reason:
+                return reason
+        return None
+
     def check(self, value: Any) -> str | None:
         """Why ``value`` does not fit this type, or None when it does (None always fits)."""
         if value is None or self.name == "json":
@@ -93,6 +106,15 @@ _SIMPLE_CHECKS = {
     "bool": lambda v: isinstance(v, bool),
     "bytes": lambda v: isinstance(v, (bytes, bytearray)),
     "timestamp": _is_int,
+}
+
+_EXACT_TYPES: dict[str, tuple[type, ...]] = {
+    "int": (int, type(None)),
+    "timestamp": (int, type(None)),
+    "float": (float, int, type(None)),
+    "string": (str, type(None)),
+    "bool": (bool, type(None)),
+    "bytes": (bytes, type(None)),
 }
 
 ANY = ValueType("json")
