@@ -16,7 +16,7 @@ The output appears whole or not at all (see :mod:`statekit.writers.staging`).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -171,11 +171,18 @@ class SavepointWriter:
             entry.states = [(d, v) for d, v in entry.states if d.name != state]
         return self
 
-    def write(self, path: str, *, storage_options: dict[str, Any] | None = None) -> CheckpointMetadata:
-        """Write the savepoint to ``path`` (must not exist or be empty); returns its metadata."""
+    def write(
+        self, path: str, *, storage_options: dict[str, Any] | None = None,
+        on_file: Callable[[str, int], None] | None = None,
+    ) -> CheckpointMetadata:
+        """Write the savepoint to ``path`` (must not exist or be empty); returns its metadata.
+
+        ``on_file(relative path, size)`` is called after each file copied from an existing
+        savepoint (progress display); copies verify size and checksum on the way.
+        """
         with staged_output_dir(path, storage_options) as (io, directory):
             operators = tuple(
-                self._write_operator(io, directory, entry) for entry in self._operators.values()
+                self._write_operator(io, directory, entry, on_file) for entry in self._operators.values()
             )
             metadata = CheckpointMetadata(
                 job_id=self.job_id,
@@ -191,9 +198,12 @@ class SavepointWriter:
 
     # ------------------------------------------------------------ internals
 
-    def _write_operator(self, io: FileIO, directory: str, entry: _NewOperator | _CopiedOperator) -> OperatorMetadata:
+    def _write_operator(
+        self, io: FileIO, directory: str, entry: _NewOperator | _CopiedOperator,
+        on_file: Callable[[str, int], None] | None = None,
+    ) -> OperatorMetadata:
         if isinstance(entry, _CopiedOperator):
-            return _copy_operator(io, directory, entry)
+            return _copy_operator(io, directory, entry, on_file)
         files: list[list[StateFile]] = [[] for _ in range(entry.parallelism)]
         for descriptor, data in entry.states:
             codec = StateCodec(descriptor, entry.key_serializer, for_write=True)
@@ -274,18 +284,21 @@ def _write_operator_state(
     ]
 
 
-def _copy_operator(io: FileIO, directory: str, entry: _CopiedOperator) -> OperatorMetadata:
+def _copy_operator(
+    io: FileIO, directory: str, entry: _CopiedOperator, on_file: Callable[[str, int], None] | None = None
+) -> OperatorMetadata:
     op, snapshot = entry.metadata, entry.reader.snapshot
     subtasks = []
     for st in op.subtasks:
-        files = tuple(
-            copy_state_file(
+        files = []
+        for f in st.files:
+            files.append(copy_state_file(
                 snapshot.io, snapshot.file_path(f.path), io, directory,
                 layout.state_file_path(op.uid, f.state, st.index, op.parallelism), f,
-            )
-            for f in st.files
-        )
-        subtasks.append(replace(st, files=files))
+            ))
+            if on_file:
+                on_file(f.path, f.size)
+        subtasks.append(replace(st, files=tuple(files)))
     return replace(op, subtasks=tuple(subtasks))
 
 

@@ -12,6 +12,8 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from statekit.statefmt import layout
+from statekit.statefmt.checksum import Crc32
+from statekit.statefmt.errors import CorruptStateError
 from statekit.statefmt.fileio import FileIO
 from statekit.statefmt.metadata import CheckpointMetadata, StateFile, serialize_metadata
 from statekit.statefmt.statefile import IndexEntry, StateFileWriter
@@ -58,10 +60,33 @@ def write_operator_file(
 
 
 def copy_state_file(
-    src_io: FileIO, src_path: str, io: FileIO, directory: str, relative: str, file: StateFile
+    src_io: FileIO, src_path: str, io: FileIO, directory: str, relative: str, file: StateFile,
+    *, verify: bool = True, chunk_size: int = 8 << 20,
 ) -> StateFile:
-    """Copy a state file byte for byte under a new relative path."""
-    io.copy_file(src_io, src_path, posixpath.join(directory, relative))
+    """Copy a state file byte for byte under a new relative path.
+
+    With ``verify`` (the default) the size and whole-file CRC-32 recorded in ``_metadata``
+    are checked while the bytes stream through; on a mismatch :class:`CorruptStateError`
+    names the source and nothing appears at the target.
+    """
+    target = posixpath.join(directory, relative)
+    if not verify:
+        io.copy_file(src_io, src_path, target)
+        return StateFile(file.state, relative, file.size, file.checksum, file.entries)
+    running = Crc32()
+    with src_io.open_input(src_path) as source, io.open_output(target) as out:
+        while True:
+            chunk = source.read(chunk_size)
+            if not chunk:
+                break
+            running.update(chunk)
+            out.write(chunk)
+        if running.size != file.size or running.checksum != file.checksum:
+            raise CorruptStateError(
+                f"size {running.size} / checksum {running.checksum} differ from the recorded "
+                f"{file.size} / {file.checksum} (damaged or replaced); nothing was written",
+                path=src_io.url(src_path),
+            )
     return StateFile(file.state, relative, file.size, file.checksum, file.entries)
 
 

@@ -8,8 +8,6 @@ Invariant: every read either returns a value or raises the cursor's error class 
 from __future__ import annotations
 
 import struct
-from typing import NoReturn
-
 from statekit.statefmt.errors import MetadataError, StatekitError
 
 __all__ = ["ByteCursor", "decode_modified_utf8", "encode_modified_utf8"]
@@ -23,7 +21,7 @@ _I64 = struct.Struct(">q")
 class ByteCursor:
     """Reads Java ``DataOutputStream`` values from ``data``, starting at ``pos``."""
 
-    __slots__ = ("data", "pos", "source", "error")
+    __slots__ = ("data", "pos", "source", "error_class")
 
     def __init__(
         self,
@@ -36,22 +34,25 @@ class ByteCursor:
         self.data = data
         self.pos = pos
         self.source = source
-        self.error = error
+        self.error_class = error
 
     @property
     def remaining(self) -> int:
         """Bytes left after the current position."""
         return len(self.data) - self.pos
 
-    def fail(self, message: str, *, at: int | None = None) -> NoReturn:
-        """Raise the cursor's error class for ``message`` at byte offset ``at`` (default: here)."""
+    def error(self, message: str, *, at: int | None = None) -> StatekitError:
+        """The error to raise for ``message`` at byte offset ``at`` (default: here).
+
+        Callers write ``raise cur.error(...)`` so that type checkers see the branch end.
+        """
         offset = self.pos if at is None else at
-        raise self.error(f"{message} at byte offset {offset}", path=self.source)
+        return self.error_class(f"{message} at byte offset {offset}", path=self.source)
 
     def _need(self, size: int, what: str) -> int:
         start = self.pos
         if size < 0 or start + size > len(self.data):
-            self.fail(
+            raise self.error(
                 f"truncated: {what} needs {size} bytes, {max(0, len(self.data) - start)} left",
                 at=start,
             )
@@ -110,7 +111,7 @@ class ByteCursor:
     def i64_array(self, count: int, what: str) -> tuple[int, ...]:
         """``count`` consecutive longs."""
         if count < 0:
-            self.fail(f"negative count {count} for {what}")
+            raise self.error(f"negative count {count} for {what}")
         start = self._need(8 * count, what)
         return struct.unpack_from(f">{count}q", self.data, start)
 
@@ -119,9 +120,9 @@ class ByteCursor:
         at = self.pos
         value = self.i32(what)
         if value < 0:
-            self.fail(f"invalid {what}: {value}", at=at)
+            raise self.error(f"invalid {what}: {value}", at=at)
         if value * min_item_size > self.remaining:
-            self.fail(
+            raise self.error(
                 f"truncated: {what} is {value} but only {self.remaining} bytes are left", at=at
             )
         return value
@@ -133,7 +134,7 @@ class ByteCursor:
         raw = self.take(length, what)
         text = decode_modified_utf8(raw)
         if text is None:
-            self.fail(f"malformed modified UTF-8 in {what}", at=at)
+            raise self.error(f"malformed modified UTF-8 in {what}", at=at)
         return text
 
 

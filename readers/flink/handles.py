@@ -45,7 +45,7 @@ _MODES = (DistributionMode.SPLIT_DISTRIBUTE, DistributionMode.UNION, Distributio
 
 def _check_depth(cur: ByteCursor, depth: int) -> None:
     if depth > MAX_NESTING:
-        cur.fail(f"state handles nested deeper than {MAX_NESTING} levels")
+        raise cur.error(f"state handles nested deeper than {MAX_NESTING} levels")
 
 
 def _key_group_range(cur: ByteCursor) -> KeyGroupRange:
@@ -53,7 +53,7 @@ def _key_group_range(cur: ByteCursor) -> KeyGroupRange:
     start = cur.i32("key-group range start")
     count = cur.i32("number of key groups")
     if start < 0 or count < 0 or count > MAX_KEY_GROUPS or start + count > MAX_KEY_GROUPS:
-        cur.fail(f"invalid key-group range start={start} count={count}", at=at)
+        raise cur.error(f"invalid key-group range start={start} count={count}", at=at)
     return KeyGroupRange(start, start + count - 1)
 
 
@@ -93,7 +93,7 @@ def read_stream_handle(cur: ByteCursor, depth: int = 0) -> StreamHandle | None:
             key_group_offsets=offsets,
             delegate=delegate,
         )
-    cur.fail(f"unknown stream state handle type {code}", at=at)
+    raise cur.error(f"unknown stream state handle type {code}", at=at)
 
 
 def _handle_and_local_paths(cur: ByteCursor, depth: int) -> tuple[NamedStreamHandle, ...]:
@@ -216,7 +216,7 @@ def read_keyed_handle(cur: ByteCursor, depth: int = 0) -> KeyedStateHandle | Non
         return _changelog_bytes_handle(cur, code, at)
     if code in (HandleCode.CHANGELOG_FILE_INCREMENT, HandleCode.CHANGELOG_FILE_INCREMENT_V2):
         return _changelog_files_handle(cur, code, at, depth)
-    cur.fail(f"unknown keyed state handle type {code}", at=at)
+    raise cur.error(f"unknown keyed state handle type {code}", at=at)
 
 
 def read_operator_handle(cur: ByteCursor) -> OperatorStateHandle | None:
@@ -226,7 +226,7 @@ def read_operator_handle(cur: ByteCursor) -> OperatorStateHandle | None:
     if code == HandleCode.NULL:
         return None
     if code != HandleCode.PARTITIONABLE_OPERATOR:
-        cur.fail(f"unknown operator state handle type {code}", at=at)
+        raise cur.error(f"unknown operator state handle type {code}", at=at)
     count = cur.count("number of operator states", min_item_size=7)
     states = []
     for _ in range(count):
@@ -234,7 +234,7 @@ def read_operator_handle(cur: ByteCursor) -> OperatorStateHandle | None:
         mode_at = cur.pos
         mode = cur.u8("operator state distribution mode")
         if mode >= len(_MODES):
-            cur.fail(f"unknown operator state distribution mode {mode}", at=mode_at)
+            raise cur.error(f"unknown operator state distribution mode {mode}", at=mode_at)
         offsets = cur.i64_array(cur.count("number of partition offsets", min_item_size=8),
                                 "partition offsets")
         states.append(OperatorStateEntry(name, _MODES[mode], offsets))
@@ -255,7 +255,7 @@ def _channel_handle(
             else (RESULT_SUBPARTITION_HANDLE, MERGED_RESULT_SUBPARTITION_HANDLE)
         )
         if code not in expected:
-            cur.fail(f"unknown {direction} channel state handle type {code}", at=at)
+            raise cur.error(f"unknown {direction} channel state handle type {code}", at=at)
         merged = code == expected[1]
     subtask = cur.i32("channel state subtask index")
     if merged:

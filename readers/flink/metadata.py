@@ -51,7 +51,7 @@ from statekit.readers.flink.model import (
 from statekit.readers.flink.properties import read_checkpoint_properties
 from statekit.statefmt.errors import UnsupportedVersionError
 
-__all__ = ["read_flink_metadata", "is_flink_metadata", "metadata_version"]
+__all__ = ["read_flink_metadata", "is_flink_metadata", "metadata_version", "iter_file_handles"]
 
 _HEADER = struct.Struct(">ii")
 
@@ -85,7 +85,7 @@ def read_flink_metadata(data: bytes, *, source: str) -> FlinkCheckpointMetadata:
     cur = ByteCursor(bytes(data), source=source)
     magic = cur.i32("metadata magic number") & 0xFFFFFFFF
     if magic != METADATA_MAGIC:
-        cur.fail(f"not a Flink metadata file (magic {magic:#010x}, expected {METADATA_MAGIC:#010x})", at=0)
+        raise cur.error(f"not a Flink metadata file (magic {magic:#010x}, expected {METADATA_MAGIC:#010x})", at=0)
     version = cur.i32("metadata version")
     if not MIN_VERSION <= version <= MAX_VERSION:
         raise UnsupportedVersionError(
@@ -96,7 +96,7 @@ def read_flink_metadata(data: bytes, *, source: str) -> FlinkCheckpointMetadata:
     at = cur.pos
     checkpoint_id = cur.i64("checkpoint id")
     if checkpoint_id < 0:
-        cur.fail(f"invalid checkpoint id {checkpoint_id}", at=at)
+        raise cur.error(f"invalid checkpoint id {checkpoint_id}", at=at)
     masters = _master_states(cur)
     operators = tuple(
         _operator(cur, version)
@@ -119,18 +119,18 @@ def _master_states(cur: ByteCursor) -> tuple[MasterState, ...]:
     for _ in range(cur.count("number of master states", min_item_size=8)):
         at = cur.pos
         if cur.i32("master state magic number") != MASTER_STATE_MAGIC:
-            cur.fail("wrong master state magic number", at=at)
+            raise cur.error("wrong master state magic number", at=at)
         length_at = cur.pos
         length = cur.count("master state length")
         if length == 0:
-            cur.fail("empty master state", at=length_at)
+            raise cur.error("empty master state", at=length_at)
         end = cur.pos + length
         version = cur.i32("master state version")
         name = cur.utf("master state name")
         size = cur.count("master state payload length")
         cur.skip(size, "master state payload")
         if cur.pos != end:
-            cur.fail(f"master state fields do not fill its declared length {length}", at=length_at)
+            raise cur.error(f"master state fields do not fill its declared length {length}", at=length_at)
         states.append(MasterState(name, version, size))
     return tuple(states)
 
@@ -146,21 +146,21 @@ def _operator(cur: ByteCursor, version: int) -> FlinkOperatorState:
     max_par_at = cur.pos
     max_parallelism = cur.i32("max parallelism")
     if parallelism < 0 or max_parallelism < 0:
-        cur.fail(f"invalid parallelism {parallelism} / max parallelism {max_parallelism}", at=max_par_at)
+        raise cur.error(f"invalid parallelism {parallelism} / max parallelism {max_parallelism}", at=max_par_at)
     coordinator_at = cur.pos
     coordinator = read_stream_handle(cur)
     if coordinator is not None and coordinator.kind is not StreamHandleKind.BYTE_STREAM:
-        cur.fail("operator coordinator state is not an inlined byte stream", at=coordinator_at)
+        raise cur.error("operator coordinator state is not an inlined byte stream", at=coordinator_at)
     count_at = cur.pos
     count = cur.i32("number of subtask states")
     if count < 0:
         if coordinator is not None:
-            cur.fail("fully finished operator has coordinator state", at=count_at)
+            raise cur.error("fully finished operator has coordinator state", at=count_at)
         return FlinkOperatorState(
             operator_id, name, uid, parallelism, max_parallelism, None, True, (), at
         )
     if count * 4 > cur.remaining:
-        cur.fail(f"truncated: {count} subtask states announced", at=count_at)
+        raise cur.error(f"truncated: {count} subtask states announced", at=count_at)
     subtasks = tuple(_subtask(cur, version) for _ in range(count))
     return FlinkOperatorState(
         operator_id, name, uid, parallelism, max_parallelism, coordinator, False, subtasks, at
@@ -195,9 +195,9 @@ def _subtask(cur: ByteCursor, version: int) -> FlinkSubtaskState:
 
 def iter_file_handles(metadata: FlinkCheckpointMetadata) -> list[StreamHandle]:
     """Every absolute-path file handle in the metadata, in file order."""
-    handles = [
-        handle
+    by_offset = {
+        handle.offset: handle
         for _, _, _, handle in metadata.stream_handles()
         if handle.kind is StreamHandleKind.FILE
-    ]
-    return sorted(handles, key=lambda h: h.offset)
+    }
+    return [by_offset[offset] for offset in sorted(by_offset)]

@@ -87,15 +87,15 @@ class _JavaStreamReader:
         at = self.cur.pos
         handle = self.cur.i32("java back-reference") - BASE_HANDLE
         if not 0 <= handle < len(self.handles):
-            self.cur.fail(f"invalid java back-reference {handle + BASE_HANDLE:#x}", at=at)
+            raise self.cur.error(f"invalid java back-reference {handle + BASE_HANDLE:#x}", at=at)
         return self.handles[handle]
 
     def _utf_string(self, length: int) -> str:
         at = self.cur.pos
         text = decode_modified_utf8(self.cur.take(length, "java string"))
         if text is None:
-            self.cur.fail("malformed modified UTF-8 in java string", at=at)
-        return text
+            raise self.cur.error("malformed modified UTF-8 in java string", at=at)
+        return str(text)
 
     def content(self, depth: int) -> JavaValue:
         if depth > MAX_DEPTH:
@@ -113,7 +113,7 @@ class _JavaStreamReader:
         if tc == TC_LONGSTRING:
             length = self.cur.i64("java long string length")
             if length < 0 or length > self.cur.remaining:
-                self.cur.fail("truncated java long string", at=at)
+                raise self.cur.error("truncated java long string", at=at)
             text = self._utf_string(length)
             self._new_handle(text)
             return text
@@ -135,7 +135,7 @@ class _JavaStreamReader:
         at = self.cur.pos
         value = self.content(depth + 1)
         if value is not None and not isinstance(value, _ClassDesc):
-            self.cur.fail("expected a java class descriptor", at=at)
+            raise self.cur.error("expected a java class descriptor", at=at)
         return value
 
     def _class_desc_body(self, depth: int) -> _ClassDesc:
@@ -160,8 +160,8 @@ class _JavaStreamReader:
         at = self.cur.pos
         count = self.cur.i16("java field count")
         if count < 0:
-            self.cur.fail(f"invalid java field count {count}", at=at)
-        return count
+            raise self.cur.error(f"invalid java field count {count}", at=at)
+        return int(count)
 
     def _annotation(self, depth: int) -> None:
         while True:
@@ -205,7 +205,7 @@ class _JavaStreamReader:
             return self.content(depth + 1)
         raw = self.cur.take(_PRIMITIVE_SIZES[code], "java field value")
         if code == "Z":
-            return raw[0] != 0
+            return bool(raw[0])
         if code in ("F", "D"):
             return 0.0  # never needed; keep the stream position right
         return int.from_bytes(raw, "big", signed=code != "C")
@@ -216,7 +216,7 @@ class _JavaStreamReader:
         at = self.cur.pos
         name = self.content(depth + 1)
         if not isinstance(name, str):
-            self.cur.fail("java enum constant is not a string", at=at)
+            raise self.cur.error("java enum constant is not a string", at=at)
         value = JavaEnum(desc.name if desc else "?", name)
         self.handles[handle] = value
         return value
@@ -277,10 +277,10 @@ def read_checkpoint_properties(cur: ByteCursor) -> CheckpointProperties:
     """
     at = cur.pos
     if cur.remaining == 0:
-        cur.fail("missing checkpoint properties (metadata v4+ ends with them)")
+        raise cur.error("missing checkpoint properties (metadata v4+ ends with them)")
     header = cur.take(len(JAVA_STREAM_MAGIC), "java serialization header")
     if header != JAVA_STREAM_MAGIC:
-        cur.fail("checkpoint properties do not start with a java serialization header", at=at)
+        raise cur.error("checkpoint properties do not start with a java serialization header", at=at)
     reader = _JavaStreamReader(cur)
     try:
         root = reader.content(0)

@@ -1,0 +1,189 @@
+"""Job control commands, flink-like: run, list, savepoint, stop, cancel (thin: parse, call, render).
+
+Text output is scriptable: ``run --detached`` prints the job id, ``savepoint`` and ``stop``
+print the savepoint path, each alone on stdout; Flink's human messages go to stderr.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import sys
+from typing import Any
+
+import click
+
+from statekit.cli.errors import catch_exception
+from statekit.cli.options import common_options
+from statekit.cli.output import get_output
+from statekit.cli.render import human_age, renderer
+
+__all__ = ["run", "list_jobs", "savepoint", "stop", "cancel"]
+
+
+@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("-p", "--parallelism", type=int, help="Default parallelism of the job.")
+@click.option("--max-parallelism", type=int, help="Max parallelism (number of key groups).")
+@click.option("-s", "--from-savepoint", "restore_path", metavar="PATH",
+              help="Restore from a savepoint, checkpoint, or job checkpoint dir (its latest complete checkpoint).")
+@click.option("-n", "--allow-non-restored-state", is_flag=True, help="Skip snapshot state of operators the job lacks.")
+@click.option("--checkpoint-dir", metavar="URL", help="Checkpoint storage (local path, file://, s3://...).")
+@click.option("--checkpoint-interval", metavar="DURATION", help="Enable checkpoints every 200ms, 1s, 2min, ...")
+@click.option("--state-backend", type=click.Choice(["hashmap", "rocksdb"]), help="Keyed state backend.")
+@click.option("--savepoint-on-finish", metavar="DIR", help="Take a savepoint into DIR when a bounded job ends.")
+@click.option("-d", "--detached", is_flag=True, help="Run in the background: print the job id and return.")
+@click.option("--job-id", hidden=True)
+@click.option("--log-file", hidden=True)
+@click.argument("job_file", metavar="JOB.py")
+@click.argument("job_args", nargs=-1, type=click.UNPROCESSED, metavar="[JOB ARGS]...")
+@common_options
+@catch_exception
+def run(job_file: str, job_args: tuple[str, ...], parallelism: int | None, max_parallelism: int | None,
+        restore_path: str | None, allow_non_restored_state: bool, checkpoint_dir: str | None,
+        checkpoint_interval: str | None, state_backend: str | None, savepoint_on_finish: str | None,
+        detached: bool, job_id: str | None, log_file: str | None, **_: Any) -> None:
+    """Run JOB.py on the mini runtime; options go before JOB.py, the job's own arguments after it.
+
+    \b
+    Attached (default): exits 0 when the job finished (or was cancelled), 1 when it failed.
+    The first Ctrl-C / SIGTERM cancels the job (exit 130 / 143).
+    --detached: prints the job id once the job runs; its output goes to
+    $STATEKIT_HOME/jobs/<id>/job.log.
+    """
+    from statekit.runtime.control import parse_duration, run_job, submit_detached
+    from statekit.runtime.run_options import RunOptions
+
+    if job_file.startswith("-"):
+        raise click.UsageError(f"No such option: {job_file} (options go before JOB.py)")
+    options = RunOptions(
+        parallelism=parallelism, max_parallelism=max_parallelism, restore_path=restore_path,
+        allow_non_restored_state=allow_non_restored_state, checkpoint_dir=checkpoint_dir,
+        checkpoint_interval_ms=None if checkpoint_interval is None else parse_duration(checkpoint_interval, what="checkpoint interval"),
+        state_backend=state_backend, savepoint_on_finish=savepoint_on_finish, job_id=job_id, job_args=job_args,
+    )
+    if detached:
+        result = submit_detached(job_file, options)
+        click.echo(f"Job has been submitted with JobID {result.job_id} (log: {result.log_path})", err=True)
+    else:
+        result = run_job(job_file, options, log_path=log_file, on_submitted=_submitted)
+    get_output().show(result)
+    if result.signal is not None:
+        sys.exit(128 + result.signal)
+
+
+def _submitted(job_id: str, name: str) -> None:
+    click.echo(f"Job has been submitted with JobID {job_id} ({name})", err=True)
+
+
+@click.command("list")
+@click.option("-a", "--all", "include_all", is_flag=True, help="Also crashed, finished, failed and cancelled jobs.")
+@common_options
+@catch_exception
+def list_jobs(include_all: bool, **_: Any) -> None:
+    """Running jobs of this machine (from the registry in $STATEKIT_HOME); a killed job shows as CRASHED."""
+    from statekit.runtime.control import list_jobs as list_registered
+
+    get_output().show(list_registered(include_all=include_all))
+
+
+_timeout_option = click.option("--timeout", default="5min", show_default=True, metavar="DURATION",
+                               help="How long to wait for the savepoint (and the job's end).")
+
+
+@click.command()
+@click.argument("job_id")
+@click.argument("target_dir", required=False)
+@_timeout_option
+@common_options
+@catch_exception
+def savepoint(job_id: str, target_dir: str | None, timeout: str, **_: Any) -> None:
+    """Trigger a savepoint of JOB_ID (id or unique prefix) into TARGET_DIR; print its path."""
+    from statekit.runtime.control import parse_duration, trigger_savepoint
+
+    wait_s = parse_duration(timeout, what="timeout") / 1000
+    get_output().show(trigger_savepoint(job_id, target_dir, timeout=wait_s))
+
+
+@click.command()
+@click.argument("job_id")
+@click.option("-p", "--savepoint-path", metavar="DIR", help="Directory for the savepoint (default: the job's).")
+@click.option("-d", "--drain", is_flag=True, help="End the sources first (flush timers and windows) as at end of input.")
+@_timeout_option
+@common_options
+@catch_exception
+def stop(job_id: str, savepoint_path: str | None, drain: bool, timeout: str, **_: Any) -> None:
+    """Stop JOB_ID with a savepoint (stop-with-savepoint); print the savepoint path."""
+    from statekit.runtime.control import parse_duration, stop_job
+
+    wait_s = parse_duration(timeout, what="timeout") / 1000
+    get_output().show(stop_job(job_id, savepoint_path, drain=drain, timeout=wait_s))
+
+
+@click.command()
+@click.argument("job_id")
+@click.option("-s", "--with-savepoint", metavar="DIR", help="Take a savepoint into DIR first (deprecated in Flink; prefer stop).")
+@click.option("--timeout", default="1min", show_default=True, metavar="DURATION", help="How long to wait for the job's end.")
+@common_options
+@catch_exception
+def cancel(job_id: str, with_savepoint: str | None, timeout: str, **_: Any) -> None:
+    """Cancel JOB_ID (id or unique prefix) and wait until it ended."""
+    from statekit.runtime.control import cancel_job, parse_duration, trigger_savepoint
+
+    wait_s = parse_duration(timeout, what="timeout") / 1000
+    if with_savepoint is not None:
+        get_output().show(trigger_savepoint(job_id, with_savepoint, cancel_job=True, timeout=wait_s))
+    else:
+        get_output().show(cancel_job(job_id, timeout=wait_s))
+
+
+# -- rich renderers --------------------------------------------------------------------------
+
+
+@renderer("RunResult")
+def _run_result(console: Any, r: Any) -> None:
+    if r.detached:
+        console.print(r.job_id)
+    elif r.state == "CANCELED":
+        console.print(f"Job with JobID {r.job_id} was cancelled.")
+    else:
+        console.print(f"Job with JobID {r.job_id} has finished.\nJob Runtime: {r.duration_ms} ms")
+
+
+@renderer("SavepointResult")
+def _savepoint_result(console: Any, r: Any) -> None:
+    messages = {"savepoint": "Savepoint completed.", "stop": f"Savepoint completed; job {r.job_id} is {r.job_state}.",
+                "cancel": f"Savepoint completed; job {r.job_id} is {r.job_state}."}
+    click.echo(f"{messages[r.operation]} Path: {r.location}", err=True)
+    console.print(r.location, soft_wrap=True)
+
+
+@renderer("CancelResult")
+def _cancel_result(console: Any, r: Any) -> None:
+    console.print(f"Cancelled job {r.job_id}." if r.job_state == "CANCELED" else f"Job {r.job_id} is {r.job_state}.")
+
+
+@renderer("JobList")
+def _job_list(console: Any, r: Any) -> None:
+    if not r.jobs:
+        console.print("No jobs in the registry." if r.include_all else "No running jobs.")
+        return
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title=None if r.include_all else "Running jobs", title_justify="left", box=box.SIMPLE_HEAD)
+    table.add_column("job id", no_wrap=True, min_width=32)
+    table.add_column("name")
+    table.add_column("state")
+    table.add_column("pid", justify="right")
+    table.add_column("uptime", justify="right")
+    styles = {"RUNNING": "green", "CRASHED": "red", "FAILED": "red", "FINISHED": "cyan", "CANCELED": "yellow"}
+    now_ms = dt.datetime.now(tz=dt.timezone.utc).timestamp() * 1000
+    for job in r.jobs:
+        state = f"[{styles.get(job.status, 'white')}]{job.status}[/]"
+        if job.crash_reason:
+            state += f" ({job.crash_reason})"
+        elif job.failure:
+            state += f" ({job.failure})"
+        end = job.end_time_ms if job.end_time_ms is not None else (None if job.status == "CRASHED" else now_ms)
+        uptime = human_age((end - job.start_time_ms) / 1000) if end is not None else "-"
+        table.add_row(job.job_id, job.name, state, str(job.pid), uptime)
+    console.print(table)

@@ -1,0 +1,792 @@
+"""Diff of two savepoints: structural (operators, states, descriptors, layout) and data.
+
+A is "before", B is "after": an operator or state only in B is *added*, only in A *removed*.
+Data is compared per state by entry identity — (key, namespace, user key) as stored bytes —
+and value bytes: an entry is *only in A*, *only in B*, *changed* or *unchanged*. Expiry is
+not part of the comparison (it moves on its own). Identity does not depend on files or
+parallelism, so a savepoint and its rescaled copy compare equal.
+
+The local engine (:func:`diff_savepoints`) streams:
+
+* same max parallelism: both sides' blocks in key-group order; a key group whose blocks
+  have equal CRC-32, length and entry count on both sides is counted unchanged without
+  being read; other key groups are joined in chunks of about :data:`CHUNK_ROWS` rows;
+* different max parallelism: entries are spilled into hash buckets (``key_hash % buckets``,
+  sized to :data:`MEMORY_BUDGET`) and joined bucket by bucket.
+
+Memory stays bounded by a chunk (or a bucket) plus one block. Operator state is compared as
+a multiset of elements (list, union) or by broadcast key. Layout changes (parallelism, max
+parallelism, operator name) are listed but do not make the savepoints different.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import posixpath
+import shutil
+import tempfile
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from statekit.readers.savepoint_reader import SavepointReader
+from statekit.readers.typed_columns import python_values, to_json_text
+from statekit.statefmt.entries import StateCodec
+from statekit.statefmt.errors import BadInputError, StateNotFoundError
+from statekit.statefmt.metadata import OperatorMetadata, StateDescriptor, StateKind
+from statekit.statefmt.statefile import IndexEntry
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = [
+    "StructuralChange",
+    "KeyDifference",
+    "StateDiff",
+    "SavepointDiff",
+    "DiffPlan",
+    "StatePair",
+    "diff_savepoints",
+    "plan_diff",
+    "diff_operator_state",
+    "DifferenceSink",
+    "DIFF_COLUMNS",
+    "hive_partition_dir",
+]
+
+CHUNK_ROWS = 65536
+MEMORY_BUDGET = 128 << 20
+LAYOUT_CHANGES = ("parallelism_changed", "max_parallelism_changed", "name_changed")
+DIFF_COLUMNS = ("change", "key", "namespace", "user_key", "value_a", "value_b", "key_group")
+_DESCRIPTOR_FIELDS = ("kind", "value_serializer", "value_type", "user_key_serializer", "user_key_type",
+                      "namespace_serializer", "ttl_ms")
+_SERIALIZER_FIELDS = ("kind", "value_serializer", "user_key_serializer", "namespace_serializer")
+Progress = Callable[[str, int], None]
+
+
+# ---------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class StructuralChange:
+    """One difference of the savepoints' shape."""
+
+    change: str
+    operator_uid: str
+    state_name: str | None = None
+    field: str | None = None
+    a: Any = None
+    b: Any = None
+
+    @property
+    def layout(self) -> bool:
+        """Parallelism, max parallelism and names: listed, but the state is the same."""
+        return self.change in LAYOUT_CHANGES
+
+    def to_json(self) -> dict[str, Any]:
+        return {"change": self.change, "operator_uid": self.operator_uid, "state_name": self.state_name,
+                "field": self.field, "a": self.a, "b": self.b, "layout": self.layout}
+
+
+@dataclass(frozen=True)
+class KeyDifference:
+    """One differing entry, decoded (values as JSON-compatible Python values)."""
+
+    change: str
+    key: Any
+    namespace: Any
+    user_key: Any
+    value_a: Any
+    value_b: Any
+
+    def to_json(self) -> dict[str, Any]:
+        return {"change": self.change, "key": self.key, "namespace": self.namespace, "user_key": self.user_key,
+                "value_a": self.value_a, "value_b": self.value_b}
+
+
+@dataclass(frozen=True)
+class StateDiff:
+    """Data diff of one state: counts of entries by outcome."""
+
+    operator_uid: str
+    state_name: str
+    kind: str
+    status: str  # compared | removed | added | incomparable
+    only_in_a: int = 0
+    only_in_b: int = 0
+    changed: int = 0
+    unchanged: int = 0
+    key_groups_skipped: int = 0
+    key_groups_compared: int = 0
+    reason: str | None = None
+    examples: tuple[KeyDifference, ...] = ()
+
+    @property
+    def differs(self) -> bool:
+        return self.status == "incomparable" or bool(self.only_in_a or self.only_in_b or self.changed)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "operator_uid": self.operator_uid, "state_name": self.state_name, "kind": self.kind,
+            "status": self.status, "only_in_a": self.only_in_a, "only_in_b": self.only_in_b,
+            "changed": self.changed, "unchanged": self.unchanged, "key_groups_skipped": self.key_groups_skipped,
+            "key_groups_compared": self.key_groups_compared, "reason": self.reason,
+            "examples": [e.to_json() for e in self.examples],
+        }
+
+
+@dataclass(frozen=True)
+class SavepointDiff:
+    """The whole diff; ``equal`` is what the exit code reports."""
+
+    a: str
+    b: str
+    engine: str
+    structural: tuple[StructuralChange, ...]
+    states: tuple[StateDiff, ...]
+    output: str | None = None
+
+    @property
+    def equal(self) -> bool:
+        return not any(not c.layout for c in self.structural) and not any(s.differs for s in self.states)
+
+    def totals(self) -> dict[str, int]:
+        return {k: sum(getattr(s, k) for s in self.states) for k in ("only_in_a", "only_in_b", "changed", "unchanged")}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "a": self.a, "b": self.b, "engine": self.engine, "equal": self.equal, "totals": self.totals(),
+            "structural": [c.to_json() for c in self.structural],
+            "states": [s.to_json() for s in self.states], "output": self.output,
+        }
+
+
+# ---------------------------------------------------------------- structural plan
+
+
+@dataclass(frozen=True)
+class StatePair:
+    """A state to diff: its descriptor on each side (None where it does not exist)."""
+
+    uid: str
+    name: str
+    a: StateDescriptor | None
+    b: StateDescriptor | None
+    op_a: OperatorMetadata | None
+    op_b: OperatorMetadata | None
+
+    @property
+    def descriptor(self) -> StateDescriptor:
+        found = self.a or self.b
+        assert found is not None
+        return found
+
+    @property
+    def keyed(self) -> bool:
+        return bool(self.descriptor.keyed)
+
+    def incomparable_reason(self) -> str | None:
+        """Why entries of A and B cannot be compared byte for byte, or None."""
+        if self.a is None or self.b is None:
+            return None
+        for name in _SERIALIZER_FIELDS:
+            if getattr(self.a, name) != getattr(self.b, name):
+                return f"{name} differs ({getattr(self.a, name)} vs {getattr(self.b, name)})"
+        assert self.op_a is not None and self.op_b is not None
+        if self.a.keyed and self.op_a.key_serializer != self.op_b.key_serializer:
+            return f"key serializer differs ({self.op_a.key_serializer} vs {self.op_b.key_serializer})"
+        return None
+
+
+@dataclass(frozen=True)
+class DiffPlan:
+    structural: tuple[StructuralChange, ...]
+    pairs: tuple[StatePair, ...]
+
+
+def plan_diff(a: SavepointReader, b: SavepointReader, operator: str | None = None, state: str | None = None) -> DiffPlan:
+    """Structural changes and the states to compare, restricted to ``operator``/``state``."""
+    ops_a = {op.uid: op for op in a.operators}
+    ops_b = {op.uid: op for op in b.operators}
+    if operator and operator not in ops_a and operator not in ops_b:
+        known = ", ".join(sorted(set(ops_a) | set(ops_b))) or "none"
+        raise StateNotFoundError(f"no operator with uid {operator!r} in either savepoint (operators: {known})")
+    uids = [u for u in list(ops_a) + [u for u in ops_b if u not in ops_a] if operator in (None, u)]
+    changes: list[StructuralChange] = []
+    pairs: list[StatePair] = []
+    for uid in uids:
+        op_a, op_b = ops_a.get(uid), ops_b.get(uid)
+        if op_a is None or op_b is None:
+            if state is None:
+                changes.append(StructuralChange("operator_added" if op_a is None else "operator_removed", uid))
+        else:
+            changes.extend(_operator_changes(op_a, op_b) if state is None else [])
+        pairs.extend(_state_pairs(uid, op_a, op_b, state, changes))
+    if state and not pairs:
+        raise StateNotFoundError(f"no state named {state!r} in either savepoint" + (f" (operator {operator!r})" if operator else ""))
+    return DiffPlan(tuple(changes), tuple(pairs))
+
+
+def _operator_changes(op_a: OperatorMetadata, op_b: OperatorMetadata) -> list[StructuralChange]:
+    out = []
+    for name, change in (("parallelism", "parallelism_changed"), ("max_parallelism", "max_parallelism_changed"),
+                         ("name", "name_changed"), ("key_serializer", "key_serializer_changed")):
+        if getattr(op_a, name) != getattr(op_b, name):
+            out.append(StructuralChange(change, op_a.uid, field=name, a=getattr(op_a, name), b=getattr(op_b, name)))
+    return out
+
+
+def _state_pairs(uid: str, op_a: OperatorMetadata | None, op_b: OperatorMetadata | None, state: str | None,
+                 changes: list[StructuralChange]) -> list[StatePair]:
+    states_a = {d.name: d for d in (op_a.states if op_a else ())}
+    states_b = {d.name: d for d in (op_b.states if op_b else ())}
+    names = [n for n in list(states_a) + [n for n in states_b if n not in states_a] if state in (None, n)]
+    pairs = []
+    for name in names:
+        da, db = states_a.get(name), states_b.get(name)
+        if da is None or db is None:
+            changes.append(StructuralChange("state_added" if da is None else "state_removed", uid, name))
+        else:
+            for f in _DESCRIPTOR_FIELDS:
+                va, vb = getattr(da, f), getattr(db, f)
+                if va != vb:
+                    changes.append(StructuralChange("descriptor_changed", uid, name, f,
+                                                    getattr(va, "value", va), getattr(vb, "value", vb)))
+        pairs.append(StatePair(uid, name, da, db, op_a, op_b))
+    return pairs
+
+
+def state_entries(op: OperatorMetadata | None, descriptor: StateDescriptor | None) -> int:
+    """Entries of a state by its metadata (broadcast state: one subtask's copy)."""
+    if op is None or descriptor is None:
+        return 0
+    counts = [f.entries for st in op.subtasks for f in st.files if f.state == descriptor.name]
+    if descriptor.kind is StateKind.BROADCAST:
+        return counts[0] if counts else 0
+    return sum(counts)
+
+
+# ---------------------------------------------------------------- difference rows
+
+
+def hive_partition_dir(uid: str, state: str) -> str:
+    """``operator_uid=<uid>/state_name=<state>`` with Hive's path escaping."""
+    return f"operator_uid={_hive_escape(uid)}/state_name={_hive_escape(state)}"
+
+
+_HIVE_SPECIAL = set('"#%\'*/:=?\\\x7f{[]^')
+
+
+def _hive_escape(value: str) -> str:
+    return "".join(f"%{ord(c):02X}" if c in _HIVE_SPECIAL or ord(c) < 0x20 else c for c in value)
+
+
+class DifferenceSink:
+    """Collects differing entries of one state: the first ``limit`` decoded, all to Parquet."""
+
+    def __init__(self, pair: StatePair, codec_a: StateCodec | None, codec_b: StateCodec | None, *,
+                 limit: int, writer: Any | None, max_parallelism: int) -> None:
+        self.pair = pair
+        self.codec_a, self.codec_b = codec_a, codec_b
+        self.limit = limit
+        self.writer = writer
+        self.max_parallelism = max_parallelism
+        self.examples: list[KeyDifference] = []
+
+    @property
+    def wanted(self) -> bool:
+        return self.writer is not None or len(self.examples) < self.limit
+
+    def add(self, rows: pa.Table) -> None:
+        """Rows with binary key, namespace, user_key, value_a, value_b, key_hash and a change column."""
+        if not rows.num_rows or not self.wanted:
+            return
+        if self.writer is None:
+            rows = rows.slice(0, self.limit - len(self.examples))
+        texts = self._json_columns(rows)
+        if len(self.examples) < self.limit:
+            take = min(self.limit - len(self.examples), rows.num_rows)
+            for i in range(take):
+                self.examples.append(KeyDifference(
+                    texts["change"][i], *(_loads(texts[c][i]) for c in ("key", "namespace", "user_key", "value_a", "value_b"))))
+        if self.writer is not None:
+            import pyarrow as pa
+            import pyarrow.compute as pc
+
+            key_group = pc.remainder(rows.column("key_hash"), pa.scalar(self.max_parallelism, rows.column("key_hash").type))
+            self.writer.write_table(pa.table(
+                {**{c: pa.array(texts[c], pa.string()) for c in DIFF_COLUMNS[:-1]},
+                 "key_group": key_group.cast(pa.int32())}))
+
+    def _json_columns(self, rows: pa.Table) -> dict[str, list[Any]]:
+        codec = self.codec_a or self.codec_b
+        assert codec is not None
+        out: dict[str, list[Any]] = {"change": rows.column("change").to_pylist()}
+        out["key"] = _texts(rows.column("key"), codec.key)
+        namespaces = rows.column("namespace").combine_chunks()
+        decoded_ns = _texts(namespaces, codec.namespace)
+        out["namespace"] = [None if not raw else text for raw, text in zip(namespaces.to_pylist(), decoded_ns)]
+        out["user_key"] = _texts(rows.column("user_key"), codec.user_key)
+        out["value_a"] = _value_texts(rows.column("value_a"), self.codec_a)
+        out["value_b"] = _value_texts(rows.column("value_b"), self.codec_b)
+        return out
+
+
+def _loads(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def _texts(column: Any, serializer: Any) -> list[str | None]:
+    column = column.combine_chunks() if hasattr(column, "combine_chunks") else column
+    if serializer is None:
+        return [None] * len(column)
+    return [to_json_text(v) for v in python_values(column, serializer, "entry")]
+
+
+def _value_texts(column: Any, codec: StateCodec | None) -> list[str | None]:
+    values = column.to_pylist()
+    if codec is None:
+        return [None] * len(values)
+    return [None if v is None else to_json_text(codec.decode_value(v)) for v in values]
+
+
+# ---------------------------------------------------------------- joining
+
+
+@dataclass
+class _Counts:
+    only_in_a: int = 0
+    only_in_b: int = 0
+    changed: int = 0
+    unchanged: int = 0
+    skipped: int = 0
+    compared: int = 0
+
+
+def _identity(descriptor: StateDescriptor) -> list[str]:
+    return ["key", "namespace", "user_key"] if descriptor.kind is StateKind.MAP else ["key", "namespace"]
+
+
+def join_chunk(a: pa.Table, b: pa.Table, identity: list[str], counts: _Counts, sink: DifferenceSink | None) -> None:
+    """Full outer join of two chunks holding the same key groups; adds to ``counts``."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    left = a.select(identity + ["value", "key_hash"]).rename_columns(identity + ["value_a", "hash_a"])
+    right = b.select(identity + ["value", "key_hash"]).rename_columns(identity + ["value_b", "hash_b"])
+    joined = left.join(right, keys=identity, join_type="full outer")
+    in_a, in_b = pc.is_valid(joined.column("value_a")), pc.is_valid(joined.column("value_b"))
+    both = pc.and_(in_a, in_b)
+    changed = pc.and_(both, pc.not_equal(joined.column("value_a"), joined.column("value_b")))
+    n_both = pc.sum(both.cast(pa.int64())).as_py() or 0
+    n_changed = pc.sum(changed.cast(pa.int64())).as_py() or 0
+    counts.only_in_a += joined.num_rows - (pc.sum(in_b.cast(pa.int64())).as_py() or 0)
+    counts.only_in_b += joined.num_rows - (pc.sum(in_a.cast(pa.int64())).as_py() or 0)
+    counts.changed += n_changed
+    counts.unchanged += n_both - n_changed
+    if sink is not None and sink.wanted:
+        differs = pc.invert(pc.and_(both, pc.invert(changed)))
+        rows = joined.filter(differs)
+        if rows.num_rows:
+            change = pc.if_else(pc.is_null(rows.column("value_b")), "only_in_a",
+                                pc.if_else(pc.is_null(rows.column("value_a")), "only_in_b", "changed"))
+            key_hash = pc.coalesce(rows.column("hash_a"), rows.column("hash_b"))
+            if "user_key" not in identity:
+                rows = rows.append_column("user_key", pa.nulls(rows.num_rows, pa.binary()))
+            sink.add(rows.append_column("change", change).append_column("key_hash", key_hash))
+
+
+def _empty_keyed() -> pa.Table:
+    from statekit.statefmt.statefile import keyed_schema
+
+    return keyed_schema().empty_table()
+
+
+def _concat(batches: list[pa.RecordBatch]) -> pa.Table:
+    import pyarrow as pa
+
+    return pa.Table.from_batches(batches) if batches else _empty_keyed()
+
+
+# ---------------------------------------------------------------- keyed state, same max parallelism
+
+
+@dataclass
+class _Block:
+    key_group: int
+    entry: IndexEntry
+    read: Callable[[], pa.RecordBatch]
+
+
+def _blocks(reader: SavepointReader | None, op: OperatorMetadata | None, state: str) -> Iterator[_Block]:
+    """Blocks of one state in key-group order; ``read`` works until the next block is drawn."""
+    if reader is None or op is None:
+        return
+    for subtask in op.subtasks:
+        file = subtask.file_of(state)
+        if file is None or file.entries == 0:
+            continue
+        with reader.open_file(file) as state_file:
+            for entry in state_file.index:
+                def read(kg: int = entry.key_group, f: Any = state_file) -> pa.RecordBatch:
+                    batch: pa.RecordBatch = f.read_block(kg)
+                    return batch
+
+                yield _Block(entry.key_group, entry, read)
+
+
+def _same_block(x: _Block, y: _Block) -> bool:
+    return bool(x.entry.checksum == y.entry.checksum and x.entry.length == y.entry.length
+                and x.entry.entries == y.entry.entries)
+
+
+def _diff_aligned(ra: SavepointReader | None, rb: SavepointReader | None, pair: StatePair,
+                  counts: _Counts, sink: DifferenceSink | None) -> None:
+    """Merge both sides by key group; equal checksums skip the key group."""
+    identity = _identity(pair.descriptor)
+    side_a, side_b = _blocks(ra, pair.op_a, pair.name), _blocks(rb, pair.op_b, pair.name)
+    x, y = next(side_a, None), next(side_b, None)
+    chunk_a: list[pa.RecordBatch] = []
+    chunk_b: list[pa.RecordBatch] = []
+    rows = 0
+    while x is not None or y is not None:
+        if x is not None and y is not None and x.key_group == y.key_group and _same_block(x, y):
+            counts.unchanged += x.entry.entries
+            counts.skipped += 1
+            x, y = next(side_a, None), next(side_b, None)
+            continue
+        counts.compared += 1
+        if y is None or (x is not None and x.key_group <= y.key_group):
+            assert x is not None
+            same = y is not None and y.key_group == x.key_group
+            chunk_a.append(x.read())
+            rows += x.entry.entries
+            if same:
+                assert y is not None
+                chunk_b.append(y.read())
+                rows += y.entry.entries
+                y = next(side_b, None)
+            x = next(side_a, None)
+        else:
+            chunk_b.append(y.read())
+            rows += y.entry.entries
+            y = next(side_b, None)
+        if rows >= CHUNK_ROWS:
+            join_chunk(_concat(chunk_a), _concat(chunk_b), identity, counts, sink)
+            chunk_a, chunk_b, rows = [], [], 0
+    if chunk_a or chunk_b:
+        join_chunk(_concat(chunk_a), _concat(chunk_b), identity, counts, sink)
+
+
+# ---------------------------------------------------------------- keyed state, different max parallelism
+
+
+class _HashSpill:
+    """Both sides' entries cut into ``buckets`` by ``key_hash % buckets``, spilled as Arrow IPC files."""
+
+    def __init__(self, buckets: int) -> None:
+        self.buckets = buckets
+        self.directory = tempfile.mkdtemp(prefix="statekit-diff-")
+        self._writers: dict[tuple[str, int], Any] = {}
+        self._sinks: dict[tuple[str, int], Any] = {}
+
+    def add(self, side: str, batch: pa.RecordBatch) -> None:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        bucket = pc.remainder(batch.column("key_hash"), pa.scalar(self.buckets, pa.uint32()))
+        order = pc.sort_indices(bucket)
+        ordered, bucket = batch.take(order), bucket.take(order)
+        runs = pc.run_end_encode(bucket)
+        start = 0
+        for value, end in zip(runs.values.to_pylist(), runs.run_ends.to_pylist()):
+            self._writer(side, int(value)).write_batch(ordered.slice(start, end - start))
+            start = end
+
+    def _writer(self, side: str, bucket: int) -> Any:
+        import pyarrow as pa
+
+        key = (side, bucket)
+        if key not in self._writers:
+            sink = pa.OSFile(os.path.join(self.directory, f"{side}-{bucket}.arrow"), "wb")
+            self._sinks[key] = sink
+            self._writers[key] = pa.ipc.new_stream(sink, _empty_keyed().schema)
+        return self._writers[key]
+
+    def finish(self) -> None:
+        for key, writer in self._writers.items():
+            writer.close()
+            self._sinks[key].close()
+        self._writers.clear()
+
+    def load(self, side: str, bucket: int) -> pa.Table:
+        import pyarrow as pa
+
+        path = os.path.join(self.directory, f"{side}-{bucket}.arrow")
+        if not os.path.exists(path):
+            return _empty_keyed()
+        with pa.OSFile(path, "rb") as source:
+            return pa.ipc.open_stream(source).read_all()
+
+    def close(self) -> None:
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _diff_by_hash(ra: SavepointReader, rb: SavepointReader, pair: StatePair, counts: _Counts,
+                  sink: DifferenceSink | None) -> None:
+    assert pair.op_a is not None and pair.op_b is not None
+    total = sum(f.size for op in (pair.op_a, pair.op_b) for st in op.subtasks for f in st.files if f.state == pair.name)
+    buckets = max(1, math.ceil(2 * total / MEMORY_BUDGET))
+    identity = _identity(pair.descriptor)
+    if buckets == 1:
+        a = _concat([b for _, _, b in ra.read_keyed_batches(pair.uid, pair.name)])
+        b = _concat([b for _, _, b in rb.read_keyed_batches(pair.uid, pair.name)])
+        counts.compared += pair.op_a.max_parallelism
+        join_chunk(a, b, identity, counts, sink)
+        return
+    spill = _HashSpill(buckets)
+    try:
+        for side, reader in (("a", ra), ("b", rb)):
+            for _, _, batch in reader.read_keyed_batches(pair.uid, pair.name):
+                spill.add(side, batch)
+        spill.finish()
+        for bucket in range(buckets):
+            join_chunk(spill.load("a", bucket), spill.load("b", bucket), identity, counts, sink)
+        counts.compared += pair.op_a.max_parallelism
+    finally:
+        spill.close()
+
+
+# ---------------------------------------------------------------- operator state
+
+
+def _operator_elements(reader: SavepointReader | None, op: OperatorMetadata | None, descriptor: StateDescriptor) -> list[tuple[bytes | None, bytes]]:
+    if reader is None or op is None:
+        return []
+    out: list[tuple[bytes | None, bytes]] = []
+    for subtask in op.subtasks:
+        file = subtask.file_of(descriptor.name)
+        if file is None:
+            continue
+        with reader.open_file(file) as state_file:
+            for _, batch in state_file.iter_blocks():
+                out.extend(zip(batch.column("key").to_pylist(), batch.column("value").to_pylist()))
+        if descriptor.kind is StateKind.BROADCAST:
+            break  # every subtask holds the same copy
+    return out
+
+
+def diff_operator_state(ra: SavepointReader | None, rb: SavepointReader | None, pair: StatePair,
+                        sink: DifferenceSink | None) -> _Counts:
+    """Operator list/union state as multisets of elements; broadcast state by key."""
+    import pyarrow as pa
+
+    counts = _Counts()
+    elements_a = _operator_elements(ra, pair.op_a, pair.descriptor)
+    elements_b = _operator_elements(rb, pair.op_b, pair.descriptor)
+    rows: list[tuple[str, bytes | None, bytes | None, bytes | None]] = []
+    if pair.descriptor.kind is StateKind.BROADCAST:
+        map_a, map_b = dict(elements_a), dict(elements_b)
+        for key in list(map_a) + [k for k in map_b if k not in map_a]:
+            va, vb = map_a.get(key), map_b.get(key)
+            change = "only_in_b" if va is None else "only_in_a" if vb is None else "changed" if va != vb else "unchanged"
+            _tally(counts, change)
+            if change != "unchanged":
+                rows.append((change, key, va, vb))
+    else:
+        bag_a, bag_b = Counter(v for _, v in elements_a), Counter(v for _, v in elements_b)
+        for value in list(bag_a) + [v for v in bag_b if v not in bag_a]:
+            common = min(bag_a[value], bag_b[value])
+            counts.unchanged += common
+            counts.only_in_a += bag_a[value] - common
+            counts.only_in_b += bag_b[value] - common
+            rows += [("only_in_a", None, value, None)] * (bag_a[value] - common)
+            rows += [("only_in_b", None, None, value)] * (bag_b[value] - common)
+    if sink is not None and rows:
+        sink.add(pa.table({
+            "change": pa.array([r[0] for r in rows], pa.string()),
+            "key": pa.nulls(len(rows), pa.binary()), "namespace": pa.nulls(len(rows), pa.binary()),
+            "user_key": pa.array([r[1] for r in rows], pa.binary()),
+            "value_a": pa.array([r[2] for r in rows], pa.binary()),
+            "value_b": pa.array([r[3] for r in rows], pa.binary()),
+            "key_hash": pa.nulls(len(rows), pa.uint32()),
+        }))
+    return counts
+
+
+def _tally(counts: _Counts, change: str) -> None:
+    setattr(counts, change, getattr(counts, change) + 1)
+
+
+# ---------------------------------------------------------------- the local engine
+
+
+def open_pair(a: str, b: str, trust_pickle: bool = False,
+              storage_options: dict[str, Any] | None = None) -> tuple[SavepointReader, SavepointReader]:
+    """Open both savepoints (any failure is bad input: exit 2)."""
+    return (SavepointReader.read(a, trust_pickle=trust_pickle, storage_options=storage_options),
+            SavepointReader.read(b, trust_pickle=trust_pickle, storage_options=storage_options))
+
+
+def codecs(ra: SavepointReader, rb: SavepointReader, pair: StatePair) -> tuple[StateCodec | None, StateCodec | None]:
+    return (ra.codec(pair.uid, pair.name) if pair.a is not None else None,
+            rb.codec(pair.uid, pair.name) if pair.b is not None else None)
+
+
+def diff_savepoints(
+    a: str,
+    b: str,
+    *,
+    operator: str | None = None,
+    state: str | None = None,
+    keys: bool = False,
+    limit: int = 20,
+    output: str | None = None,
+    trust_pickle: bool = False,
+    storage_options: dict[str, Any] | None = None,
+    on_progress: Progress | None = None,
+) -> SavepointDiff:
+    """Diff savepoint ``a`` (before) with ``b`` (after) on this machine.
+
+    Args:
+        a, b: savepoint/checkpoint paths or URLs.
+        operator, state: restrict the diff to one operator and/or state name.
+        keys: decode and return up to ``limit`` differing entries per state.
+        limit: how many differing entries per state ``keys`` returns.
+        output: write every differing entry as Parquet under this new directory
+            (Hive-partitioned by ``operator_uid`` and ``state_name``).
+        trust_pickle: allow decoding pickle state (for ``keys``/``output``).
+        storage_options: fsspec options for both savepoints and the output.
+        on_progress: called with (state, 1) after each state.
+    """
+    if limit < 0:
+        raise BadInputError(f"--limit must not be negative, got {limit}")
+    ra, rb = open_pair(a, b, trust_pickle, storage_options)
+    plan = plan_diff(ra, rb, operator, state)
+    with DiffOutput.open(output, storage_options) as out:
+        states = tuple(_diff_state(ra, rb, pair, keys, limit, out, on_progress) for pair in plan.pairs)
+    return SavepointDiff(ra.path, rb.path, "local", plan.structural, states, out.url if out.url else None)
+
+
+def decode_needed(keys: bool, out: DiffOutput) -> bool:
+    return keys or out.enabled
+
+
+def _diff_state(ra: SavepointReader, rb: SavepointReader, pair: StatePair, keys: bool, limit: int,
+                out: DiffOutput, on_progress: Progress | None) -> StateDiff:
+    reason = pair.incomparable_reason()
+    if reason is not None:
+        result = StateDiff(pair.uid, pair.name, pair.descriptor.kind.value, "incomparable", reason=reason)
+    else:
+        result = _compare(ra, rb, pair, keys, limit, out)
+    if on_progress is not None:
+        on_progress(f"{pair.uid}/{pair.name}", 1)
+    return result
+
+
+def status_of(pair: StatePair) -> str:
+    return "added" if pair.a is None else "removed" if pair.b is None else "compared"
+
+
+def _compare(ra: SavepointReader, rb: SavepointReader, pair: StatePair, keys: bool, limit: int,
+             out: DiffOutput) -> StateDiff:
+    status = status_of(pair)
+    kind = pair.descriptor.kind.value
+    if status != "compared" and not decode_needed(keys, out):
+        return StateDiff(pair.uid, pair.name, kind, status, only_in_a=state_entries(pair.op_a, pair.a),
+                         only_in_b=state_entries(pair.op_b, pair.b))
+    counts = _Counts()
+    max_p = (pair.op_a or pair.op_b).max_parallelism  # type: ignore[union-attr]
+    with out.state_writer(pair.uid, pair.name) as writer:
+        sink = None
+        if decode_needed(keys, out):
+            codec_a, codec_b = codecs(ra, rb, pair)
+            sink = DifferenceSink(pair, codec_a, codec_b, limit=limit if keys else 0, writer=writer, max_parallelism=max_p)
+        if not pair.keyed:
+            counts = diff_operator_state(ra if pair.a else None, rb if pair.b else None, pair, sink)
+        elif status == "compared" and pair.op_a is not None and pair.op_b is not None \
+                and pair.op_a.max_parallelism != pair.op_b.max_parallelism:
+            _diff_by_hash(ra, rb, pair, counts, sink)
+        else:
+            _diff_aligned(ra if pair.a else None, rb if pair.b else None, pair, counts, sink)
+    return StateDiff(pair.uid, pair.name, kind, status, counts.only_in_a, counts.only_in_b, counts.changed,
+                     counts.unchanged, counts.skipped, counts.compared,
+                     examples=tuple(sink.examples) if sink is not None else ())
+
+
+# ---------------------------------------------------------------- Parquet output
+
+
+class DiffOutput:
+    """The ``-o`` directory: appears whole when the diff finishes, nothing when it fails."""
+
+    def __init__(self, url: str | None, storage_options: dict[str, Any] | None) -> None:
+        self.url = url
+        self.storage_options = storage_options
+        self.io: Any = None
+        self.directory = ""
+        self._stage: Any = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.url is not None
+
+    @classmethod
+    def open(cls, url: str | None, storage_options: dict[str, Any] | None) -> DiffOutput:
+        return cls(url, storage_options)
+
+    def __enter__(self) -> DiffOutput:
+        if self.url is not None:
+            from statekit.writers.staging import staged_output_dir
+
+            from statekit.statefmt.fileio import FileIO
+
+            io, final = FileIO.for_path(self.url, self.storage_options)
+            self._stage = staged_output_dir(self.url, self.storage_options)
+            self.io, self.directory = self._stage.__enter__()
+            self.url = io.url(final)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._stage is not None:
+            self._stage.__exit__(*exc)
+
+    def state_writer(self, uid: str, state: str) -> Any:
+        return _StateWriter(self, uid, state)
+
+
+class _StateWriter:
+    """A Parquet writer for one state's differences, opened on the first row."""
+
+    def __init__(self, out: DiffOutput, uid: str, state: str) -> None:
+        self.out, self.uid, self.state = out, uid, state
+        self._stream: Any = None
+        self._writer: Any = None
+        self._context: Any = None
+
+    def __enter__(self) -> _StateWriter | None:
+        return self if self.out.enabled else None
+
+    def write_table(self, table: pa.Table) -> None:
+        import pyarrow.parquet as pq
+
+        if self._writer is None:
+            path = posixpath.join(self.out.directory, hive_partition_dir(self.uid, self.state), "part-00000.parquet")
+            self._context = self.out.io.open_output(path)
+            self._stream = self._context.__enter__()
+            self._writer = pq.ParquetWriter(self._stream, diff_arrow_schema())
+        self._writer.write_table(table.select(list(DIFF_COLUMNS)).cast(diff_arrow_schema()))
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._context.__exit__(*exc)
+
+
+def diff_arrow_schema() -> pa.Schema:
+    import pyarrow as pa
+
+    return pa.schema([(c, pa.string()) for c in DIFF_COLUMNS[:-1]] + [("key_group", pa.int32())])

@@ -1,0 +1,328 @@
+"""The ``hashmap`` keyed state backend: Python dicts, asynchronous copy-on-write snapshots.
+
+Each state is a table ``key -> value`` (map state: ``key -> {user key: value}``).
+
+Snapshot invariant: the synchronous part copies every table dict (a C-speed shallow copy)
+and marks the tables as *shared*. While a snapshot shares a table, a mutable value (a list,
+a user-key map, an accumulator, any list/dict/set value) is copied before its first
+in-place change or hand-out and the copy replaces it in the live table (``owned`` remembers
+which keys were copied since the snapshot), so the snapshot's view never changes while the
+asynchronous part encodes and writes it. Immutable values are replaced, never changed.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from statekit.runtime.backend import (
+    KeyedSnapshot,
+    KeyedStateBackend,
+    SubtaskScope,
+    check_compatible,
+    hashable,
+    rows_of,
+    write_keyed_rows,
+)
+from statekit.runtime.checkpoint_storage import CheckpointStorageLocation
+from statekit.runtime.state import (
+    AggregatingState,
+    AggregatingStateDescriptor,
+    ListState,
+    MapState,
+    ReducingState,
+    ReducingStateDescriptor,
+    State,
+    StateDescriptorBase,
+    ValueState,
+    ValueStateDescriptor,
+)
+from statekit.statefmt.entries import KeyedStateEntry, MapStateEntry
+from statekit.statefmt.metadata import StateDescriptor, StateFile, StateKind
+
+__all__ = ["HashMapKeyedStateBackend"]
+
+_MUTABLE = (list, dict, set, bytearray)
+_MISSING: Any = object()
+
+
+class _Table:
+    """One state's data and its copy-on-write bookkeeping."""
+
+    __slots__ = ("descriptor", "data", "owned", "sharing")
+
+    def __init__(self, descriptor: StateDescriptor) -> None:
+        self.descriptor = descriptor
+        self.data: dict[Any, Any] = {}
+        self.owned: set[Any] = set()
+        self.sharing = 0
+
+    def own(self, key: Any, value: Any) -> Any:
+        """``value`` of ``key`` safe to change in place (copied once while shared)."""
+        if not self.sharing or key in self.owned:
+            return value
+        shallow = self.descriptor.kind in (StateKind.LIST, StateKind.MAP)
+        value = copy.copy(value) if shallow else copy.deepcopy(value)
+        self.data[key] = value
+        self.owned.add(key)
+        return value
+
+
+class _Snapshot(KeyedSnapshot):
+    def __init__(self, backend: HashMapKeyedStateBackend, copies: list[tuple[_Table, dict[Any, Any]]]) -> None:
+        self._backend = backend
+        self._copies = copies
+        self._released = False
+
+    def write(self, location: CheckpointStorageLocation) -> list[StateFile]:
+        files = []
+        for table, data in self._copies:
+            file = write_keyed_rows(location, self._backend.scope, table.descriptor, rows_of(table.descriptor.kind, data))
+            if file is not None:
+                files.append(file)
+        return files
+
+    def release(self) -> None:
+        with self._backend.lock:
+            if self._released:
+                return
+            self._released = True
+            for table, _ in self._copies:
+                table.sharing -= 1
+        self._copies = []
+
+
+class HashMapKeyedStateBackend(KeyedStateBackend):
+    """Keyed state in dicts on the heap."""
+
+    name = "hashmap"
+
+    def __init__(self, scope: SubtaskScope) -> None:
+        super().__init__(scope)
+        self.lock = threading.Lock()
+        self._tables: dict[str, _Table] = {}
+        self._handles: dict[str, State] = {}
+
+    def _table(self, declared: StateDescriptor) -> _Table:
+        table = self._tables.get(declared.name)
+        if table is None:
+            table = self._tables[declared.name] = _Table(declared)
+        else:
+            check_compatible(table.descriptor, declared, self.scope.uid)
+            table.descriptor = declared
+        return table
+
+    def get_state(self, descriptor: StateDescriptorBase) -> State:
+        handle = self._handles.get(descriptor.name)
+        if handle is not None:
+            return handle
+        table = self._table(descriptor.to_metadata())
+        kind = descriptor.kind
+        if kind is StateKind.VALUE:
+            assert isinstance(descriptor, ValueStateDescriptor)
+            handle = _ValueState(self, table, descriptor.default)
+        elif kind is StateKind.LIST:
+            handle = _ListState(self, table)
+        elif kind is StateKind.MAP:
+            handle = _MapState(self, table)
+        elif kind is StateKind.REDUCING:
+            assert isinstance(descriptor, ReducingStateDescriptor) and descriptor.reduce_function
+            handle = _ReducingState(self, table, descriptor.reduce_function)
+        else:
+            assert isinstance(descriptor, AggregatingStateDescriptor)
+            handle = _AggregatingState(self, table, descriptor.aggregate_function)
+        self._handles[descriptor.name] = handle
+        return handle
+
+    def restore_state(self, descriptor: StateDescriptor, entries: Iterable[Any]) -> None:
+        table = self._tables.get(descriptor.name) or self._table(descriptor)
+        data = table.data
+        if descriptor.kind is StateKind.MAP:
+            for entry in entries:
+                assert isinstance(entry, MapStateEntry)
+                data.setdefault(hashable(entry.key), {})[hashable(entry.user_key)] = entry.value
+        else:
+            for entry in entries:
+                assert isinstance(entry, KeyedStateEntry)
+                data[hashable(entry.key)] = entry.value
+
+    def descriptors(self) -> list[StateDescriptor]:
+        return [self._tables[name].descriptor for name in sorted(self._tables)]
+
+    def snapshot(self) -> KeyedSnapshot:
+        with self.lock:
+            copies = []
+            for name in sorted(self._tables):
+                table = self._tables[name]
+                copies.append((table, table.data.copy()))
+                table.sharing += 1
+                table.owned = set()
+        return _Snapshot(self, copies)
+
+    def keys(self, state: str) -> Iterator[Any]:
+        table = self._tables.get(state)
+        return iter(list(table.data) if table else [])
+
+    def table_data(self, state: str) -> dict[Any, Any]:
+        """The live ``key -> value`` dict of one state (tests and debugging)."""
+        return self._tables[state].data
+
+
+class _KeyedHandle:
+    __slots__ = ("_backend", "_table", "_data")
+
+    def __init__(self, backend: HashMapKeyedStateBackend, table: _Table) -> None:
+        self._backend = backend
+        self._table = table
+        self._data = table.data
+
+    def clear(self) -> None:
+        self._data.pop(self._backend.current_key, None)
+
+
+class _ValueState(_KeyedHandle, ValueState[Any]):
+    __slots__ = ("_default",)
+
+    def __init__(self, backend: HashMapKeyedStateBackend, table: _Table, default: Any) -> None:
+        super().__init__(backend, table)
+        self._default = default
+
+    def value(self) -> Any:
+        key = self._backend.current_key
+        value = self._data.get(key, _MISSING)
+        if value is _MISSING:
+            default = self._default
+            return copy.deepcopy(default) if default.__class__ in _MUTABLE else default
+        if self._table.sharing and value.__class__ in _MUTABLE:
+            return self._table.own(key, value)
+        return value
+
+    def update(self, value: Any) -> None:
+        if value is None:
+            self._data.pop(self._backend.current_key, None)
+        else:
+            self._data[self._backend.current_key] = value
+
+
+class _ListState(_KeyedHandle, ListState[Any]):
+    __slots__ = ()
+
+    def _owned(self) -> list[Any] | None:
+        key = self._backend.current_key
+        current = self._data.get(key)
+        return None if current is None else self._table.own(key, current)  # type: ignore[no-any-return]
+
+    def get(self) -> list[Any]:
+        current = self._owned()
+        return current if current is not None else []
+
+    def add(self, value: Any) -> None:
+        current = self._owned()
+        if current is None:
+            self._data[self._backend.current_key] = [value]
+        else:
+            current.append(value)
+
+    def add_all(self, values: Iterable[Any]) -> None:
+        values = list(values)
+        if not values:
+            return
+        current = self._owned()
+        if current is None:
+            self._data[self._backend.current_key] = values
+        else:
+            current.extend(values)
+
+    def update(self, values: Iterable[Any]) -> None:
+        values = list(values)
+        if values:
+            self._data[self._backend.current_key] = values
+        else:
+            self._data.pop(self._backend.current_key, None)
+
+
+class _MapState(_KeyedHandle, MapState[Any]):
+    __slots__ = ()
+
+    def _map(self, create: bool) -> dict[Any, Any] | None:
+        key = self._backend.current_key
+        current = self._data.get(key)
+        if current is None:
+            if not create:
+                return None
+            current = self._data[key] = {}
+            return current
+        return self._table.own(key, current) if create else current  # type: ignore[no-any-return]
+
+    def get(self, user_key: Any) -> Any:
+        current = self._map(False)
+        return None if current is None else current.get(user_key)
+
+    def put(self, user_key: Any, value: Any) -> None:
+        current = self._map(True)
+        assert current is not None
+        current[user_key] = value
+
+    def put_all(self, entries: dict[Any, Any]) -> None:
+        current = self._map(True)
+        assert current is not None
+        current.update(entries)
+
+    def remove(self, user_key: Any) -> None:
+        if self._map(False) is None:
+            return
+        current = self._map(True)
+        assert current is not None
+        current.pop(user_key, None)
+        if not current:
+            self._data.pop(self._backend.current_key, None)
+
+    def contains(self, user_key: Any) -> bool:
+        current = self._map(False)
+        return current is not None and user_key in current
+
+    def items(self) -> list[tuple[Any, Any]]:
+        current = self._map(False)
+        return list(current.items()) if current else []
+
+    def is_empty(self) -> bool:
+        return not self._map(False)
+
+
+class _ReducingState(_KeyedHandle, ReducingState[Any]):
+    __slots__ = ("_reduce",)
+
+    def __init__(self, backend: HashMapKeyedStateBackend, table: _Table, reduce: Callable[[Any, Any], Any]) -> None:
+        super().__init__(backend, table)
+        self._reduce = reduce
+
+    def get(self) -> Any:
+        return self._data.get(self._backend.current_key)
+
+    def add(self, value: Any) -> None:
+        key = self._backend.current_key
+        current = self._data.get(key)
+        self._data[key] = value if current is None else self._reduce(current, value)
+
+
+class _AggregatingState(_KeyedHandle, AggregatingState[Any]):
+    __slots__ = ("_function",)
+
+    def __init__(self, backend: HashMapKeyedStateBackend, table: _Table, function: Any) -> None:
+        super().__init__(backend, table)
+        self._function = function
+
+    def get(self) -> Any:
+        accumulator = self._data.get(self._backend.current_key)
+        return None if accumulator is None else self._function.get_result(accumulator)
+
+    def add(self, value: Any) -> None:
+        key = self._backend.current_key
+        accumulator = self._data.get(key)
+        if accumulator is None:
+            accumulator = self._function.create_accumulator()
+        else:
+            accumulator = self._table.own(key, accumulator)
+        self._data[key] = self._function.add(value, accumulator)

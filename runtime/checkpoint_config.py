@@ -1,0 +1,100 @@
+"""Checkpoint settings of a job (Flink's ``CheckpointConfig``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from statekit.statefmt.errors import BadInputError
+
+__all__ = ["CheckpointConfig", "ExternalizedCheckpointCleanup"]
+
+
+class ExternalizedCheckpointCleanup(str, Enum):
+    """What happens to retained checkpoints when the job is cancelled.
+
+    Checkpoints are always kept when the job fails or is killed (so it can be restored),
+    and when it finishes (statekit keeps them for inspection).
+    """
+
+    RETAIN_ON_CANCELLATION = "retain_on_cancellation"
+    DELETE_ON_CANCELLATION = "delete_on_cancellation"
+
+
+@dataclass
+class CheckpointConfig:
+    """Checkpointing of one job.
+
+    Attributes:
+        interval_ms: Trigger period; None or <= 0 disables periodic checkpoints.
+        min_pause_ms: Minimum time between the end of one checkpoint and the next trigger.
+        timeout_ms: A checkpoint not complete after this long is aborted.
+        max_concurrent: Periodic checkpoints in flight at once.
+        tolerable_failed: Consecutive failed checkpoints tolerated before the job fails.
+        num_retained: Completed checkpoints kept; older ones are disposed.
+        externalized_cleanup: Retention on cancellation.
+        checkpoint_storage: Checkpoint directory URL (``<dir>/<job_id>/chk-N``).
+        default_savepoint_dir: Target of savepoints triggered without a directory.
+    """
+
+    interval_ms: int | None = None
+    min_pause_ms: int = 0
+    timeout_ms: int = 600_000
+    max_concurrent: int = 1
+    tolerable_failed: int = 0
+    num_retained: int = 1
+    externalized_cleanup: ExternalizedCheckpointCleanup = ExternalizedCheckpointCleanup.RETAIN_ON_CANCELLATION
+    checkpoint_storage: str | None = None
+    default_savepoint_dir: str | None = None
+
+    @property
+    def enabled(self) -> bool:
+        """Whether periodic checkpoints are on."""
+        return self.interval_ms is not None and self.interval_ms > 0
+
+    def set_checkpoint_interval(self, interval_ms: int) -> CheckpointConfig:
+        self.interval_ms = interval_ms
+        return self
+
+    def set_min_pause_between_checkpoints(self, min_pause_ms: int) -> CheckpointConfig:
+        self.min_pause_ms = min_pause_ms
+        return self
+
+    def set_checkpoint_timeout(self, timeout_ms: int) -> CheckpointConfig:
+        self.timeout_ms = timeout_ms
+        return self
+
+    def set_max_concurrent_checkpoints(self, max_concurrent: int) -> CheckpointConfig:
+        self.max_concurrent = max_concurrent
+        return self
+
+    def set_tolerable_checkpoint_failure_number(self, number: int) -> CheckpointConfig:
+        self.tolerable_failed = number
+        return self
+
+    def set_num_retained_checkpoints(self, number: int) -> CheckpointConfig:
+        self.num_retained = number
+        return self
+
+    def set_externalized_checkpoint_cleanup(self, cleanup: ExternalizedCheckpointCleanup | str) -> CheckpointConfig:
+        self.externalized_cleanup = ExternalizedCheckpointCleanup(cleanup)
+        return self
+
+    def set_checkpoint_storage(self, url: str) -> CheckpointConfig:
+        self.checkpoint_storage = url
+        return self
+
+    def set_default_savepoint_dir(self, url: str) -> CheckpointConfig:
+        self.default_savepoint_dir = url
+        return self
+
+    def validate(self) -> None:
+        """Raise BadInputError for settings that cannot work."""
+        if self.min_pause_ms < 0 or self.timeout_ms <= 0:
+            raise BadInputError("checkpoint min pause must be >= 0 and timeout > 0")
+        if self.max_concurrent < 1:
+            raise BadInputError(f"max concurrent checkpoints must be >= 1, got {self.max_concurrent}")
+        if self.tolerable_failed < 0:
+            raise BadInputError("tolerable failed checkpoints must be >= 0")
+        if self.num_retained < 1:
+            raise BadInputError(f"retained checkpoints must be >= 1, got {self.num_retained}")

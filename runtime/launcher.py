@@ -1,0 +1,119 @@
+"""Run a job script with :class:`RunOptions`, as ``flink run`` runs a jar.
+
+``run_job_file(path, options)`` sets the options, runs the script with ``runpy`` as
+``__main__`` with ``sys.argv = [path, *options.job_args]`` and returns the status of the
+last job the script executed. ``python -m statekit.runtime.launcher [OPTIONS] JOB.py
+[ARGS...]`` does the same from a shell (used by tests that kill the job process).
+"""
+
+from __future__ import annotations
+
+import argparse
+import runpy
+import sys
+import threading
+from collections.abc import Sequence
+
+from statekit.runtime.job import JobHandle, JobStatus
+from statekit.runtime.run_options import (
+    RunOptions,
+    add_job_listener,
+    remove_job_listener,
+    set_run_options,
+)
+from statekit.statefmt.errors import BadInputError, PathNotFoundError, StatekitError
+
+__all__ = ["run_job_file", "main", "parse_duration_ms"]
+
+
+def run_job_file(path: str, options: RunOptions) -> JobStatus:
+    """Run the job script at ``path`` with ``options``.
+
+    Args:
+        path: A Python file whose ``__main__`` code builds a job and calls ``execute()``.
+        options: What the command line overrides.
+
+    Returns:
+        The status of the last job the script executed (FINISHED when it executed none).
+
+    Raises:
+        PathNotFoundError: ``path`` is not a file.
+        StatekitError: From the job (restore failures, JobFailedError, ...).
+    """
+    import os
+
+    if not os.path.isfile(path):
+        raise PathNotFoundError("job file not found; pass the path of a Python job script", path=path)
+    handles: list[JobHandle] = []
+    lock = threading.Lock()
+
+    def remember(handle: JobHandle) -> None:
+        with lock:
+            handles.append(handle)
+
+    saved_argv = sys.argv
+    add_job_listener(remember)
+    set_run_options(options)
+    try:
+        sys.argv = [path, *options.job_args]
+        runpy.run_path(path, run_name="__main__")
+    finally:
+        sys.argv = saved_argv
+        set_run_options(None)
+        remove_job_listener(remember)
+    with lock:
+        return handles[-1].status if handles else JobStatus.FINISHED
+
+
+def parse_duration_ms(text: str) -> int:
+    """Parse ``200ms``, ``1s``, ``2m`` or a bare number of milliseconds."""
+    value = text.strip().lower()
+    for suffix, factor in (("ms", 1), ("s", 1000), ("m", 60_000), ("min", 60_000)):
+        if value.endswith(suffix) and value[: -len(suffix)].strip().replace(".", "", 1).isdigit():
+            return int(float(value[: -len(suffix)]) * factor)
+    if value.isdigit():
+        return int(value)
+    raise BadInputError(f"invalid duration {text!r}; use e.g. 200ms, 1s or 2m")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m statekit.runtime.launcher")
+    parser.add_argument("-p", "--parallelism", type=int)
+    parser.add_argument("--max-parallelism", type=int)
+    parser.add_argument("-s", "--from-savepoint", dest="restore_path")
+    parser.add_argument("--allow-non-restored-state", action="store_true")
+    parser.add_argument("--checkpoint-dir")
+    parser.add_argument("--checkpoint-interval", type=parse_duration_ms)
+    parser.add_argument("--state-backend", choices=("hashmap", "rocksdb"))
+    parser.add_argument("--savepoint-on-finish")
+    parser.add_argument("--job-id")
+    parser.add_argument("job_file")
+    parser.add_argument("job_args", nargs=argparse.REMAINDER)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command-line entry point; returns the process exit code."""
+    args = _parser().parse_args(argv)
+    options = RunOptions(
+        parallelism=args.parallelism,
+        max_parallelism=args.max_parallelism,
+        restore_path=args.restore_path,
+        allow_non_restored_state=args.allow_non_restored_state,
+        checkpoint_dir=args.checkpoint_dir,
+        checkpoint_interval_ms=args.checkpoint_interval,
+        state_backend=args.state_backend,
+        savepoint_on_finish=args.savepoint_on_finish,
+        job_id=args.job_id,
+        job_args=tuple(args.job_args),
+    )
+    try:
+        status = run_job_file(args.job_file, options)
+    except StatekitError as error:
+        print(f"Error: {error}", file=sys.stderr)
+        return int(error.exit_code)
+    return 0 if status in (JobStatus.FINISHED, JobStatus.CANCELED) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,337 @@
+"""The local job registry: which jobs run on this machine, where their REST API listens.
+
+Layout under ``STATEKIT_HOME`` (environment variable; default ``~/.statekit``)::
+
+    jobs/<job_id>/job.json   the entry (replaced atomically on every change)
+    jobs/<job_id>/token      the REST API token, mode 0600 (only the owner reads it)
+    jobs/<job_id>/job.log    stdout and stderr of a detached job
+
+Invariants: an entry is written only by the job's own process; a reader never sees a
+partial ``job.json`` (temp file + fsync + rename); an entry whose process is gone (or whose
+pid now belongs to another process) is reported as CRASHED, never as running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import re
+import secrets
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from statekit.statefmt.errors import JobError
+
+__all__ = [
+    "CRASHED",
+    "ACTIVE_STATES",
+    "TERMINAL_STATES",
+    "JobEntry",
+    "JobRegistry",
+    "statekit_home",
+    "new_job_id",
+    "process_start_ticks",
+    "process_alive",
+    "current_process_entry",
+]
+
+HOME_ENV = "STATEKIT_HOME"
+JOBS_DIR = "jobs"
+ENTRY_FILE = "job.json"
+TOKEN_FILE = "token"
+LOG_FILE = "job.log"
+
+CRASHED = "CRASHED"
+ACTIVE_STATES = frozenset({"CREATED", "RUNNING", "CANCELLING", "RESTARTING"})
+TERMINAL_STATES = frozenset({"FINISHED", "FAILED", "CANCELED", CRASHED})
+
+_JOB_ID = re.compile(r"^[0-9a-f]{32}$")
+
+
+def statekit_home() -> Path:
+    """``$STATEKIT_HOME``, or ``~/.statekit`` when unset."""
+    configured = os.environ.get(HOME_ENV)
+    return Path(configured).expanduser() if configured else Path.home() / ".statekit"
+
+
+def new_job_id() -> str:
+    """A fresh job id: 32 lower-case hex characters, as Flink's JobID."""
+    return secrets.token_hex(16)
+
+
+def process_start_ticks(pid: int) -> int | None:
+    """Start time of process ``pid`` in clock ticks since boot, or ``None`` if it is not alive.
+
+    A zombie counts as not alive. Where ``/proc`` is missing the start time is unknown and
+    ``0`` is returned for a live pid (pid reuse then goes undetected).
+    """
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            raw = stat.read().decode("ascii", "replace")
+    except FileNotFoundError:
+        if os.path.isdir("/proc/self"):
+            return None
+        return 0 if _signal_alive(pid) else None
+    except OSError:
+        return None
+    fields = raw[raw.rfind(")") + 2 :].split()
+    if not fields or fields[0] in ("Z", "X"):
+        return None
+    return int(fields[19])
+
+
+def _signal_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def process_alive(pid: int, start_ticks: int | None) -> bool:
+    """Whether ``pid`` still runs and is the same process that started at ``start_ticks``."""
+    current = process_start_ticks(pid)
+    if current is None:
+        return False
+    return start_ticks is None or current == 0 or current == start_ticks
+
+
+@dataclass(frozen=True)
+class JobEntry:
+    """One job in the registry.
+
+    Attributes:
+        job_id: 32 hex chars.
+        name: Job name (the script name until the job starts).
+        pid: Process that runs the job.
+        pid_start: Start time of that process (clock ticks since boot), to detect pid reuse.
+        status: Last status the job process recorded (a ``JobStatus`` value).
+        start_time_ms: When the entry was created.
+        host: REST API host (always 127.0.0.1); ``None`` until the job started.
+        port: REST API port; ``None`` until the job started.
+        end_time_ms: When the job reached a terminal status.
+        log_path: Log file of a detached job.
+        job_file: The job script.
+        checkpoint_dir: Checkpoint storage of the job.
+        failure: Why the job failed.
+        savepoints: Outcome of savepoint triggers by trigger id
+            (``{"status": "COMPLETED", "location"|"failure": ...}``), kept so a client can
+            learn the result of a stop-with-savepoint after the process exited.
+        crash_reason: Set by readers (never stored): why the entry is reported CRASHED.
+    """
+
+    job_id: str
+    name: str
+    pid: int
+    pid_start: int | None
+    status: str
+    start_time_ms: int
+    host: str | None = None
+    port: int | None = None
+    end_time_ms: int | None = None
+    log_path: str | None = None
+    job_file: str | None = None
+    checkpoint_dir: str | None = None
+    failure: str | None = None
+    savepoints: dict[str, dict[str, Any]] = field(default_factory=dict)
+    crash_reason: str | None = None
+
+    @property
+    def running(self) -> bool:
+        """Whether the job is (as far as the registry knows) alive and not terminal."""
+        return self.status in ACTIVE_STATES
+
+    @property
+    def rest_url(self) -> str | None:
+        """Base URL of the job's REST API, once it serves one."""
+        if self.host is None or self.port is None:
+            return None
+        return f"http://{self.host}:{self.port}"
+
+    def to_json(self) -> dict[str, Any]:
+        """The entry as stored in ``job.json`` (plus ``crash-reason`` when crashed)."""
+        data = dataclasses.asdict(self)
+        if data.pop("crash_reason") is not None:
+            data["crash_reason"] = self.crash_reason
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> JobEntry:
+        """Parse a stored entry (unknown keys ignored, for forward compatibility)."""
+        names = {f.name for f in dataclasses.fields(cls)} - {"crash_reason"}
+        return cls(**{key: value for key, value in data.items() if key in names})
+
+
+class JobRegistry:
+    """Jobs registered under a statekit home directory.
+
+    Args:
+        home: The statekit home; ``statekit_home()`` when omitted.
+    """
+
+    def __init__(self, home: Path | str | None = None) -> None:
+        self.home = Path(home) if home is not None else statekit_home()
+        self.jobs_dir = self.home / JOBS_DIR
+        self._lock = threading.Lock()
+
+    # -- paths ---------------------------------------------------------------------------
+
+    def job_dir(self, job_id: str) -> Path:
+        """Directory of one job's entry, token and log."""
+        if not _JOB_ID.match(job_id):
+            raise JobError(f"invalid job id {job_id!r}: expected 32 hex characters")
+        return self.jobs_dir / job_id
+
+    def log_path(self, job_id: str) -> Path:
+        """Where a detached job writes its output."""
+        return self.job_dir(job_id) / LOG_FILE
+
+    def prepare(self, job_id: str) -> Path:
+        """Create the job's directory (owner-only, as its parents under the home)."""
+        directory = self.job_dir(job_id)
+        for path in (self.home, self.jobs_dir, directory):
+            path.mkdir(mode=0o700, exist_ok=True)
+        return directory
+
+    # -- writing (the job's own process) ---------------------------------------------------
+
+    def register(self, entry: JobEntry) -> str:
+        """Create the entry and its token file; return the token.
+
+        Raises:
+            JobError: A job with this id is already registered.
+        """
+        directory = self.prepare(entry.job_id)
+        token = secrets.token_urlsafe(32)
+        try:
+            fd = os.open(directory / TOKEN_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            raise JobError(f"job {entry.job_id} is already registered in {self.jobs_dir}") from None
+        with os.fdopen(fd, "w") as out:
+            out.write(token)
+        self._write(entry)
+        return token
+
+    def update(self, job_id: str, **changes: Any) -> JobEntry:
+        """Replace fields of an entry (atomically) and return the new entry."""
+        with self._lock:
+            entry = dataclasses.replace(self._read(job_id), **changes)
+            self._write(entry)
+        return entry
+
+    def record_savepoint(self, job_id: str, trigger_id: str, outcome: dict[str, Any]) -> None:
+        """Remember the outcome of a savepoint trigger in the job's entry."""
+        with self._lock:
+            entry = self._read(job_id)
+            savepoints = dict(entry.savepoints)
+            savepoints[trigger_id] = outcome
+            self._write(dataclasses.replace(entry, savepoints=savepoints))
+
+    def _write(self, entry: JobEntry) -> None:
+        directory = self.job_dir(entry.job_id)
+        data = json.dumps(entry.to_json(), indent=2).encode()
+        fd, temp = tempfile.mkstemp(dir=directory, prefix=".job.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as out:
+                out.write(data)
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(temp, directory / ENTRY_FILE)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
+            raise
+
+    # -- reading (any process) -------------------------------------------------------------
+
+    def _read(self, job_id: str) -> JobEntry:
+        path = self.job_dir(job_id) / ENTRY_FILE
+        try:
+            return JobEntry.from_json(json.loads(path.read_bytes()))
+        except FileNotFoundError:
+            raise JobError(f"no job {job_id} in the registry {self.jobs_dir}") from None
+        except (ValueError, TypeError) as error:
+            raise JobError(f"{path}: damaged registry entry ({error}); delete {path.parent}") from None
+
+    def get(self, job_id: str) -> JobEntry:
+        """The entry of ``job_id``, with its liveness checked (see :meth:`check`)."""
+        return self.check(self._read(job_id))
+
+    def token(self, job_id: str) -> str:
+        """The REST token of a job (readable only by the user who started it)."""
+        path = self.job_dir(job_id) / TOKEN_FILE
+        try:
+            return path.read_text().strip()
+        except FileNotFoundError:
+            raise JobError(f"{path}: token file missing; the job cannot be controlled") from None
+        except PermissionError:
+            raise JobError(f"{path}: cannot read the token (the job belongs to another user)") from None
+
+    def entries(self) -> list[JobEntry]:
+        """Every readable entry (liveness checked), oldest first."""
+        return sorted((self.check(e) for e in self._iter_entries()), key=lambda e: (e.start_time_ms, e.job_id))
+
+    def _iter_entries(self) -> Iterator[JobEntry]:
+        if not self.jobs_dir.is_dir():
+            return
+        for child in self.jobs_dir.iterdir():
+            if not _JOB_ID.match(child.name) or not (child / ENTRY_FILE).is_file():
+                continue
+            try:
+                yield self._read(child.name)
+            except JobError:
+                continue
+
+    def find(self, reference: str) -> JobEntry:
+        """The entry whose job id is ``reference`` or starts with it (unique prefix).
+
+        Raises:
+            JobError: No such job, or the prefix is ambiguous.
+        """
+        wanted = reference.strip().lower()
+        if not wanted or not re.fullmatch(r"[0-9a-f]{1,32}", wanted):
+            raise JobError(f"invalid job id {reference!r}: expected (a prefix of) 32 hex characters")
+        if len(wanted) == 32 and (self.jobs_dir / wanted / ENTRY_FILE).is_file():
+            return self.get(wanted)
+        matches = [e for e in self._iter_entries() if e.job_id.startswith(wanted)]
+        if not matches:
+            raise JobError(f"no job {reference} in the registry {self.jobs_dir} (`statekit list --all` shows known jobs)")
+        if len(matches) > 1:
+            ids = ", ".join(sorted(e.job_id for e in matches))
+            raise JobError(f"job id prefix {reference} is ambiguous: {ids}; give more characters")
+        return self.check(matches[0])
+
+    @staticmethod
+    def check(entry: JobEntry) -> JobEntry:
+        """``entry`` as a reader should see it: CRASHED if its process is gone or was reused."""
+        if not entry.running:
+            return entry
+        if process_alive(entry.pid, entry.pid_start):
+            return entry
+        reason = f"process {entry.pid} is gone"
+        if process_start_ticks(entry.pid) is not None:
+            reason = f"process {entry.pid} is gone (the pid now belongs to another process)"
+        return dataclasses.replace(entry, status=CRASHED, crash_reason=reason)
+
+
+def current_process_entry(job_id: str, name: str, **fields: Any) -> JobEntry:
+    """A CREATED entry for ``job_id`` run by the calling process."""
+    pid = os.getpid()
+    return JobEntry(
+        job_id=job_id,
+        name=name,
+        pid=pid,
+        pid_start=process_start_ticks(pid),
+        status="CREATED",
+        start_time_ms=int(time.time() * 1000),
+        **fields,
+    )

@@ -1,0 +1,347 @@
+"""A running job's REST API on 127.0.0.1, shaped like Flink's.
+
+Endpoints (every request needs the job's token: ``Authorization: Bearer <token>`` or
+``X-Statekit-Token: <token>``; without it the answer is 401)::
+
+    GET   /jobs                                 {"jobs": [{"id", "status"}]}
+    GET   /jobs/overview                        {"jobs": [{"jid", "name", "state", "start-time", "end-time", "duration"}]}
+    GET   /jobs/<id>                            job details (JobHandle.describe())
+    GET   /jobs/<id>/checkpoints                checkpoint statistics
+    POST  /jobs/<id>/savepoints                 {"target-directory": DIR, "cancel-job": false} -> 202 {"request-id"}
+    GET   /jobs/<id>/savepoints/<request-id>    {"status": {"id": "IN_PROGRESS"|"COMPLETED"}, "operation": {...}}
+    POST  /jobs/<id>/stop                       {"targetDirectory": DIR, "drain": false} -> 202 {"request-id"}
+    PATCH /jobs/<id>   (also POST /jobs/<id>/cancel)   cancel -> 202 {}
+
+Errors are ``{"errors": ["one line"]}`` with the HTTP status (400, 401, 404, 405, 409, 413, 500).
+A completed operation is ``{"location": path}`` or ``{"failure-cause": {"class", "stack-trace"}}``.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import hmac
+import json
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Any
+
+from statekit.statefmt.errors import StatekitError
+
+if TYPE_CHECKING:
+    from statekit.runtime.job import JobHandle
+
+__all__ = ["JobRestServer", "SavepointOutcomeListener", "LOCALHOST", "TOKEN_HEADER"]
+
+LOCALHOST = "127.0.0.1"
+TOKEN_HEADER = "X-Statekit-Token"
+MAX_BODY_BYTES = 64 * 1024
+
+SavepointOutcomeListener = Callable[[str, dict[str, Any]], None]
+
+_JOB_PATH = re.compile(r"^/jobs/([^/]+)(/.*)?$")
+_TRIGGER_PATH = re.compile(r"^/savepoints/([^/]+)$")
+
+
+class _HttpError(Exception):
+    def __init__(self, status: HTTPStatus, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class _Trigger:
+    """One asynchronous savepoint operation (plain savepoint, cancel-with or stop-with)."""
+
+    def __init__(self, future: concurrent.futures.Future[str]) -> None:
+        self.future = future
+        self.fetched = False
+
+    def outcome(self) -> dict[str, Any] | None:
+        if not self.future.done():
+            return None
+        error = self.future.exception()
+        if error is None:
+            return {"location": self.future.result()}
+        return {"failure-cause": {"class": type(error).__name__, "stack-trace": " ".join(str(error).split())}}
+
+
+class JobRestServer:
+    """The REST API of one job, served from daemon threads on 127.0.0.1.
+
+    Args:
+        handle: The job.
+        token: Requests must carry this token.
+        on_savepoint: Called with ``(trigger_id, outcome)`` when a savepoint operation
+            completes (outcome ``{"location": path}`` or ``{"failure-cause": {...}}``).
+        port: 0 picks a free port.
+    """
+
+    def __init__(
+        self,
+        handle: JobHandle,
+        token: str,
+        *,
+        on_savepoint: SavepointOutcomeListener | None = None,
+        port: int = 0,
+    ) -> None:
+        self.handle = handle
+        self._token = token.encode()
+        self._on_savepoint = on_savepoint
+        self._triggers: dict[str, _Trigger] = {}
+        self._changed = threading.Condition()
+        self._httpd = ThreadingHTTPServer((LOCALHOST, port), _Handler)
+        self._httpd.daemon_threads = True
+        self._httpd.app = self  # type: ignore[attr-defined]
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        """The port the server listens on."""
+        return int(self._httpd.server_address[1])
+
+    @property
+    def url(self) -> str:
+        """Base URL, ``http://127.0.0.1:<port>``."""
+        return f"http://{LOCALHOST}:{self.port}"
+
+    def start(self) -> JobRestServer:
+        """Serve in a daemon thread; returns ``self``."""
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.2}, name=f"rest-{self.handle.job_id[:6]}", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Stop serving and release the port."""
+        if self._thread is not None:
+            self._httpd.shutdown()
+            self._thread.join()
+            self._thread = None
+        self._httpd.server_close()
+
+    def wait_fetched(self, timeout: float) -> bool:
+        """Wait until every savepoint operation is complete and its result was fetched.
+
+        A stop-with-savepoint ends the job; the process keeps serving until the client has
+        read the savepoint path (or ``timeout`` seconds passed). Returns whether all were.
+        """
+        def settled() -> bool:
+            return all(t.future.done() and t.fetched for t in self._triggers.values())
+
+        with self._changed:
+            return self._changed.wait_for(settled, timeout)
+
+    # -- operations (called from request threads) ---------------------------------------------
+
+    def authorized(self, headers: Any) -> bool:
+        supplied = headers.get(TOKEN_HEADER)
+        auth = headers.get("Authorization")
+        if supplied is None and auth is not None and auth[:7].lower() == "bearer ":
+            supplied = auth[7:]
+        return supplied is not None and hmac.compare_digest(supplied.strip().encode(), self._token)
+
+    def jobs(self) -> dict[str, Any]:
+        return {"jobs": [{"id": self.handle.job_id, "status": self.handle.status.value}]}
+
+    def overview(self) -> dict[str, Any]:
+        details = self.handle.describe()
+        end = details["end-time"]
+        now_or_end = end if end != -1 else _now_ms()
+        return {
+            "jobs": [
+                {
+                    "jid": details["jid"],
+                    "name": details["name"],
+                    "state": details["state"],
+                    "start-time": details["start-time"],
+                    "end-time": end,
+                    "duration": now_or_end - details["start-time"],
+                }
+            ]
+        }
+
+    def trigger(self, target_dir: str | None, *, stop: bool, drain: bool, cancel: bool) -> str:
+        status = self.handle.status
+        if status.is_terminal:
+            raise _HttpError(HTTPStatus.CONFLICT, f"Job {self.handle.job_id} is {status.value}; savepoints need a running job")
+        try:
+            future = self.handle.trigger_savepoint(target_dir, stop=stop, drain=drain)
+        except StatekitError as error:
+            raise _HttpError(HTTPStatus.BAD_REQUEST, str(error)) from None
+        trigger_id = uuid.uuid4().hex
+        with self._changed:
+            self._triggers[trigger_id] = _Trigger(future)
+        # off the thread that completes the future: cancel() may wait for that very thread
+        future.add_done_callback(lambda done: threading.Thread(
+            target=self._completed, args=(trigger_id, done, cancel), name=f"savepoint-{trigger_id[:6]}").start())
+        return trigger_id
+
+    def _completed(self, trigger_id: str, future: concurrent.futures.Future[str], cancel: bool) -> None:
+        if cancel and future.exception() is None:
+            self.handle.cancel()
+        with self._changed:
+            outcome = self._triggers[trigger_id].outcome()
+            self._changed.notify_all()
+        if self._on_savepoint is not None and outcome is not None:
+            self._on_savepoint(trigger_id, outcome)
+
+    def trigger_status(self, trigger_id: str) -> dict[str, Any]:
+        with self._changed:
+            trigger = self._triggers.get(trigger_id)
+            if trigger is None:
+                raise _HttpError(HTTPStatus.NOT_FOUND, f"There is no savepoint operation with triggerId={trigger_id}")
+            outcome = trigger.outcome()
+            if outcome is None:
+                return {"status": {"id": "IN_PROGRESS"}}
+            trigger.fetched = True
+            self._changed.notify_all()
+        return {"status": {"id": "COMPLETED"}, "operation": outcome}
+
+    def cancel(self) -> dict[str, Any]:
+        status = self.handle.status
+        if status.is_terminal:
+            raise _HttpError(HTTPStatus.CONFLICT, f"Job {self.handle.job_id} is {status.value}; it cannot be cancelled")
+        self.handle.cancel()
+        return {}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server_version = "statekit"
+    sys_version = ""
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        """Requests are not logged (the job's output belongs to the job)."""
+
+    def do_GET(self) -> None:  # noqa: N802 - stdlib naming
+        self._serve("GET")
+
+    def do_POST(self) -> None:  # noqa: N802
+        self._serve("POST")
+
+    def do_PATCH(self) -> None:  # noqa: N802
+        self._serve("PATCH")
+
+    def do_PUT(self) -> None:  # noqa: N802
+        self._serve("PUT")
+
+    def do_DELETE(self) -> None:  # noqa: N802
+        self._serve("DELETE")
+
+    def _serve(self, method: str) -> None:
+        app: JobRestServer = self.server.app  # type: ignore[attr-defined]
+        try:
+            if not app.authorized(self.headers):
+                self._reply(
+                    HTTPStatus.UNAUTHORIZED,
+                    {"errors": ["Unauthorized: send the job's token (Authorization: Bearer <token>); "
+                                "statekit reads it from the job registry"]},
+                    {"WWW-Authenticate": 'Bearer realm="statekit"'},
+                )
+                return
+            status, body = self._route(app, method, self.path.split("?", 1))
+            self._reply(status, body)
+        except _HttpError as error:
+            self._reply(error.status, {"errors": [str(error)]})
+        except Exception as error:  # noqa: BLE001 - a request must never kill the server
+            self._reply(HTTPStatus.INTERNAL_SERVER_ERROR, {"errors": [f"Internal server error: {type(error).__name__}: {error}"]})
+
+    def _route(self, app: JobRestServer, method: str, parts: list[str]) -> tuple[HTTPStatus, dict[str, Any]]:
+        path = parts[0].rstrip("/") or "/"
+        if path == "/jobs":
+            self._allow(method, "GET")
+            return HTTPStatus.OK, app.jobs()
+        if path == "/jobs/overview":
+            self._allow(method, "GET")
+            return HTTPStatus.OK, app.overview()
+        match = _JOB_PATH.match(path)
+        if match is None:
+            raise _HttpError(HTTPStatus.NOT_FOUND, f"Not found: {path}")
+        job_id, rest = match.group(1), match.group(2) or ""
+        if job_id != app.handle.job_id:
+            raise _HttpError(HTTPStatus.NOT_FOUND, f"Job {job_id} not found")
+        if rest == "":
+            if method == "PATCH":
+                return HTTPStatus.ACCEPTED, app.cancel()
+            self._allow(method, "GET", "PATCH")
+            return HTTPStatus.OK, app.handle.describe()
+        if rest == "/checkpoints":
+            self._allow(method, "GET")
+            return HTTPStatus.OK, app.handle.checkpoint_stats()
+        if rest == "/cancel":
+            self._allow(method, "POST")
+            return HTTPStatus.ACCEPTED, app.cancel()
+        if rest == "/savepoints":
+            self._allow(method, "POST")
+            body = self._json_body()
+            target = _optional_str(body, "target-directory")
+            cancel = _optional_bool(body, "cancel-job")
+            trigger_id = app.trigger(target, stop=False, drain=False, cancel=cancel)
+            return HTTPStatus.ACCEPTED, {"request-id": trigger_id}
+        if rest == "/stop":
+            self._allow(method, "POST")
+            body = self._json_body()
+            target = _optional_str(body, "targetDirectory")
+            drain = _optional_bool(body, "drain")
+            trigger_id = app.trigger(target, stop=True, drain=drain, cancel=False)
+            return HTTPStatus.ACCEPTED, {"request-id": trigger_id}
+        trigger = _TRIGGER_PATH.match(rest)
+        if trigger is not None:
+            self._allow(method, "GET")
+            return HTTPStatus.OK, app.trigger_status(trigger.group(1))
+        raise _HttpError(HTTPStatus.NOT_FOUND, f"Not found: {path}")
+
+    def _allow(self, method: str, *allowed: str) -> None:
+        if method not in allowed:
+            raise _HttpError(HTTPStatus.METHOD_NOT_ALLOWED, f"{method} is not allowed on {self.path}; use {' or '.join(allowed)}")
+
+    def _json_body(self) -> dict[str, Any]:
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            raise _HttpError(HTTPStatus.BAD_REQUEST, "bad Content-Length") from None
+        if length > MAX_BODY_BYTES:
+            raise _HttpError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"request body over {MAX_BODY_BYTES} bytes")
+        raw = self.rfile.read(length) if length else b""
+        if not raw.strip():
+            return {}
+        try:
+            body = json.loads(raw)
+        except ValueError as error:
+            raise _HttpError(HTTPStatus.BAD_REQUEST, f"request body is not JSON: {error}") from None
+        if not isinstance(body, dict):
+            raise _HttpError(HTTPStatus.BAD_REQUEST, "request body must be a JSON object")
+        return body
+
+    def _reply(self, status: HTTPStatus, body: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+        data = json.dumps(body, default=str).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+
+def _optional_str(body: dict[str, Any], key: str) -> str | None:
+    value = body.get(key)
+    if value is None or (isinstance(value, str) and value):
+        return value
+    raise _HttpError(HTTPStatus.BAD_REQUEST, f"{key!r} must be a non-empty string")
+
+
+def _optional_bool(body: dict[str, Any], key: str) -> bool:
+    value = body.get(key, False)
+    if isinstance(value, bool):
+        return value
+    raise _HttpError(HTTPStatus.BAD_REQUEST, f"{key!r} must be true or false")
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)

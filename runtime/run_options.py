@@ -1,0 +1,104 @@
+"""Options a launcher hands to the job script's ``env.execute()``.
+
+Like Flink's ``ContextEnvironment``: ``statekit run`` (or ``python -m
+statekit.runtime.launcher``) sets the :class:`RunOptions` before it runs the user's job
+script, and the script's :meth:`StreamEnvironment.execute` picks them up. Job listeners
+let job control (REST API, registry) observe each job as soon as it starts.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from statekit.runtime.job import JobHandle
+
+__all__ = [
+    "RunOptions",
+    "set_run_options",
+    "get_run_options",
+    "add_job_listener",
+    "remove_job_listener",
+    "clear_job_listeners",
+    "notify_job_listeners",
+]
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What the command line overrides in a job.
+
+    Attributes:
+        parallelism: Default parallelism of the job (``-p``); overrides
+            ``env.set_parallelism``.
+        max_parallelism: Max parallelism (number of key groups) of the job.
+        restore_path: Savepoint dir, checkpoint dir, or job checkpoint dir (= its latest
+            complete checkpoint) to restore from (``-s``).
+        allow_non_restored_state: Skip snapshot state of uids missing from the job.
+        checkpoint_dir: Checkpoint storage URL; checkpoints go to
+            ``<checkpoint_dir>/<job_id>/chk-N``.
+        checkpoint_interval_ms: Enables periodic checkpoints at this interval.
+        state_backend: ``"hashmap"`` (default) or ``"rocksdb"``.
+        savepoint_on_finish: Directory: take a savepoint when a bounded job ends.
+        job_id: Job id (32 hex chars), preassigned by the CLI or generated.
+        job_args: The job script's own arguments (``sys.argv[1:]``).
+    """
+
+    parallelism: int | None = None
+    max_parallelism: int | None = None
+    restore_path: str | None = None
+    allow_non_restored_state: bool = False
+    checkpoint_dir: str | None = None
+    checkpoint_interval_ms: int | None = None
+    state_backend: str | None = None
+    savepoint_on_finish: str | None = None
+    job_id: str | None = None
+    job_args: tuple[str, ...] = ()
+
+
+_lock = threading.Lock()
+_options: RunOptions | None = None
+_listeners: list[Callable[["JobHandle"], None]] = []
+
+
+def set_run_options(options: RunOptions | None) -> None:
+    """Set (or clear with ``None``) the options the next ``execute()`` calls use."""
+    global _options
+    with _lock:
+        _options = options
+
+
+def get_run_options() -> RunOptions | None:
+    """The options set by the launcher, or ``None`` when the script runs standalone."""
+    with _lock:
+        return _options
+
+
+def add_job_listener(listener: Callable[["JobHandle"], None]) -> None:
+    """Call ``listener(handle)`` once per job start, inside ``execute()``, before records flow."""
+    with _lock:
+        _listeners.append(listener)
+
+
+def remove_job_listener(listener: Callable[["JobHandle"], None]) -> None:
+    """Remove a listener added with :func:`add_job_listener` (no-op when absent)."""
+    with _lock:
+        if listener in _listeners:
+            _listeners.remove(listener)
+
+
+def clear_job_listeners() -> None:
+    """Remove every job listener."""
+    with _lock:
+        _listeners.clear()
+
+
+def notify_job_listeners(handle: "JobHandle") -> None:
+    """Call every registered listener with ``handle`` (runtime internal)."""
+    with _lock:
+        listeners = list(_listeners)
+    for listener in listeners:
+        listener(handle)

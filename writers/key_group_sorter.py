@@ -1,0 +1,427 @@
+"""Regroup keyed entries by key group with bounded memory (``rescale --max-parallelism``, bootstrap).
+
+Entries arrive in any order as Arrow tables of the keyed schema. Two passes:
+
+1. *partition*: each chunk of input is cut by **bucket** — a contiguous range of key groups
+   inside one subtask's range — and appended to that bucket's spill file (an Arrow IPC
+   stream in a temporary directory). At most about half the memory budget is buffered.
+2. *drain* (per subtask, buckets in key-group order): a bucket larger than the budget's
+   bucket share is re-partitioned, streaming, into narrower buckets; a bucket that fits is
+   loaded, stably sorted by key group, and — only when the rows are not already in
+   (key, namespace, user key) order inside each key group — sorted by those too. Equal
+   entries are resolved (:class:`DuplicateMode`) and the rows are cut into one block per
+   key group.
+
+Invariants: for each subtask, blocks come out in strictly ascending key-group order; a
+block holds exactly the entries with ``key_hash % max_parallelism == key_group``, sorted by
+(key, namespace, user key) and unique. Peak memory is about the budget plus the largest
+single key group (a block is one Arrow batch, which every reader of the format holds whole
+too). Rows that arrive already sorted per key group (blocks of a source whose max
+parallelism divides the new one) skip the full sort.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from enum import Enum
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from statekit.statefmt.keygroups import check_parallelism, compute_key_group_range_for_operator_index
+from statekit.statefmt.serializers import decode_list, encode_list
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = ["DuplicateMode", "KeyGroupSorter", "DEFAULT_MEMORY_BUDGET", "sort_key_group_table"]
+
+DEFAULT_MEMORY_BUDGET = 96 << 20
+_MAX_INITIAL_BUCKETS = 512
+
+
+class DuplicateMode(str, Enum):
+    """What to do with entries of equal (key group, key, namespace, user key)."""
+
+    LAST = "last"
+    """Keep the entry that arrived last (an update log; a source's unique entries)."""
+    CONCAT_LISTS = "concat-lists"
+    """List state: append the elements of equal entries in arrival order."""
+
+
+@dataclass
+class _Bucket:
+    subtask: int
+    start: int
+    end: int
+    path: str
+    bytes: int = 0
+    rows: int = 0
+    writer: Any = None
+    sink: Any = None
+    buffered: list[pa.Table] = field(default_factory=list)
+
+    @property
+    def width(self) -> int:
+        return self.end - self.start + 1
+
+
+class KeyGroupSorter:
+    """Sorts keyed entries into per-subtask, per-key-group blocks for ``(max_parallelism, parallelism)``.
+
+    Usage::
+
+        with KeyGroupSorter(1024, 4, expected_bytes=size) as sorter:
+            for table in source:
+                sorter.add(table)
+            for i in range(4):
+                write_keyed_file(..., sorter.subtask_groups(i))
+
+    Args:
+        max_parallelism: the key-group count the entries are grouped by.
+        parallelism: subtasks; ``subtask_groups(i)`` yields the blocks of subtask ``i``.
+        memory_budget: bytes of Arrow data held at once (partition buffers, one bucket).
+        expected_bytes: a hint of the total input size, to size the buckets up front
+            (too small a hint costs one extra pass over the oversized buckets, never memory).
+        duplicates: how equal entries are resolved.
+        spill_dir: parent of the temporary spill directory (default: the system temp dir).
+    """
+
+    def __init__(
+        self,
+        max_parallelism: int,
+        parallelism: int,
+        *,
+        memory_budget: int = DEFAULT_MEMORY_BUDGET,
+        expected_bytes: int = 0,
+        duplicates: DuplicateMode = DuplicateMode.LAST,
+        spill_dir: str | None = None,
+    ) -> None:
+        check_parallelism(parallelism, max_parallelism)
+        self.max_parallelism = max_parallelism
+        self.parallelism = parallelism
+        self.duplicates = duplicates
+        self.bucket_bytes = max(1 << 20, memory_budget // 3)
+        self.buffer_bytes = max(1 << 20, memory_budget // 3)
+        self.chunk_bytes = max(1 << 20, memory_budget // 12)
+        self.directory = tempfile.mkdtemp(prefix="statekit-sort-", dir=spill_dir)
+        self._serial = 0
+        self._pending: list[pa.Table] = []
+        self._pending_bytes = 0
+        self._buffered_bytes = 0
+        self.rows_in = 0
+        self.spilled_bytes = 0
+        wanted = max(1, math.ceil(expected_bytes / self.bucket_bytes))
+        self._buckets = self._make_buckets(min(wanted, _MAX_INITIAL_BUCKETS, max_parallelism))
+        self._lookups: dict[int, tuple[list[_Bucket], pa.Array]] = {}
+        self._finished = False
+        self._drained = 0
+
+    # ------------------------------------------------------------ lifecycle
+
+    def __enter__(self) -> KeyGroupSorter:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close spill files and delete the spill directory."""
+        for bucket in self._buckets:
+            self._close_writer(bucket)
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    # ------------------------------------------------------------ partition
+
+    def _new_path(self) -> str:
+        self._serial += 1
+        return os.path.join(self.directory, f"bucket-{self._serial:06d}.arrow")
+
+    def _make_buckets(self, count: int) -> list[_Bucket]:
+        buckets: list[_Bucket] = []
+        for subtask in range(self.parallelism):
+            kg_range = compute_key_group_range_for_operator_index(self.max_parallelism, self.parallelism, subtask)
+            share = max(1, min(len(kg_range), round(count * len(kg_range) / self.max_parallelism)))
+            buckets.extend(self._split_range(subtask, kg_range.start, kg_range.end, share))
+        return buckets
+
+    def _split_range(self, subtask: int, start: int, end: int, parts: int) -> list[_Bucket]:
+        width = end - start + 1
+        parts = max(1, min(parts, width))
+        bounds = [start + (i * width) // parts for i in range(parts + 1)]
+        return [_Bucket(subtask, bounds[i], bounds[i + 1] - 1, self._new_path()) for i in range(parts)]
+
+    def add(self, data: pa.Table | pa.RecordBatch) -> None:
+        """Accept entries of the keyed schema (any order, any key groups)."""
+        import pyarrow as pa
+
+        if self._finished:
+            raise ValueError("KeyGroupSorter.add after draining started")
+        table = pa.Table.from_batches([data]) if isinstance(data, pa.RecordBatch) else data
+        if table.num_rows == 0:
+            return
+        self.rows_in += table.num_rows
+        self._pending.append(table)
+        self._pending_bytes += table.nbytes
+        if self._pending_bytes >= self.chunk_bytes:
+            self._partition_pending()
+
+    def _partition_pending(self) -> None:
+        import pyarrow as pa
+
+        if not self._pending:
+            return
+        table = pa.concat_tables(self._pending) if len(self._pending) > 1 else self._pending[0]
+        self._pending, self._pending_bytes = [], 0
+        self._partition(table, self._buckets)
+        if self._buffered_bytes >= self.buffer_bytes:
+            self._flush(self._buckets)
+
+    def _partition(self, table: pa.Table, buckets: list[_Bucket]) -> None:
+        """Append the rows of ``table`` to the buffers of ``buckets`` (contiguous key-group ranges)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        lookup = self._lookup(buckets)
+        if lookup is not None:
+            groups = pc.remainder(table.column("key_hash"), pa.scalar(self.max_parallelism, pa.uint32()))
+            offsets = pc.subtract(groups.cast(pa.int64()), pa.scalar(buckets[0].start, pa.int64()))
+            ids = pc.take(lookup, offsets)
+            order = pc.sort_indices(ids)
+            ids = pc.take(ids, order).combine_chunks()
+            table = table.take(order)
+            runs = pc.run_end_encode(ids)
+            run_ids, run_ends = runs.values.to_pylist(), runs.run_ends.to_pylist()
+        else:
+            run_ids, run_ends = [0], [table.num_rows]
+        start = 0
+        for bucket_id, end in zip(run_ids, run_ends):
+            piece = table.slice(start, end - start)
+            bucket = buckets[bucket_id]
+            bucket.buffered.append(piece)
+            bucket.rows += piece.num_rows
+            size = piece.nbytes
+            bucket.bytes += size
+            self._buffered_bytes += size
+            start = end
+
+    def _lookup(self, buckets: list[_Bucket]) -> pa.Array | None:
+        """key group - first key group -> position in ``buckets`` (None for a single bucket)."""
+        import pyarrow as pa
+
+        if len(buckets) < 2:
+            return None
+        cached = self._lookups.get(id(buckets))
+        if cached is None or cached[0] is not buckets:
+            array = pa.array([i for i, b in enumerate(buckets) for _ in range(b.width)], pa.int32())
+            cached = (buckets, array)
+            self._lookups[id(buckets)] = cached
+        return cached[1]
+
+    def _flush(self, buckets: list[_Bucket]) -> None:
+        import pyarrow as pa
+
+        from statekit.statefmt.statefile import keyed_schema
+
+        for bucket in buckets:
+            if not bucket.buffered:
+                continue
+            table = pa.concat_tables(bucket.buffered).combine_chunks()
+            bucket.buffered = []
+            if bucket.writer is None:
+                bucket.sink = pa.OSFile(bucket.path, "wb")
+                bucket.writer = pa.ipc.new_stream(bucket.sink, keyed_schema())
+            bucket.writer.write_table(table)
+            self.spilled_bytes += table.nbytes
+        self._buffered_bytes = 0
+
+    @staticmethod
+    def _close_writer(bucket: _Bucket) -> None:
+        if bucket.writer is not None:
+            bucket.writer.close()
+            bucket.sink.close()
+            bucket.writer = bucket.sink = None
+
+    # ------------------------------------------------------------ drain
+
+    def _finish_input(self) -> None:
+        if not self._finished:
+            self._partition_pending()
+            self._flush(self._buckets)
+            for bucket in self._buckets:
+                self._close_writer(bucket)
+            self._finished = True
+
+    def subtask_groups(self, index: int) -> Iterator[tuple[int, pa.RecordBatch]]:
+        """The blocks of subtask ``index``: ``(key group, sorted unique batch)``, key groups ascending.
+
+        Subtasks must be drained in ascending order, each once; a drained bucket's spill
+        file is deleted as soon as its blocks are out.
+        """
+        self._finish_input()
+        if index != self._drained:
+            raise ValueError(f"subtask {index} drained out of order (next is {self._drained})")
+        self._drained += 1
+        for bucket in self._buckets:
+            if bucket.subtask == index:
+                yield from self._drain(bucket)
+
+    def _drain(self, bucket: _Bucket) -> Iterator[tuple[int, pa.RecordBatch]]:
+        if bucket.rows == 0:
+            return
+        if bucket.bytes > self.bucket_bytes and bucket.width > 1:
+            yield from self._resplit(bucket)
+            return
+        table = self._load(bucket)
+        yield from sort_key_group_table(table, self.max_parallelism, self.duplicates)
+
+    def _load(self, bucket: _Bucket) -> pa.Table:
+        import pyarrow as pa
+
+        with pa.OSFile(bucket.path, "rb") as source:
+            table = pa.ipc.open_stream(source).read_all()
+        os.unlink(bucket.path)
+        return table
+
+    def _resplit(self, bucket: _Bucket) -> Iterator[tuple[int, pa.RecordBatch]]:
+        """Re-partition an oversized bucket into narrower ones, streaming, then drain those."""
+        import pyarrow as pa
+
+        parts = min(bucket.width, math.ceil(bucket.bytes / self.bucket_bytes) + 1)
+        subs = self._split_range(bucket.subtask, bucket.start, bucket.end, parts)
+        with pa.OSFile(bucket.path, "rb") as source:
+            reader = pa.ipc.open_stream(source)
+            for batch in reader:
+                self._partition(pa.Table.from_batches([batch]), subs)
+                if self._buffered_bytes >= self.buffer_bytes:
+                    self._flush(subs)
+        self._flush(subs)
+        os.unlink(bucket.path)
+        for sub in subs:
+            self._close_writer(sub)
+            yield from self._drain(sub)
+        self._lookups.pop(id(subs), None)
+
+
+def sort_key_group_table(
+    table: pa.Table, max_parallelism: int, duplicates: DuplicateMode = DuplicateMode.LAST
+) -> Iterator[tuple[int, pa.RecordBatch]]:
+    """Cut a keyed table into ``(key group, batch)`` blocks, key groups ascending, entries
+    sorted by (key, namespace, user key) and unique.
+
+    The sort is stable, so among equal entries arrival order decides (``LAST`` keeps the
+    last, ``CONCAT_LISTS`` appends list elements in arrival order).
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if table.num_rows == 0:
+        return
+    table = table.combine_chunks()
+    groups = pc.remainder(_column(table, "key_hash"), pa.scalar(max_parallelism, pa.uint32()))
+    if not _is_ascending(groups):
+        order = pc.sort_indices(groups)
+        table = table.take(order).combine_chunks()
+        groups = pc.take(groups, order)
+    if not _sorted_within_groups(table, groups):
+        with_group = table.append_column("__kg", groups)
+        order = pc.sort_indices(
+            with_group,
+            sort_keys=[("__kg", "ascending"), ("key", "ascending"), ("namespace", "ascending"),
+                       ("user_key", "ascending")],
+        )
+        table = table.take(order).combine_chunks()
+        groups = pc.take(groups, order)
+    table, groups = _resolve_duplicates(table, groups, duplicates)
+    batch = table.to_batches()[0] if table.num_rows else None
+    if batch is None:
+        return
+    runs = pc.run_end_encode(groups)
+    start = 0
+    for key_group, end in zip(runs.values.to_pylist(), runs.run_ends.to_pylist()):
+        yield int(key_group), batch.slice(start, end - start)
+        start = end
+
+
+def _is_ascending(values: pa.Array) -> bool:
+    import pyarrow.compute as pc
+
+    return len(values) < 2 or not pc.any(pc.greater(*_adjacent(values))).as_py()
+
+
+def _adjacent(column: Any) -> tuple[Any, Any]:
+    n = len(column)
+    return column.slice(0, n - 1), column.slice(1)
+
+
+def _sorted_within_groups(table: pa.Table, groups: pa.Array) -> bool:
+    """Whether each row is <= the next by (key, namespace, user key) wherever both share a key group."""
+    import pyarrow.compute as pc
+
+    if table.num_rows < 2:
+        return True
+    same_group = pc.equal(*_adjacent(groups))
+    ordered = None
+    for name in ("user_key", "namespace", "key"):
+        left, right = _adjacent(_column(table, name))
+        if name == "user_key":
+            ordered = pc.fill_null(pc.less_equal(left, right), True)
+        else:
+            assert ordered is not None
+            ordered = pc.or_(pc.less(left, right), pc.and_(pc.equal(left, right), ordered))
+    assert ordered is not None
+    return not pc.any(pc.and_(same_group, pc.invert(ordered))).as_py()
+
+
+def _column(table: pa.Table, name: str) -> pa.Array:
+    column = table.column(name)
+    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+
+
+def _equal_to_next(table: pa.Table, groups: pa.Array) -> pa.Array:
+    """Row i equals row i + 1 in (key group, key, namespace, user key); length n - 1."""
+    import pyarrow.compute as pc
+
+    same = pc.equal(*_adjacent(groups))
+    for name in ("key", "namespace", "user_key"):
+        left, right = _adjacent(_column(table, name))
+        equal = pc.fill_null(pc.equal(left, right), pc.and_(pc.is_null(left), pc.is_null(right)))
+        same = pc.and_(same, equal)
+    return same
+
+
+def _resolve_duplicates(table: pa.Table, groups: pa.Array, mode: DuplicateMode) -> tuple[pa.Table, pa.Array]:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if table.num_rows < 2:
+        return table, groups
+    same = _equal_to_next(table, groups)
+    if not pc.any(same).as_py():
+        return table, groups
+    keep = pa.concat_arrays([pc.invert(same), pa.array([True])])  # the last of each run
+    if mode is DuplicateMode.CONCAT_LISTS:
+        table = _concat_list_runs(table, same.to_pylist())
+    return table.filter(keep), groups.filter(keep)
+
+
+def _concat_list_runs(table: pa.Table, same: list[bool]) -> pa.Table:
+    """Give the last row of each run of equal entries the elements of the whole run."""
+    import pyarrow as pa
+
+    values = table.column("value").to_pylist()
+    merged = list(values)
+    run: list[bytes] = []
+    for i, value in enumerate(values):
+        run.append(value)
+        if i == len(same) or not same[i]:
+            if len(run) > 1:
+                merged[i] = encode_list([e for frame in run for e in decode_list(frame)])
+            run = []
+    index = table.schema.get_field_index("value")
+    return table.set_column(index, table.schema.field(index), pa.array(merged, pa.binary()))

@@ -1,0 +1,587 @@
+"""Offline rescale of a savepoint: a new parallelism, and a new max parallelism.
+
+Three actions per operator:
+
+* ``copy`` — parallelism and max parallelism unchanged: every file is copied byte for byte
+  (size and whole-file CRC verified while copying).
+* ``rescale`` — a new parallelism, same max parallelism: each new subtask's keyed file is
+  assembled from **whole key-group blocks** copied by byte range from the old files, in
+  key-group order; no entry is decoded. Every block's CRC is verified as it is read and
+  carried into the new index; each new file gets a new whole-file CRC. Operator state is
+  redistributed by mode (:mod:`statekit.writers.operator_state_redistribution`).
+* ``regroup`` — a new max parallelism: every entry's key group is recomputed from its stored
+  ``key_hash`` (``key_hash % M2``, vectorized), and entries are regrouped and re-sorted with
+  bounded memory (:class:`statekit.writers.key_group_sorter.KeyGroupSorter`).
+
+Guarantees: the source is only read; the output directory appears whole (``_metadata``
+last) or not at all, so a damaged source (bad block CRC, truncated file, wrong size) fails
+the whole rescale with nothing at the output. The output is a canonical savepoint.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from statekit.readers.savepoint_reader import SavepointReader
+from statekit.statefmt import layout
+from statekit.statefmt.errors import BadInputError, CorruptStateError, StateNotFoundError
+from statekit.statefmt.fileio import FileIO
+from statekit.statefmt.keygroups import (
+    KeyGroupRange,
+    check_parallelism,
+    compute_key_group_range_for_operator_index,
+)
+from statekit.statefmt.metadata import (
+    CheckpointMetadata,
+    OperatorMetadata,
+    SnapshotFormat,
+    SnapshotKind,
+    StateDescriptor,
+    StateFile,
+    SubtaskState,
+)
+from statekit.statefmt.statefile import IndexEntry
+from statekit.writers.key_group_sorter import DEFAULT_MEMORY_BUDGET, DuplicateMode, KeyGroupSorter
+from statekit.writers.operator_copy import copy_operator
+from statekit.writers.operator_state_redistribution import planned_operator_elements, redistribute_operator_state
+from statekit.writers.progress import Advance, ProgressFactory, no_progress
+from statekit.writers.staging import check_output_dir, staged_output_dir
+from statekit.writers.state_writer import commit_metadata, write_keyed_file, write_raw_keyed_file
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = [
+    "SubtaskPlan",
+    "OperatorStatePlan",
+    "OperatorPlan",
+    "RescaleReport",
+    "rescale_savepoint",
+    "plan_rescale",
+    "keyed_file_size",
+]
+
+COPY, RESCALE, REGROUP = "copy", "rescale", "regroup"
+_FILE_OVERHEAD: int = layout.STATE_FILE_HEADER.size + layout.STATE_FILE_FOOTER.size
+
+
+def keyed_file_size(block_bytes: int, blocks: int) -> int:
+    """Exact size of a state file holding ``blocks`` blocks of ``block_bytes`` bytes in total."""
+    entry_size: int = layout.INDEX_ENTRY.size
+    return _FILE_OVERHEAD + block_bytes + blocks * entry_size
+
+
+# ---------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class SubtaskPlan:
+    """Keyed state of one new subtask: its key-group range and what lands in it."""
+
+    index: int
+    key_group_range: KeyGroupRange
+    key_groups: int
+    bytes: int
+    entries: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"index": self.index, "key_group_range": self.key_group_range.to_list(),
+                "key_groups": self.key_groups, "bytes": self.bytes, "entries": self.entries}
+
+
+@dataclass(frozen=True)
+class OperatorStatePlan:
+    """One operator (non-keyed) state: its mode and the elements per new subtask."""
+
+    name: str
+    kind: str
+    elements: tuple[int, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": self.kind, "elements": list(self.elements)}
+
+
+@dataclass(frozen=True)
+class OperatorPlan:
+    """What rescale does (or did) to one operator.
+
+    ``subtasks`` sums the keyed state files of each new subtask (bytes are file sizes,
+    entries come from the block indexes). For ``regroup`` a plan's bytes are an estimate
+    (``bytes_estimated``); its entries are exact.
+    """
+
+    uid: str
+    action: str
+    old_parallelism: int
+    parallelism: int
+    old_max_parallelism: int
+    max_parallelism: int
+    keyed_states: tuple[str, ...]
+    subtasks: tuple[SubtaskPlan, ...]
+    operator_states: tuple[OperatorStatePlan, ...] = ()
+    bytes_estimated: bool = False
+
+    @property
+    def bytes(self) -> int:
+        return sum(s.bytes for s in self.subtasks)
+
+    @property
+    def entries(self) -> int:
+        return sum(s.entries for s in self.subtasks)
+
+    @property
+    def skew(self) -> float:
+        """Largest subtask's keyed bytes over the mean (1.0 = perfectly even)."""
+        sizes = [s.bytes for s in self.subtasks]
+        mean = sum(sizes) / len(sizes) if sizes else 0
+        return max(sizes) / mean if mean else 1.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "uid": self.uid, "action": self.action,
+            "parallelism": [self.old_parallelism, self.parallelism],
+            "max_parallelism": [self.old_max_parallelism, self.max_parallelism],
+            "keyed_states": list(self.keyed_states), "bytes": self.bytes, "entries": self.entries,
+            "bytes_estimated": self.bytes_estimated, "skew": round(self.skew, 4),
+            "subtasks": [s.to_json() for s in self.subtasks],
+            "operator_states": [s.to_json() for s in self.operator_states],
+        }
+
+
+@dataclass
+class RescaleReport:
+    """The plan (``dry_run``) or the outcome of a rescale."""
+
+    source: str
+    output: str | None
+    dry_run: bool
+    operators: list[OperatorPlan] = field(default_factory=list)
+    bytes_read: int = 0
+    bytes_written: int = 0
+    elapsed_s: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source": self.source, "output": self.output, "dry_run": self.dry_run,
+            "bytes_read": self.bytes_read, "bytes_written": self.bytes_written,
+            "elapsed_s": round(self.elapsed_s, 3),
+            "operators": [op.to_json() for op in self.operators],
+        }
+
+
+# ---------------------------------------------------------------- targets
+
+
+@dataclass(frozen=True)
+class _Target:
+    op: OperatorMetadata
+    parallelism: int
+    max_parallelism: int
+
+    @property
+    def action(self) -> str:
+        if self.parallelism == self.op.parallelism and self.max_parallelism == self.op.max_parallelism:
+            return COPY
+        if self.max_parallelism != self.op.max_parallelism and self.op.keyed:
+            return REGROUP
+        return RESCALE
+
+    def keyed_states(self) -> list[StateDescriptor]:
+        return [d for d in self.op.states if d.keyed]
+
+    def operator_states(self) -> list[StateDescriptor]:
+        return [d for d in self.op.states if not d.keyed]
+
+    def new_range(self, index: int) -> KeyGroupRange:
+        return compute_key_group_range_for_operator_index(self.max_parallelism, self.parallelism, index)
+
+
+def _targets(
+    reader: SavepointReader,
+    parallelism: int | None,
+    operator_parallelism: Mapping[str, int],
+    max_parallelism: int | None,
+) -> list[_Target]:
+    source = reader.path
+    if parallelism is None and not operator_parallelism and max_parallelism is None:
+        raise BadInputError("nothing to do: give -p N, --operator UID=N or --max-parallelism M", path=source)
+    uids = [op.uid for op in reader.operators]
+    for uid, p in operator_parallelism.items():
+        if uid not in uids:
+            raise StateNotFoundError(
+                f"--operator {uid}={p}: no operator with uid {uid!r} (operators: {', '.join(uids) or 'none'})",
+                path=source,
+            )
+    targets = []
+    for op in reader.operators:
+        named = op.uid in operator_parallelism
+        p = operator_parallelism[op.uid] if named else (
+            parallelism if parallelism is not None and op.keyed else op.parallelism
+        )
+        m = max_parallelism if max_parallelism is not None and (op.keyed or named) else op.max_parallelism
+        try:
+            check_parallelism(p, m)
+        except BadInputError as exc:
+            hint = " (raise it with --max-parallelism)" if p > m and max_parallelism is None else ""
+            raise BadInputError(f"operator {op.uid!r}: {exc}{hint}", path=source) from None
+        targets.append(_Target(op, p, m))
+    return targets
+
+
+# ---------------------------------------------------------------- plan
+
+
+@dataclass
+class _KeyedIndex:
+    """The block index of every old file of one keyed state."""
+
+    state: str
+    files: list[tuple[int, KeyGroupRange, StateFile, tuple[IndexEntry, ...]]]
+
+
+def _read_indexes(reader: SavepointReader, op: OperatorMetadata, state: str) -> _KeyedIndex:
+    files = []
+    for st in op.subtasks:
+        file = st.file_of(state)
+        if file is None:
+            continue
+        with reader.open_file(file) as source:
+            for entry in source.index:
+                if entry.key_group not in st.key_group_range:
+                    raise CorruptStateError(
+                        f"block outside the subtask's key-group range {st.key_group_range.to_list()}",
+                        path=source.path, key_group=entry.key_group,
+                    )
+            files.append((st.index, st.key_group_range, file, source.index))
+    return _KeyedIndex(state, files)
+
+
+def _plan_blocks(target: _Target, indexes: list[_KeyedIndex], action: str) -> OperatorPlan:
+    subtasks = []
+    for i in range(target.parallelism):
+        kg_range = target.new_range(i)
+        groups: set[int] = set()
+        size = entries = 0
+        for index in indexes:
+            if action == COPY and all(j != i for j, _, _, _ in index.files):
+                continue  # copied as is: no file stays no file
+            blocks = [e for _, _, _, es in index.files for e in es if e.key_group in kg_range]
+            groups.update(e.key_group for e in blocks)
+            size += keyed_file_size(sum(e.length for e in blocks), len(blocks))
+            entries += sum(e.entries for e in blocks)
+        subtasks.append(SubtaskPlan(i, kg_range, len(groups), size, entries))
+    return _operator_plan(target, action, subtasks)
+
+
+def _operator_plan(target: _Target, action: str, subtasks: list[SubtaskPlan], estimated: bool = False) -> OperatorPlan:
+    op = target.op
+    return OperatorPlan(
+        uid=op.uid, action=action, old_parallelism=op.parallelism, parallelism=target.parallelism,
+        old_max_parallelism=op.max_parallelism, max_parallelism=target.max_parallelism,
+        keyed_states=tuple(d.name for d in target.keyed_states()),
+        subtasks=tuple(subtasks),
+        operator_states=tuple(
+            OperatorStatePlan(d.name, d.kind.value, tuple(
+                [_entries(st, d.name) for st in op.subtasks] if action == COPY
+                else planned_operator_elements(op, d, target.parallelism)
+            ))
+            for d in target.operator_states()
+        ),
+        bytes_estimated=estimated,
+    )
+
+
+def _entries(subtask: SubtaskState, state: str) -> int:
+    file = subtask.file_of(state)
+    return file.entries if file else 0
+
+
+def _plan_regroup(reader: SavepointReader, target: _Target, on_progress: Advance | None) -> OperatorPlan:
+    """Exact entries per new subtask from every block's key_hash column; bytes estimated."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    m2, p2 = target.max_parallelism, target.parallelism
+    overhead = _block_overhead()
+    entries = [0] * p2
+    weight = [0.0] * p2
+    state_groups: list[list[set[int]]] = []
+    for descriptor in target.keyed_states():
+        groups: list[set[int]] = [set() for _ in range(p2)]
+        for _, batch, length in _read_blocks(reader, target.op, descriptor.name, on_progress):
+            new_groups = pc.remainder(batch.column("key_hash"), pa.scalar(m2, pa.uint32()))
+            owners = pc.divide(pc.multiply(new_groups.cast(pa.int64()), p2), m2)
+            counts = pc.value_counts(owners)
+            for item in counts.to_pylist():
+                entries[item["values"]] += item["counts"]
+                weight[item["values"]] += max(0, length - overhead) * item["counts"] / batch.num_rows
+            for g in pc.unique(new_groups).to_pylist():
+                groups[g * p2 // m2].add(g)
+        state_groups.append(groups)
+    subtasks = []
+    for i in range(p2):
+        n_states = len(state_groups)
+        blocks = sum(len(groups[i]) for groups in state_groups)
+        groups_union = set().union(*(groups[i] for groups in state_groups)) if state_groups else set()
+        size = n_states * _FILE_OVERHEAD + round(weight[i]) + blocks * (layout.INDEX_ENTRY.size + overhead)
+        subtasks.append(SubtaskPlan(i, target.new_range(i), len(groups_union), size, entries[i]))
+    return _operator_plan(target, REGROUP, subtasks, estimated=True)
+
+
+def _block_overhead() -> int:
+    """Bytes of an empty keyed block (IPC message metadata): a block's cost beyond its rows."""
+    import pyarrow as pa
+
+    from statekit.statefmt.statefile import encode_block, keyed_schema
+
+    return len(encode_block(pa.RecordBatch.from_pylist([], schema=keyed_schema())))
+
+
+def _read_blocks(
+    reader: SavepointReader, op: OperatorMetadata, state: str, on_progress: Advance | None
+) -> Iterator[tuple[int, pa.RecordBatch, int]]:
+    """(old key group, verified decoded block, block length) of every old file, in order."""
+    for st in op.subtasks:
+        file = st.file_of(state)
+        if file is None:
+            continue
+        with reader.open_file(file) as source:
+            for entry in source.index:
+                if entry.key_group not in st.key_group_range:
+                    raise CorruptStateError(
+                        f"block outside the subtask's key-group range {st.key_group_range.to_list()}",
+                        path=source.path, key_group=entry.key_group,
+                    )
+                batch = source.read_block(entry.key_group)
+                assert batch is not None
+                if on_progress:
+                    on_progress(file.path, entry.length)
+                yield entry.key_group, batch, entry.length
+
+
+def plan_rescale(
+    reader: SavepointReader,
+    *,
+    parallelism: int | None = None,
+    operator_parallelism: Mapping[str, int] | None = None,
+    max_parallelism: int | None = None,
+    on_progress: Advance | None = None,
+) -> list[OperatorPlan]:
+    """The plan of a rescale: per operator and new subtask, key-group range, bytes, entries.
+
+    Reads only block indexes, except for a new max parallelism, whose plan reads every
+    block's ``key_hash`` column to count entries exactly.
+    """
+    plans = []
+    for target in _targets(reader, parallelism, operator_parallelism or {}, max_parallelism):
+        action = target.action
+        if action == REGROUP:
+            plans.append(_plan_regroup(reader, target, on_progress))
+        else:
+            indexes = [_read_indexes(reader, target.op, d.name) for d in target.keyed_states()]
+            plans.append(_plan_blocks(target, indexes, action))
+    return plans
+
+
+# ---------------------------------------------------------------- execute
+
+
+def rescale_savepoint(
+    source: str,
+    output: str | None,
+    *,
+    parallelism: int | None = None,
+    operator_parallelism: Mapping[str, int] | None = None,
+    max_parallelism: int | None = None,
+    dry_run: bool = False,
+    storage_options: dict[str, Any] | None = None,
+    output_storage_options: dict[str, Any] | None = None,
+    spill_dir: str | None = None,
+    memory_budget: int = DEFAULT_MEMORY_BUDGET,
+    progress: ProgressFactory | None = None,
+) -> RescaleReport:
+    """Rescale the savepoint (or checkpoint) ``source`` into a new savepoint at ``output``.
+
+    Args:
+        source: savepoint/checkpoint directory, its ``_metadata``, or a job checkpoint dir.
+        output: a new directory (must not exist or be empty); local path or fsspec URL.
+            Optional with ``dry_run`` (checked when given).
+        parallelism: new parallelism of every keyed operator.
+        operator_parallelism: ``{uid: parallelism}`` for single operators (overrides ``parallelism``).
+        max_parallelism: new max parallelism (key-group count) of every keyed operator.
+        dry_run: only plan; read indexes (or key hashes), write nothing.
+        storage_options / output_storage_options: fsspec options of source / output.
+        spill_dir: where a max-parallelism change spills sorted runs (default: system temp).
+        memory_budget: bytes of entries a max-parallelism change holds in memory at once.
+        progress: opens a progress bar (``Output.progress``); advanced in bytes of work.
+
+    Raises:
+        BadInputError: bad parallelism, unknown uid, nothing to do, output not empty.
+        NotACheckpointError / IncompleteCheckpointError: the source is not a complete snapshot.
+        CorruptStateError: a source file fails its size or a checksum (nothing is written).
+    """
+    started = time.monotonic()
+    progress = progress or no_progress
+    reader = SavepointReader.read(source, storage_options=storage_options)
+    targets = _targets(reader, parallelism, operator_parallelism or {}, max_parallelism)
+    report = RescaleReport(source=reader.path, output=None, dry_run=dry_run)
+    if output is not None:
+        out_io, out_path = FileIO.for_path(output, output_storage_options)
+        check_output_dir(out_io, out_path)
+        report.output = out_io.url(out_path)
+    elif not dry_run:
+        raise BadInputError("give the output directory (-o OUT)", path=reader.path)
+    if dry_run:
+        regroup_bytes = sum(_keyed_bytes(t.op) for t in targets if t.action == REGROUP)
+        with progress("planning", total=regroup_bytes) as advance:
+            report.operators = plan_rescale(
+                reader, parallelism=parallelism, operator_parallelism=operator_parallelism,
+                max_parallelism=max_parallelism, on_progress=advance,
+            )
+        report.elapsed_s = time.monotonic() - started
+        return report
+    assert output is not None
+    work = sum(t.op.total_bytes + (_keyed_bytes(t.op) if t.action == REGROUP else 0) for t in targets)
+    with progress("rescaling", total=work) as advance, \
+            staged_output_dir(output, output_storage_options) as (io, directory):
+        job = _Job(reader, report, spill_dir, memory_budget, advance)
+        operators = tuple(job.operator(io, directory, target) for target in targets)
+        md = reader.metadata
+        metadata = CheckpointMetadata(
+            job_id=md.job_id, job_name=md.job_name, checkpoint_id=md.checkpoint_id,
+            kind=SnapshotKind.SAVEPOINT, format=SnapshotFormat.CANONICAL,
+            created_at_ms=CheckpointMetadata.now_ms(), operators=operators,
+            properties={**md.properties, "statekit.rescaled-from": reader.path},
+        )
+        commit_metadata(io, directory, metadata)
+    report.elapsed_s = time.monotonic() - started
+    return report
+
+
+def _keyed_bytes(op: OperatorMetadata) -> int:
+    keyed = {d.name for d in op.states if d.keyed}
+    return sum(f.size for st in op.subtasks for f in st.files if f.state in keyed)
+
+
+class _Job:
+    """Executes the targets of one rescale into a staged output directory."""
+
+    def __init__(self, reader: SavepointReader, report: RescaleReport, spill_dir: str | None,
+                 memory_budget: int, on_progress: Advance | None) -> None:
+        self.reader = reader
+        self.report = report
+        self.spill_dir = spill_dir
+        self.memory_budget = memory_budget
+        self.on_progress = on_progress
+        self._owed = 0.0
+
+    def _advance(self, name: str, amount: int) -> None:
+        self.report.bytes_read += amount
+        if self.on_progress:
+            self.on_progress(name, amount)
+
+    def _tick(self, name: str, amount: float) -> None:
+        """Progress of work that reads nothing (sorting and writing regrouped entries)."""
+        self._owed += amount
+        whole = int(self._owed)
+        if whole and self.on_progress:
+            self.on_progress(name, whole)
+        self._owed -= whole
+
+    def operator(self, io: FileIO, directory: str, target: _Target) -> OperatorMetadata:
+        op, action = target.op, target.action
+        p2 = target.parallelism
+        files: list[list[StateFile]] = [[] for _ in range(p2)]
+        written: dict[str, list[tuple[StateFile, set[int]]]] = {}
+        if action == COPY:
+            return self._copy(io, directory, target)
+        for descriptor in op.states:
+            if not descriptor.keyed:
+                new_files = redistribute_operator_state(
+                    self.reader, op, descriptor, p2, io, directory, on_bytes=self._advance
+                )
+            elif action == RESCALE:
+                written[descriptor.name] = self._rescale_state(io, directory, target, descriptor.name)
+                new_files = [f for f, _ in written[descriptor.name]]
+            else:
+                written[descriptor.name] = self._regroup_state(io, directory, target, descriptor.name)
+                new_files = [f for f, _ in written[descriptor.name]]
+            for i, f in enumerate(new_files):
+                files[i].append(f)
+        self.report.bytes_written += sum(f.size for fs in files for f in fs)
+        self.report.operators.append(self._outcome(target, action, written))
+        subtasks = tuple(SubtaskState(i, target.new_range(i), tuple(files[i])) for i in range(p2))
+        return replace(op, parallelism=p2, max_parallelism=target.max_parallelism, subtasks=subtasks)
+
+    def _outcome(self, target: _Target, action: str, written: dict[str, list[tuple[StateFile, set[int]]]]) -> OperatorPlan:
+        subtasks = []
+        for i in range(target.parallelism):
+            per_state = [w[i] for w in written.values()]
+            groups = set().union(*(g for _, g in per_state)) if per_state else set()
+            subtasks.append(SubtaskPlan(i, target.new_range(i), len(groups),
+                                        sum(f.size for f, _ in per_state), sum(f.entries for f, _ in per_state)))
+        return _operator_plan(target, action, subtasks)
+
+    def _copy(self, io: FileIO, directory: str, target: _Target) -> OperatorMetadata:
+        op = target.op
+        written: dict[str, list[tuple[StateFile, set[int]]]] = {}
+        for descriptor in target.keyed_states():
+            index = _read_indexes(self.reader, op, descriptor.name)
+            by_subtask = {i: (f, {e.key_group for e in entries}) for i, _, f, entries in index.files}
+            empty = StateFile(descriptor.name, "", 0, "", 0)
+            written[descriptor.name] = [by_subtask.get(i, (empty, set())) for i in range(op.parallelism)]
+        copied = copy_operator(self.reader, op, io, directory, on_bytes=self._advance)
+        self.report.bytes_written += copied.total_bytes
+        self.report.operators.append(self._outcome(target, COPY, written))
+        return copied
+
+    def _rescale_state(self, io: FileIO, directory: str, target: _Target, state: str) -> list[tuple[StateFile, set[int]]]:
+        index = _read_indexes(self.reader, target.op, state)
+        out = []
+        for i in range(target.parallelism):
+            kg_range = target.new_range(i)
+            groups: set[int] = set()
+            relative = layout.state_file_path(target.op.uid, state, i, target.parallelism)
+            blocks = self._blocks_in(index, kg_range, groups)
+            out.append((write_raw_keyed_file(io, directory, relative, state, blocks), groups))
+        return out
+
+    def _blocks_in(self, index: _KeyedIndex, kg_range: KeyGroupRange, groups: set[int]) -> Iterator[tuple[IndexEntry, bytes]]:
+        """The verified blocks of ``kg_range`` from the old files that overlap it, in key-group order."""
+        for _, old_range, file, entries in index.files:
+            wanted = [e.key_group for e in entries if e.key_group in kg_range]
+            if not wanted:
+                continue
+            with self.reader.open_file(file) as source:
+                for entry, data in source.iter_raw_blocks(wanted):
+                    groups.add(entry.key_group)
+                    self._advance(file.path, entry.length)
+                    yield entry, data
+
+    def _regroup_state(self, io: FileIO, directory: str, target: _Target, state: str) -> list[tuple[StateFile, set[int]]]:
+        op = target.op
+        expected = sum(f.size for st in op.subtasks for f in st.files if f.state == state)
+        out = []
+        with KeyGroupSorter(target.max_parallelism, target.parallelism, memory_budget=self.memory_budget,
+                            expected_bytes=expected, duplicates=DuplicateMode.LAST,
+                            spill_dir=self.spill_dir) as sorter:
+            for _, batch, _ in _read_blocks(self.reader, op, state, self._advance):
+                sorter.add(batch)
+            per_row = expected / max(1, sorter.rows_in)
+            for i in range(target.parallelism):
+                groups: set[int] = set()
+                relative = layout.state_file_path(op.uid, state, i, target.parallelism)
+                blocks = _recording(sorter.subtask_groups(i), groups, lambda rows: self._tick(state, rows * per_row))
+                out.append((write_keyed_file(io, directory, relative, state, blocks), groups))
+        return out
+
+
+def _recording(blocks: Iterator[tuple[int, pa.RecordBatch]], groups: set[int],
+               on_rows: Callable[[int], None]) -> Iterator[tuple[int, pa.RecordBatch]]:
+    for key_group, batch in blocks:
+        groups.add(key_group)
+        on_rows(batch.num_rows)
+        yield key_group, batch
