@@ -169,7 +169,8 @@ def _job_list(console: Any, r: Any) -> None:
     from rich import box
     from rich.table import Table
 
-    table = Table(title=None if r.include_all else "Running jobs", title_justify="left", box=box.SIMPLE_HEAD)
+    table = Table(title=None if r.include_all else "Running jobs", title_justify="left", box=box.SIMPLE_HEAD,
+                  show_edge=False, pad_edge=False)
     table.add_column("job id", no_wrap=True, min_width=32)
     table.add_column("name")
     table.add_column("state")

@@ -29,6 +29,7 @@ import shutil
 import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -55,6 +56,8 @@ __all__ = [
     "DifferenceSink",
     "DIFF_COLUMNS",
     "hive_partition_dir",
+    "open_progress",
+    "ProgressFactory",
 ]
 
 CHUNK_ROWS = 65536
@@ -65,6 +68,7 @@ _DESCRIPTOR_FIELDS = ("kind", "value_serializer", "value_type", "user_key_serial
                       "namespace_serializer", "ttl_ms")
 _SERIALIZER_FIELDS = ("kind", "value_serializer", "user_key_serializer", "namespace_serializer")
 Progress = Callable[[str, int], None]
+ProgressFactory = Callable[..., AbstractContextManager[Progress]]
 
 
 # ---------------------------------------------------------------- results
@@ -248,7 +252,8 @@ def _state_pairs(uid: str, op_a: OperatorMetadata | None, op_b: OperatorMetadata
     for name in names:
         da, db = states_a.get(name), states_b.get(name)
         if da is None or db is None:
-            changes.append(StructuralChange("state_added" if da is None else "state_removed", uid, name))
+            if op_a is not None and op_b is not None:  # a new or dropped operator is listed once
+                changes.append(StructuralChange("state_added" if da is None else "state_removed", uid, name))
         else:
             for f in _DESCRIPTOR_FIELDS:
                 va, vb = getattr(da, f), getattr(db, f)
@@ -326,9 +331,8 @@ class DifferenceSink:
         assert codec is not None
         out: dict[str, list[Any]] = {"change": rows.column("change").to_pylist()}
         out["key"] = _texts(rows.column("key"), codec.key)
-        namespaces = rows.column("namespace").combine_chunks()
-        decoded_ns = _texts(namespaces, codec.namespace)
-        out["namespace"] = [None if not raw else text for raw, text in zip(namespaces.to_pylist(), decoded_ns)]
+        out["namespace"] = [None if not raw else to_json_text(codec.decode_namespace(raw))
+                            for raw in rows.column("namespace").to_pylist()]
         out["user_key"] = _texts(rows.column("user_key"), codec.user_key)
         out["value_a"] = _value_texts(rows.column("value_a"), self.codec_a)
         out["value_b"] = _value_texts(rows.column("value_b"), self.codec_b)
@@ -380,7 +384,7 @@ def join_chunk(a: pa.Table, b: pa.Table, identity: list[str], counts: _Counts, s
     joined = left.join(right, keys=identity, join_type="full outer")
     in_a, in_b = pc.is_valid(joined.column("value_a")), pc.is_valid(joined.column("value_b"))
     both = pc.and_(in_a, in_b)
-    changed = pc.and_(both, pc.not_equal(joined.column("value_a"), joined.column("value_b")))
+    changed = pc.fill_null(pc.and_(both, pc.not_equal(joined.column("value_a"), joined.column("value_b"))), False)
     n_both = pc.sum(both.cast(pa.int64())).as_py() or 0
     n_changed = pc.sum(changed.cast(pa.int64())).as_py() or 0
     counts.only_in_a += joined.num_rows - (pc.sum(in_b.cast(pa.int64())).as_py() or 0)
@@ -647,7 +651,7 @@ def diff_savepoints(
     output: str | None = None,
     trust_pickle: bool = False,
     storage_options: dict[str, Any] | None = None,
-    on_progress: Progress | None = None,
+    progress: ProgressFactory | None = None,
 ) -> SavepointDiff:
     """Diff savepoint ``a`` (before) with ``b`` (after) on this machine.
 
@@ -660,15 +664,22 @@ def diff_savepoints(
             (Hive-partitioned by ``operator_uid`` and ``state_name``).
         trust_pickle: allow decoding pickle state (for ``keys``/``output``).
         storage_options: fsspec options for both savepoints and the output.
-        on_progress: called with (state, 1) after each state.
+        progress: ``Output.progress``-like factory, advanced once per state.
     """
     if limit < 0:
         raise BadInputError(f"--limit must not be negative, got {limit}")
     ra, rb = open_pair(a, b, trust_pickle, storage_options)
     plan = plan_diff(ra, rb, operator, state)
-    with DiffOutput.open(output, storage_options) as out:
-        states = tuple(_diff_state(ra, rb, pair, keys, limit, out, on_progress) for pair in plan.pairs)
+    with DiffOutput.open(output, storage_options) as out, open_progress(progress, len(plan.pairs)) as advance:
+        states = tuple(_diff_state(ra, rb, pair, keys, limit, out, advance) for pair in plan.pairs)
     return SavepointDiff(ra.path, rb.path, "local", plan.structural, states, out.url if out.url else None)
+
+
+def open_progress(factory: ProgressFactory | None, total: int) -> AbstractContextManager[Progress]:
+    """The progress of comparing ``total`` states (a no-op without a factory)."""
+    if factory is None:
+        return nullcontext(lambda _name, _amount: None)
+    return factory(f"comparing {total} state(s)", total=total, unit="items")
 
 
 def decode_needed(keys: bool, out: DiffOutput) -> bool:
@@ -676,14 +687,13 @@ def decode_needed(keys: bool, out: DiffOutput) -> bool:
 
 
 def _diff_state(ra: SavepointReader, rb: SavepointReader, pair: StatePair, keys: bool, limit: int,
-                out: DiffOutput, on_progress: Progress | None) -> StateDiff:
+                out: DiffOutput, advance: Progress) -> StateDiff:
     reason = pair.incomparable_reason()
     if reason is not None:
         result = StateDiff(pair.uid, pair.name, pair.descriptor.kind.value, "incomparable", reason=reason)
     else:
         result = _compare(ra, rb, pair, keys, limit, out)
-    if on_progress is not None:
-        on_progress(f"{pair.uid}/{pair.name}", 1)
+    advance(f"{pair.uid}/{pair.name}", 1)
     return result
 
 
@@ -721,14 +731,18 @@ def _compare(ra: SavepointReader, rb: SavepointReader, pair: StatePair, keys: bo
 
 
 class DiffOutput:
-    """The ``-o`` directory: appears whole when the diff finishes, nothing when it fails."""
+    """The ``-o`` directory: appears whole when the diff finishes, nothing when it fails.
+
+    Local disks: written in a hidden sibling directory and renamed into place. Object
+    stores: written in place and removed again on failure.
+    """
 
     def __init__(self, url: str | None, storage_options: dict[str, Any] | None) -> None:
         self.url = url
         self.storage_options = storage_options
         self.io: Any = None
         self.directory = ""
-        self._stage: Any = None
+        self._final = ""
 
     @property
     def enabled(self) -> bool:
@@ -739,20 +753,35 @@ class DiffOutput:
         return cls(url, storage_options)
 
     def __enter__(self) -> DiffOutput:
-        if self.url is not None:
-            from statekit.writers.staging import staged_output_dir
+        if self.url is None:
+            return self
+        from statekit.statefmt.fileio import FileIO
 
-            from statekit.statefmt.fileio import FileIO
-
-            io, final = FileIO.for_path(self.url, self.storage_options)
-            self._stage = staged_output_dir(self.url, self.storage_options)
-            self.io, self.directory = self._stage.__enter__()
-            self.url = io.url(final)
+        self.io, self._final = FileIO.for_path(self.url, self.storage_options)
+        self.url = self.io.url(self._final)
+        if self.io.exists(self._final) and (not self.io.isdir(self._final) or self.io.list_dir(self._final)):
+            raise BadInputError("output exists and is not an empty directory; choose a new path", path=self.url)
+        if self.io.is_local:
+            parent, name = posixpath.split(self._final)
+            if not os.path.isdir(parent):
+                raise BadInputError("the output's parent directory does not exist", path=self.url)
+            self.directory = posixpath.join(parent, f".{name}.inprogress-{os.urandom(6).hex()}")
+        else:
+            self.directory = self._final
+        self.io.makedirs(self.directory)
         return self
 
-    def __exit__(self, *exc: Any) -> None:
-        if self._stage is not None:
-            self._stage.__exit__(*exc)
+    def __exit__(self, exc_type: Any, *_: Any) -> None:
+        if self.url is None:
+            return
+        if exc_type is not None:
+            if self.io.exists(self.directory):
+                self.io.rm(self.directory, recursive=True)
+            return
+        if self.io.is_local:
+            if self.io.exists(self._final):
+                os.rmdir(self._final)  # empty, checked on entry
+            self.io.rename(self.directory, self._final)
 
     def state_writer(self, uid: str, state: str) -> Any:
         return _StateWriter(self, uid, state)

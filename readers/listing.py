@@ -90,19 +90,19 @@ def _describe(io: FileIO, info: FileInfo, job_id: str, now: float) -> Checkpoint
     kind = "checkpoint" if checkpoint_id is not None else "savepoint" if info.name.startswith(layout.SAVEPOINT_DIR_PREFIX) else "unknown"
     size = io.du(info.path)
     metadata_path = posixpath.join(info.path, layout.METADATA_FILE)
-    base = dict(path=io.url(info.path), job_id=job_id, checkpoint_id=checkpoint_id, kind=kind, size=size)
+    def unread(status: str, problem: str, fmt: str = "", age: float | None = None) -> CheckpointListing:
+        return CheckpointListing(path=io.url(info.path), job_id=job_id, checkpoint_id=checkpoint_id, status=status,
+                                 kind=kind, format=fmt, size=size, created_at_ms=None, age_s=age, problem=problem)
+
     if not io.isfile(metadata_path):
-        age = now - info.mtime if info.mtime else None
-        return CheckpointListing(**base, status="incomplete", format="", created_at_ms=None, age_s=age,
-                                 problem="no _metadata")
+        return unread("incomplete", "no _metadata", age=now - info.mtime if info.mtime else None)
     data = io.read_bytes(metadata_path)
     if is_flink_metadata_bytes(data[:4]):
-        return CheckpointListing(**base, status="flink", format="flink", created_at_ms=None, age_s=None,
-                                 problem="Apache Flink snapshot")
+        return unread("flink", "Apache Flink snapshot", fmt="flink")
     try:
         md = parse_metadata(data, source=io.url(metadata_path))
     except StatekitError as exc:
-        return CheckpointListing(**base, status="damaged", format="", created_at_ms=None, age_s=None, problem=str(exc))
+        return unread("damaged", str(exc))
     return CheckpointListing(
         path=io.url(info.path),
         job_id=md.job_id,

@@ -13,22 +13,24 @@ Invariants:
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
 import sys
 import tempfile
 import threading
+import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from statekit.statefmt import errors
-from statekit.statefmt.errors import StatekitError
+from statekit.statefmt.errors import BadInputError, StatekitError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["get_spark", "stop_spark", "spark_log_path", "spark_errors", "SparkJobError", "DEFAULT_MASTER", "QUIET_LOG4J2"]
+__all__ = ["get_spark", "stop_spark", "spark_log_path", "spark_errors", "SparkJobError", "OutputDir", "DEFAULT_MASTER", "QUIET_LOG4J2"]
 
 DEFAULT_MASTER = "local[*]"
 
@@ -46,6 +48,7 @@ logger.repl.level = error
 
 _LOCK = threading.Lock()
 _SESSION: SparkSession | None = None
+_KEEP_LOG = False
 
 
 def _base_conf(master: str, verbose: bool) -> dict[str, str]:
@@ -145,9 +148,19 @@ def _start(master: str, conf: Mapping[str, str], verbose: bool) -> SparkSession:
         from pyspark.java_gateway import launch_gateway
 
         log = open(spark_log_path(), "wb")  # noqa: SIM115 - lives as long as the JVM
+        atexit.register(_remove_log)
         gateway = launch_gateway(spark_conf, popen_kwargs={"stdout": log, "stderr": log})  # type: ignore[no-untyped-call]
         SparkContext._ensure_initialized(gateway=gateway, conf=spark_conf)
     return SparkSession.builder.config(conf=spark_conf).getOrCreate()
+
+
+def _remove_log() -> None:
+    """The JVM log is kept only when a Spark job failed (the error message names it)."""
+    if not _KEEP_LOG:
+        try:
+            os.unlink(spark_log_path())
+        except OSError:
+            pass
 
 
 def spark_log_path() -> str:
@@ -210,6 +223,8 @@ def spark_errors(verbose: bool = False) -> Iterator[None]:
             cls = getattr(errors, name, None)
             if isinstance(cls, type) and issubclass(cls, StatekitError):
                 raise _rebuild(cls, message.strip()) from exc
+        global _KEEP_LOG
+        _KEEP_LOG = True
         first = next((line.strip() for line in text.splitlines() if line.strip()), type(exc).__name__)
         hint = f"; Spark's log: {spark_log_path()}" if not verbose else ""
         raise SparkJobError(f"Spark job failed: {first[:300]}{hint}") from exc
@@ -222,3 +237,113 @@ def _is_spark_exception(exc: BaseException) -> bool:
 
 def _rebuild(cls: type[StatekitError], message: str) -> StatekitError:
     return cls(message)
+
+
+# ---------------------------------------------------------------- the output directory
+
+
+class OutputDir:
+    """The export target and its hidden staging sibling, on the local disk or a Hadoop filesystem."""
+
+    def __init__(self, url: str, spark: SparkSession | None = None) -> None:
+        self.url = url
+        self._spark = spark
+
+    @classmethod
+    def for_url(cls, spark: SparkSession, url: str) -> OutputDir:
+        if not url:
+            raise BadInputError("empty output path")
+        if "://" not in url or url.startswith("file://"):
+            return _LocalOutputDir(os.path.abspath(url.removeprefix("file://")))
+        return _HadoopOutputDir(url.rstrip("/"), spark)
+
+    def join(self, directory: str, relative: str) -> str:
+        return f"{directory.rstrip('/')}/{relative}"
+
+    def staging_name(self) -> str:
+        parent, name = self.url.rstrip("/").rsplit("/", 1)
+        return f"{parent}/.{name}.inprogress-{uuid.uuid4().hex[:12]}"
+
+    @contextmanager
+    def staged(self) -> Iterator[str]:
+        """Yield the staging directory; publish it as the output on a clean exit, else remove it."""
+        self.check()
+        staging = self.staging_name()
+        try:
+            yield staging
+            self.publish(staging)
+        except BaseException:
+            self.remove(staging)
+            raise
+
+    def check(self) -> None:
+        raise NotImplementedError
+
+    def publish(self, staging: str) -> None:
+        raise NotImplementedError
+
+    def remove(self, path: str) -> None:
+        raise NotImplementedError
+
+    def count(self, staging: str, relative: str) -> tuple[int | None, int | None]:
+        return None, None
+
+
+class _LocalOutputDir(OutputDir):
+    def check(self) -> None:
+        if os.path.exists(self.url):
+            if not os.path.isdir(self.url):
+                raise BadInputError("output exists and is a file", path=self.url)
+            if os.listdir(self.url):
+                raise BadInputError("output directory exists and is not empty; choose a new path", path=self.url)
+        parent = os.path.dirname(self.url)
+        if not os.path.isdir(parent):
+            raise BadInputError("the output's parent directory does not exist", path=self.url)
+
+    def publish(self, staging: str) -> None:
+        if os.path.isdir(self.url):
+            os.rmdir(self.url)  # empty, checked before the export
+        os.replace(staging, self.url)
+
+    def remove(self, path: str) -> None:
+        import shutil
+
+        shutil.rmtree(path, ignore_errors=True)
+
+    def count(self, staging: str, relative: str) -> tuple[int | None, int | None]:
+        import pyarrow.parquet as pq
+
+        directory = os.path.join(staging, relative)
+        files = [f for f in sorted(os.listdir(directory)) if f.endswith(".parquet")]
+        return sum(pq.ParquetFile(os.path.join(directory, f)).metadata.num_rows for f in files), len(files)
+
+
+class _HadoopOutputDir(OutputDir):
+    """Publishing through Hadoop's FileSystem (atomic on HDFS; a copy on object stores)."""
+
+    def _fs_path(self, url: str) -> tuple[Any, Any]:
+        assert self._spark is not None
+        jvm = self._spark.sparkContext._jvm
+        assert jvm is not None
+        path = jvm.org.apache.hadoop.fs.Path(url)
+        return path.getFileSystem(self._spark.sparkContext._jsc.hadoopConfiguration()), path
+
+    def check(self) -> None:
+        with spark_errors():
+            fs, path = self._fs_path(self.url)
+            if fs.exists(path) and (not fs.getFileStatus(path).isDirectory() or fs.listStatus(path)):
+                raise BadInputError("output exists and is not an empty directory; choose a new path", path=self.url)
+
+    def publish(self, staging: str) -> None:
+        fs, path = self._fs_path(self.url)
+        if fs.exists(path):
+            fs.delete(path, True)
+        if not fs.rename(self._fs_path(staging)[1], path):
+            raise BadInputError("cannot publish the export (rename failed)", path=self.url)
+
+    def remove(self, path: str) -> None:
+        try:
+            fs, hadoop_path = self._fs_path(path)
+            fs.delete(hadoop_path, True)
+        except Exception:  # noqa: BLE001 - best effort cleanup after a failure
+            pass

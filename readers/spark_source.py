@@ -38,7 +38,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -116,9 +116,9 @@ def read_state(
     *,
     storage_options: dict[str, Any] | None = None,
     partitions: int | None = None,
-    **options: str,
+    options: Mapping[str, str] | None = None,
 ) -> DataFrame:
-    """``spark.read.format("statekit")`` with at least two read tasks per core."""
+    """``spark.read.format("statekit")`` with at least two read tasks per core (``partitions`` sets the minimum)."""
     reader = spark.read.format(FORMAT_NAME)
     if operator:
         reader = reader.option("operator", operator)
@@ -128,7 +128,7 @@ def read_state(
         reader = reader.option("storageOptions", json.dumps(storage_options))
     wanted = partitions or 2 * spark.sparkContext.defaultParallelism
     reader = reader.option("minPartitions", str(wanted))
-    for key, value in options.items():
+    for key, value in (options or {}).items():
         reader = reader.option(key, value)
     return reader.load(path)
 

@@ -106,7 +106,8 @@ def create_keyed_backend(name: str, scope: SubtaskScope, *, working_dir: str | N
     if name == "rocksdb":
         from statekit.runtime.backend_rocksdb import RocksDBKeyedStateBackend
 
-        return RocksDBKeyedStateBackend(scope, working_dir=working_dir)
+        backend: KeyedStateBackend = RocksDBKeyedStateBackend(scope, working_dir=working_dir)
+        return backend
     raise BadInputError(f"unknown state backend {name!r}; use one of {', '.join(BACKEND_NAMES)}")
 
 

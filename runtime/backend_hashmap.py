@@ -212,7 +212,7 @@ class _ListState(_KeyedHandle, ListState[Any]):
     def _owned(self) -> list[Any] | None:
         key = self._backend.current_key
         current = self._data.get(key)
-        return None if current is None else self._table.own(key, current)  # type: ignore[no-any-return]
+        return None if current is None else self._table.own(key, current)
 
     def get(self) -> list[Any]:
         current = self._owned()

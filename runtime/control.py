@@ -47,7 +47,7 @@ from statekit.statefmt.errors import (
 )
 
 if TYPE_CHECKING:
-    from statekit.runtime.job import JobHandle
+    from statekit.runtime.job import JobHandle, JobStatus
     from statekit.runtime.rest import JobRestServer
     from statekit.runtime.run_options import RunOptions
 
@@ -273,18 +273,20 @@ class _Supervisor:
         ).start()
         with self._lock:
             self.servers.append(server)
+        status = handle.status
         self.registry.update(handle.job_id, name=handle.job_name, host="127.0.0.1", port=server.port,
-                             checkpoint_dir=handle.checkpoint_dir, status=handle.status.value,
+                             checkpoint_dir=handle.checkpoint_dir, status=status.value,
                              start_time_ms=handle.start_time_ms)
-        watcher = threading.Thread(target=self._watch, args=(handle,), name=f"registry-{handle.job_id[:6]}", daemon=True)
+        watcher = threading.Thread(target=self._watch, args=(handle, status), name=f"registry-{handle.job_id[:6]}",
+                                   daemon=True)
         watcher.start()
         with self._lock:
             self.watchers.append(watcher)
         if self.on_submitted is not None:
             self.on_submitted(handle.job_id, handle.job_name)
 
-    def _watch(self, handle: JobHandle) -> None:
-        recorded = handle.status
+    def _watch(self, handle: JobHandle, recorded: JobStatus) -> None:
+        """Record every status change of ``handle`` in the registry until it is terminal."""
         while True:
             status = handle.wait(0.1)
             if status != recorded or status.is_terminal:
@@ -441,6 +443,8 @@ def submit_detached(job_file: str, options: RunOptions, *, startup_timeout: floa
     Raises:
         JobFailedError: The process died (or the job failed) before the job ran; the
             message ends with the log tail.
+        BadInputError: The same, when the background ``statekit run`` exited 2 (bad input,
+            e.g. a restore that does not fit the job).
         StatekitError: Bad options (checked before anything starts).
     """
     validate_run(job_file, options)
@@ -462,13 +466,19 @@ def submit_detached(job_file: str, options: RunOptions, *, startup_timeout: floa
         ):
             return RunResult(job_id=job_id, name=entry.name, state=entry.status, detached=True, log_path=log_path)
         if entry is not None and entry.status == "FAILED":
-            raise JobFailedError(f"job {job_id} failed: {entry.failure or 'see the log'}; {_log_tail(log_path)}")
+            try:
+                code = process.wait(FETCH_GRACE_S)
+            except subprocess.TimeoutExpired:
+                code = None
+            error = BadInputError if code == 2 else JobFailedError
+            raise error(f"job {job_id} failed: {entry.failure or 'see the log'}; {_log_tail(log_path)}")
         code = process.poll()
         if code is not None:
             entry = _try_get(registry, job_id)
             if entry is not None and entry.status in ("FINISHED", "CANCELED"):
                 return RunResult(job_id=job_id, name=entry.name, state=entry.status, detached=True, log_path=log_path)
-            raise JobFailedError(f"job {job_id} exited with code {code} before it ran; {_log_tail(log_path)}")
+            error = BadInputError if code == 2 else JobFailedError
+            raise error(f"job {job_id} exited with code {code} before it ran; {_log_tail(log_path)}")
         if time.monotonic() > deadline:
             process.terminate()
             raise JobFailedError(f"job {job_id} did not start within {startup_timeout:.0f} s and was terminated; "

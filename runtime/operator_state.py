@@ -123,14 +123,14 @@ class DefaultOperatorStateStore(OperatorStateStore):
         if handle is None:
             handle = _OperatorListState(self._register(descriptor.to_metadata(kind)))
             self._handles[descriptor.name] = handle
-        return handle  # type: ignore[no-any-return]
+        return handle
 
     def get_broadcast_state(self, descriptor: MapStateDescriptor) -> BroadcastState:
         handle = self._handles.get(descriptor.name)
         if handle is None:
             handle = _BroadcastState(self._register(descriptor.to_metadata(StateKind.BROADCAST)))
             self._handles[descriptor.name] = handle
-        return handle  # type: ignore[no-any-return]
+        return handle
 
     def descriptors(self) -> list[StateDescriptor]:
         """Every operator state held (registered or restored), in name order."""

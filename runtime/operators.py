@@ -86,7 +86,7 @@ class Output(Collector):
     """A collector whose ``collect`` is the next step (a chained operator or a writer)."""
 
     def __init__(self, collect: Callable[[Any], None]) -> None:
-        self.collect = collect  # type: ignore[method-assign]
+        self.collect = collect  # type: ignore[method-assign,assignment]
 
     def collect(self, value: Any) -> None:  # shadowed per instance by the next step
         raise NotImplementedError
@@ -245,7 +245,7 @@ class StreamOperator:
 
     # ------------------------------------------------------------ lifecycle
 
-    def setup(self, ctx: OperatorContext, output: Collector) -> None:
+    def setup(self, ctx: OperatorContext, output: Output) -> None:
         """Bind to a subtask and the next step of the chain."""
         self.ctx = ctx
         self.output = output

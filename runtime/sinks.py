@@ -95,7 +95,7 @@ class FileSink(SinkFunction, CheckpointedFunction, CheckpointListener):
             self._recover(restored)
 
     def _recover(self, restored: list[dict[str, Any]]) -> None:
-        for entry in sorted(restored, key=lambda e: (e["checkpoint"], e["final"])):
+        for entry in sorted(restored, key=lambda e: (int(e["checkpoint"]), str(e["final"]))):
             self._commit(entry)
         for name in os.listdir(self.directory):
             if self._is_ours(name):
@@ -120,7 +120,7 @@ class FileSink(SinkFunction, CheckpointedFunction, CheckpointListener):
             part.close()
             checkpoint_id = ctx.checkpoint_id
             tail = f"{self.subtask}-{self.writer_id}-{self.sequence}"
-            entry = {
+            entry: dict[str, Any] = {
                 "checkpoint": checkpoint_id,
                 "pending": f".{self.prefix}-pending-{checkpoint_id}-{tail}",
                 "final": f"{self.prefix}-{checkpoint_id:08d}-{tail}{self.suffix}",
@@ -139,7 +139,7 @@ class FileSink(SinkFunction, CheckpointedFunction, CheckpointListener):
         self.pending = [e for e in self.pending if e["checkpoint"] > checkpoint_id]
 
     def _commit(self, entry: dict[str, Any]) -> None:
-        pending, final = self._path(entry["pending"]), self._path(entry["final"])
+        pending, final = self._path(str(entry["pending"])), self._path(str(entry["final"]))
         if os.path.exists(pending):
             os.replace(pending, final)
         elif not os.path.exists(final):

@@ -245,15 +245,15 @@ class StateCodec:
             assert self.user_key is not None
             user_keys = deserialize_many(self.user_key, columns["user_key"], "user key", source)
             values = deserialize_many(self.value, columns["value"], "value", source)
-            for entry in zip(keys, user_keys, values, namespaces, expiries):
-                yield MapStateEntry(*entry)
+            for k, uk, v, ns, exp in zip(keys, user_keys, values, namespaces, expiries):
+                yield MapStateEntry(k, uk, v, ns, exp)
             return
         if self.descriptor.kind is StateKind.LIST:
             values = [self.decode_value(v) for v in columns["value"]]
         else:
             values = deserialize_many(self.value, columns["value"], "value", source)
-        for entry in zip(keys, namespaces, values, expiries):
-            yield KeyedStateEntry(*entry)
+        for k, ns, v, exp in zip(keys, namespaces, values, expiries):
+            yield KeyedStateEntry(k, ns, v, exp)
 
     def decode_operator_batch(self, batch: pa.RecordBatch) -> list[Any]:
         columns = batch.to_pydict()

@@ -89,8 +89,8 @@ class FileIO:
 
     def _info(self, raw: dict[str, Any]) -> FileInfo:
         name = raw["name"].rstrip("/")
-        mtime = raw.get("mtime") or raw.get("LastModified") or raw.get("created")
-        if hasattr(mtime, "timestamp"):
+        mtime: Any = raw.get("mtime") or raw.get("LastModified") or raw.get("created")
+        if mtime is not None and hasattr(mtime, "timestamp"):
             mtime = mtime.timestamp()
         return FileInfo(
             path=name,

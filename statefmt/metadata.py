@@ -290,7 +290,7 @@ class _Parser:
         try:
             return enum_type(value)
         except ValueError:
-            allowed = ", ".join(str(m.value) for m in enum_type)  # type: ignore[attr-defined]
+            allowed = ", ".join(str(m.value) for m in enum_type)
             raise self.fail(f"{where} is {value!r}, expected one of {allowed}") from None
 
     def checkpoint(self, raw: Any) -> CheckpointMetadata:

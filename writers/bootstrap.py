@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import inspect
 import posixpath
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -251,30 +252,47 @@ def _one_line(exc: BaseException) -> str:
 
 def _iter_batches(dataset: ds.Dataset, io: FileIO, files: list[FileInfo], fmt: str, columns: list[str],
                   batch_size: int, on_progress: Advance) -> Iterator[pa.RecordBatch]:
+    """Input batches of ``columns``, file by file, with bounded read-ahead.
+
+    Parquet is read with ``ParquetFile.iter_batches`` (decodes pages incrementally; a
+    dataset scan would decode a whole row group at once); CSV and JSON lines stream
+    through the dataset scanner block by block.
+    """
     import pyarrow as pa
 
+    if fmt == "parquet":
+        yield from _parquet_batches(io, files, columns, batch_size, on_progress)
+        return
     sizes = {f.path: f.size for f in files}
     for fragment in dataset.get_fragments():
         path = fragment.path
-        size = sizes.get(path, 0)
-        rows_total = None
-        if fmt == "parquet":
-            try:
-                rows_total = fragment.metadata.num_rows
-            except (AttributeError, pa.ArrowException):
-                rows_total = None
-        done = 0
         try:
-            for batch in fragment.to_batches(schema=dataset.schema, columns=columns, batch_size=batch_size):
-                yield batch
-                if rows_total:
-                    step = size * batch.num_rows // rows_total
-                    on_progress(path, step)
-                    done += step
+            yield from fragment.to_batches(schema=dataset.schema, columns=columns, batch_size=batch_size,
+                                           batch_readahead=1, fragment_readahead=1)
         except (pa.ArrowInvalid, pa.ArrowTypeError, OSError) as exc:
             raise BadInputError(f"cannot read as {fmt}: {_one_line(exc)}", path=io.url(path)) from exc
-        if size > done:
-            on_progress(path, size - done)
+        on_progress(path, sizes.get(path, 0))
+
+
+def _parquet_batches(io: FileIO, files: list[FileInfo], columns: list[str], batch_size: int,
+                     on_progress: Advance) -> Iterator[pa.RecordBatch]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for file in files:
+        done = 0
+        try:
+            with io.open_input(file.path) as stream:
+                parquet = pq.ParquetFile(stream, pre_buffer=False, buffer_size=1 << 20)
+                rows = max(1, parquet.metadata.num_rows)
+                for batch in parquet.iter_batches(batch_size=batch_size, columns=columns, use_threads=False):
+                    yield batch
+                    step = file.size * batch.num_rows // rows
+                    on_progress(file.path, step)
+                    done += step
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OSError) as exc:
+            raise BadInputError(f"cannot read as parquet: {_one_line(exc)}", path=io.url(file.path)) from exc
+        on_progress(file.path, file.size - done)
 
 
 # ---------------------------------------------------------------- types
@@ -636,7 +654,6 @@ def _write_keyed(io: FileIO, directory: str, spec: _Spec, encoder: _Encoder, bat
                  advance: Advance) -> list[StateFile]:
     mode = DuplicateMode.CONCAT_LISTS if spec.kind is StateKind.LIST and not list_per_row else DuplicateMode.LAST
     name = spec.descriptor.name
-    out = []
     with KeyGroupSorter(spec.max_parallelism, spec.parallelism, memory_budget=memory_budget,
                         expected_bytes=input_bytes * 2, duplicates=mode, spill_dir=spill_dir) as sorter:
         row = 0
@@ -644,11 +661,17 @@ def _write_keyed(io: FileIO, directory: str, spec: _Spec, encoder: _Encoder, bat
             sorter.add(encoder.keyed_table(batch, row))
             row += batch.num_rows
         per_row = input_bytes / max(1, sorter.rows_in)
-        for i in range(spec.parallelism):
+        lock = threading.Lock()
+
+        def on_rows(rows: int) -> None:
+            with lock:
+                advance(name, int(rows * per_row))
+
+        def write(i: int, blocks: Iterator[tuple[int, pa.RecordBatch]]) -> StateFile:
             relative = layout.state_file_path(spec.uid, name, i, spec.parallelism)
-            blocks = _advancing(sorter.subtask_groups(i), lambda rows: advance(name, int(rows * per_row)))
-            out.append(write_keyed_file(io, directory, relative, name, blocks))
-    return out
+            return write_keyed_file(io, directory, relative, name, _advancing(blocks, on_rows))
+
+        return sorter.drain(write)
 
 
 def _advancing(blocks: Iterator[tuple[int, pa.RecordBatch]],

@@ -19,26 +19,22 @@ filesystems (``hdfs://``, ``s3a://``) through Hadoop's rename.
 
 from __future__ import annotations
 
-import os
 import time
-import uuid
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from statekit.readers.diff import hive_partition_dir
+from statekit.readers.diff import Progress, ProgressFactory, hive_partition_dir
 from statekit.readers.savepoint_reader import SavepointReader
 from statekit.statefmt.errors import BadInputError, StateNotFoundError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["ExportedState", "ExportResult", "export_savepoint", "selected_states", "ProgressFactory", "OutputDir"]
+__all__ = ["ExportedState", "ExportResult", "export_savepoint", "selected_states", "ProgressFactory"]
 
 FORMATS = ("parquet",)
-Progress = Callable[[str, int], None]
-ProgressFactory = Callable[..., AbstractContextManager[Progress]]
 
 
 @dataclass(frozen=True)
@@ -126,7 +122,7 @@ def export_savepoint(
     started = time.monotonic()
     reader = SavepointReader.read(path, trust_pickle=trust_pickle, storage_options=storage_options)
     states = selected_states(reader, operator, state)
-    from statekit.readers.spark_session import get_spark, spark_errors
+    from statekit.readers.spark_session import OutputDir, get_spark, spark_errors
 
     spark = get_spark(master, conf, verbose)
     target = OutputDir.for_url(spark, output)
@@ -138,7 +134,7 @@ def export_savepoint(
             _write_state(spark, reader.path, uid, name, target.join(staging, relative), storage_options, options)
             exported.append(ExportedState(uid, name, kind, relative, *target.count(staging, relative)))
             advance(f"{uid}/{name}", 1)
-    return ExportResult(reader.path, target.url, fmt, spark.sparkContext.master, tuple(exported),
+    return ExportResult(reader.path, target.url, fmt, str(spark.sparkContext.master), tuple(exported),
                         time.monotonic() - started)
 
 
@@ -155,117 +151,5 @@ def _write_state(spark: SparkSession, source: str, uid: str, name: str, target: 
                  storage_options: dict[str, Any] | None, options: dict[str, str]) -> None:
     from statekit.readers.spark_source import read_state
 
-    frame = read_state(spark, source, uid, name, storage_options=storage_options, **options)
+    frame = read_state(spark, source, uid, name, storage_options=storage_options, options=options)
     frame.write.mode("errorifexists").parquet(target)
-
-
-# ---------------------------------------------------------------- the output directory
-
-
-class OutputDir:
-    """The export target and its hidden staging sibling, on the local disk or a Hadoop filesystem."""
-
-    def __init__(self, url: str, spark: SparkSession | None = None) -> None:
-        self.url = url
-        self._spark = spark
-
-    @classmethod
-    def for_url(cls, spark: SparkSession, url: str) -> OutputDir:
-        if not url:
-            raise BadInputError("empty output path")
-        if "://" not in url or url.startswith("file://"):
-            return _LocalOutputDir(os.path.abspath(url.removeprefix("file://")))
-        return _HadoopOutputDir(url.rstrip("/"), spark)
-
-    def join(self, directory: str, relative: str) -> str:
-        return f"{directory.rstrip('/')}/{relative}"
-
-    def staging_name(self) -> str:
-        parent, name = self.url.rstrip("/").rsplit("/", 1)
-        return f"{parent}/.{name}.inprogress-{uuid.uuid4().hex[:12]}"
-
-    @contextmanager
-    def staged(self) -> Iterator[str]:
-        """Yield the staging directory; publish it as the output on a clean exit, else remove it."""
-        self.check()
-        staging = self.staging_name()
-        try:
-            yield staging
-            self.publish(staging)
-        except BaseException:
-            self.remove(staging)
-            raise
-
-    def check(self) -> None:
-        raise NotImplementedError
-
-    def publish(self, staging: str) -> None:
-        raise NotImplementedError
-
-    def remove(self, path: str) -> None:
-        raise NotImplementedError
-
-    def count(self, staging: str, relative: str) -> tuple[int | None, int | None]:
-        return None, None
-
-
-class _LocalOutputDir(OutputDir):
-    def check(self) -> None:
-        if os.path.exists(self.url):
-            if not os.path.isdir(self.url):
-                raise BadInputError("output exists and is a file", path=self.url)
-            if os.listdir(self.url):
-                raise BadInputError("output directory exists and is not empty; choose a new path", path=self.url)
-        parent = os.path.dirname(self.url)
-        if not os.path.isdir(parent):
-            raise BadInputError("the output's parent directory does not exist", path=self.url)
-
-    def publish(self, staging: str) -> None:
-        if os.path.isdir(self.url):
-            os.rmdir(self.url)  # empty, checked before the export
-        os.replace(staging, self.url)
-
-    def remove(self, path: str) -> None:
-        import shutil
-
-        shutil.rmtree(path, ignore_errors=True)
-
-    def count(self, staging: str, relative: str) -> tuple[int | None, int | None]:
-        import pyarrow.parquet as pq
-
-        directory = os.path.join(staging, relative)
-        files = [f for f in sorted(os.listdir(directory)) if f.endswith(".parquet")]
-        return sum(pq.ParquetFile(os.path.join(directory, f)).metadata.num_rows for f in files), len(files)
-
-
-class _HadoopOutputDir(OutputDir):
-    """Publishing through Hadoop's FileSystem (atomic on HDFS; a copy on object stores)."""
-
-    def _fs_path(self, url: str) -> tuple[Any, Any]:
-        assert self._spark is not None
-        jvm = self._spark.sparkContext._jvm
-        assert jvm is not None
-        path = jvm.org.apache.hadoop.fs.Path(url)
-        return path.getFileSystem(self._spark.sparkContext._jsc.hadoopConfiguration()), path
-
-    def check(self) -> None:
-        from statekit.readers.spark_session import spark_errors
-
-        with spark_errors():
-            fs, path = self._fs_path(self.url)
-            if fs.exists(path) and (not fs.getFileStatus(path).isDirectory() or fs.listStatus(path)):
-                raise BadInputError("output exists and is not an empty directory; choose a new path", path=self.url)
-
-    def publish(self, staging: str) -> None:
-        fs, path = self._fs_path(self.url)
-        if fs.exists(path):
-            fs.delete(path, True)
-        if not fs.rename(self._fs_path(staging)[1], path):
-            raise BadInputError("cannot publish the export (rename failed)", path=self.url)
-
-    def remove(self, path: str) -> None:
-        try:
-            fs, hadoop_path = self._fs_path(path)
-            fs.delete(hadoop_path, True)
-        except Exception:  # noqa: BLE001 - best effort cleanup after a failure
-            pass

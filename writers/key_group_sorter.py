@@ -22,15 +22,18 @@ parallelism divides the new one) skip the full sort.
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from enum import Enum
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from statekit.statefmt.keygroups import check_parallelism, compute_key_group_range_for_operator_index
 from statekit.statefmt.serializers import decode_list, encode_list
@@ -41,6 +44,8 @@ if TYPE_CHECKING:
 __all__ = ["DuplicateMode", "KeyGroupSorter", "DEFAULT_MEMORY_BUDGET", "sort_key_group_table"]
 
 DEFAULT_MEMORY_BUDGET = 96 << 20
+DRAIN_WORKERS = 2
+T = TypeVar("T")
 _MAX_INITIAL_BUCKETS = 512
 
 
@@ -89,6 +94,9 @@ class KeyGroupSorter:
             (too small a hint costs one extra pass over the oversized buckets, never memory).
         duplicates: how equal entries are resolved.
         spill_dir: parent of the temporary spill directory (default: the system temp dir).
+        presorted: the rows of each key group arrive in (key, namespace, user key) order
+            (blocks of a source whose max parallelism divides ``max_parallelism``, read in
+            order): a stable sort by key group suffices. Checked; a violation costs a full sort.
     """
 
     def __init__(
@@ -100,26 +108,32 @@ class KeyGroupSorter:
         expected_bytes: int = 0,
         duplicates: DuplicateMode = DuplicateMode.LAST,
         spill_dir: str | None = None,
+        presorted: bool = False,
     ) -> None:
         check_parallelism(parallelism, max_parallelism)
         self.max_parallelism = max_parallelism
         self.parallelism = parallelism
         self.duplicates = duplicates
-        self.bucket_bytes = max(1 << 20, memory_budget // 3)
+        self.presorted = presorted
+        # Budget split: partition buffers 1/3; draining holds up to DRAIN_WORKERS buckets of
+        # 1/4 each, plus their sorted copies.
+        self.bucket_bytes = max(1 << 20, memory_budget // 4)
         self.buffer_bytes = max(1 << 20, memory_budget // 3)
         self.chunk_bytes = max(1 << 20, memory_budget // 12)
         self.directory = tempfile.mkdtemp(prefix="statekit-sort-", dir=spill_dir)
-        self._serial = 0
+        self._serial = itertools.count(1)
+        self._lock = threading.Lock()
         self._pending: list[pa.Table] = []
         self._pending_bytes = 0
         self._buffered_bytes = 0
         self.rows_in = 0
         self.spilled_bytes = 0
-        wanted = max(1, math.ceil(expected_bytes / self.bucket_bytes))
+        # Half-full buckets up front, so a fair estimate never needs a second pass.
+        wanted = max(1, math.ceil(2 * expected_bytes / self.bucket_bytes))
         self._buckets = self._make_buckets(min(wanted, _MAX_INITIAL_BUCKETS, max_parallelism))
         self._lookups: dict[int, tuple[list[_Bucket], pa.Array]] = {}
         self._finished = False
-        self._drained = 0
+        self._drained: set[int] = set()
 
     # ------------------------------------------------------------ lifecycle
 
@@ -139,8 +153,7 @@ class KeyGroupSorter:
     # ------------------------------------------------------------ partition
 
     def _new_path(self) -> str:
-        self._serial += 1
-        return os.path.join(self.directory, f"bucket-{self._serial:06d}.arrow")
+        return os.path.join(self.directory, f"bucket-{next(self._serial):06d}.arrow")
 
     def _make_buckets(self, count: int) -> list[_Bucket]:
         buckets: list[_Bucket] = []
@@ -178,12 +191,14 @@ class KeyGroupSorter:
             return
         table = pa.concat_tables(self._pending) if len(self._pending) > 1 else self._pending[0]
         self._pending, self._pending_bytes = [], 0
-        self._partition(table, self._buckets)
+        self._buffered_bytes += self._partition(table, self._buckets)
         if self._buffered_bytes >= self.buffer_bytes:
             self._flush(self._buckets)
+            self._buffered_bytes = 0
 
-    def _partition(self, table: pa.Table, buckets: list[_Bucket]) -> None:
-        """Append the rows of ``table`` to the buffers of ``buckets`` (contiguous key-group ranges)."""
+    def _partition(self, table: pa.Table, buckets: list[_Bucket]) -> int:
+        """Append the rows of ``table`` to the buffers of ``buckets`` (contiguous key-group
+        ranges); returns the bytes buffered."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
@@ -199,7 +214,7 @@ class KeyGroupSorter:
             run_ids, run_ends = runs.values.to_pylist(), runs.run_ends.to_pylist()
         else:
             run_ids, run_ends = [0], [table.num_rows]
-        start = 0
+        start = added = 0
         for bucket_id, end in zip(run_ids, run_ends):
             piece = table.slice(start, end - start)
             bucket = buckets[bucket_id]
@@ -207,8 +222,9 @@ class KeyGroupSorter:
             bucket.rows += piece.num_rows
             size = piece.nbytes
             bucket.bytes += size
-            self._buffered_bytes += size
+            added += size
             start = end
+        return added
 
     def _lookup(self, buckets: list[_Bucket]) -> pa.Array | None:
         """key group - first key group -> position in ``buckets`` (None for a single bucket)."""
@@ -231,14 +247,14 @@ class KeyGroupSorter:
         for bucket in buckets:
             if not bucket.buffered:
                 continue
-            table = pa.concat_tables(bucket.buffered).combine_chunks()
+            table = pa.concat_tables(bucket.buffered)
             bucket.buffered = []
             if bucket.writer is None:
                 bucket.sink = pa.OSFile(bucket.path, "wb")
                 bucket.writer = pa.ipc.new_stream(bucket.sink, keyed_schema())
             bucket.writer.write_table(table)
-            self.spilled_bytes += table.nbytes
-        self._buffered_bytes = 0
+            with self._lock:
+                self.spilled_bytes += table.nbytes
 
     @staticmethod
     def _close_writer(bucket: _Bucket) -> None:
@@ -250,26 +266,39 @@ class KeyGroupSorter:
     # ------------------------------------------------------------ drain
 
     def _finish_input(self) -> None:
-        if not self._finished:
-            self._partition_pending()
-            self._flush(self._buckets)
-            for bucket in self._buckets:
-                self._close_writer(bucket)
-            self._finished = True
+        with self._lock:
+            if not self._finished:
+                self._partition_pending()
+                self._flush(self._buckets)
+                self._buffered_bytes = 0
+                for bucket in self._buckets:
+                    self._close_writer(bucket)
+                self._finished = True
 
     def subtask_groups(self, index: int) -> Iterator[tuple[int, pa.RecordBatch]]:
         """The blocks of subtask ``index``: ``(key group, sorted unique batch)``, key groups ascending.
 
-        Subtasks must be drained in ascending order, each once; a drained bucket's spill
-        file is deleted as soon as its blocks are out.
+        Each subtask is drained once; different subtasks may be drained concurrently (see
+        :meth:`drain`). A bucket's spill file is deleted as soon as its blocks are out.
         """
         self._finish_input()
-        if index != self._drained:
-            raise ValueError(f"subtask {index} drained out of order (next is {self._drained})")
-        self._drained += 1
+        with self._lock:
+            if index in self._drained or not 0 <= index < self.parallelism:
+                raise ValueError(f"subtask {index} drained twice or out of range")
+            self._drained.add(index)
         for bucket in self._buckets:
             if bucket.subtask == index:
                 yield from self._drain(bucket)
+
+    def drain(self, write: Callable[[int, Iterator[tuple[int, pa.RecordBatch]]], T],
+              workers: int = DRAIN_WORKERS) -> list[T]:
+        """Call ``write(i, blocks of subtask i)`` for every subtask, ``workers`` at a time
+        (pyarrow's sort and the file writes release the GIL); results in subtask order."""
+        self._finish_input()
+        if workers <= 1 or self.parallelism == 1:
+            return [write(i, self.subtask_groups(i)) for i in range(self.parallelism)]
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            return list(pool.map(lambda i: write(i, self.subtask_groups(i)), range(self.parallelism)))
 
     def _drain(self, bucket: _Bucket) -> Iterator[tuple[int, pa.RecordBatch]]:
         if bucket.rows == 0:
@@ -278,7 +307,7 @@ class KeyGroupSorter:
             yield from self._resplit(bucket)
             return
         table = self._load(bucket)
-        yield from sort_key_group_table(table, self.max_parallelism, self.duplicates)
+        yield from sort_key_group_table(table, self.max_parallelism, self.duplicates, presorted=self.presorted)
 
     def _load(self, bucket: _Bucket) -> pa.Table:
         import pyarrow as pa
@@ -294,12 +323,14 @@ class KeyGroupSorter:
 
         parts = min(bucket.width, math.ceil(bucket.bytes / self.bucket_bytes) + 1)
         subs = self._split_range(bucket.subtask, bucket.start, bucket.end, parts)
+        buffered = 0
         with pa.OSFile(bucket.path, "rb") as source:
             reader = pa.ipc.open_stream(source)
             for batch in reader:
-                self._partition(pa.Table.from_batches([batch]), subs)
-                if self._buffered_bytes >= self.buffer_bytes:
+                buffered += self._partition(pa.Table.from_batches([batch]), subs)
+                if buffered >= self.bucket_bytes:
                     self._flush(subs)
+                    buffered = 0
         self._flush(subs)
         os.unlink(bucket.path)
         for sub in subs:
@@ -309,13 +340,15 @@ class KeyGroupSorter:
 
 
 def sort_key_group_table(
-    table: pa.Table, max_parallelism: int, duplicates: DuplicateMode = DuplicateMode.LAST
+    table: pa.Table, max_parallelism: int, duplicates: DuplicateMode = DuplicateMode.LAST,
+    *, presorted: bool = False,
 ) -> Iterator[tuple[int, pa.RecordBatch]]:
     """Cut a keyed table into ``(key group, batch)`` blocks, key groups ascending, entries
     sorted by (key, namespace, user key) and unique.
 
     The sort is stable, so among equal entries arrival order decides (``LAST`` keeps the
-    last, ``CONCAT_LISTS`` appends list elements in arrival order).
+    last, ``CONCAT_LISTS`` appends list elements in arrival order). With ``presorted`` the
+    rows of each key group are expected in order already and only key groups are sorted.
     """
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -324,11 +357,11 @@ def sort_key_group_table(
         return
     table = table.combine_chunks()
     groups = pc.remainder(_column(table, "key_hash"), pa.scalar(max_parallelism, pa.uint32()))
-    if not _is_ascending(groups):
+    if presorted and not _is_ascending(groups):
         order = pc.sort_indices(groups)
         table = table.take(order).combine_chunks()
         groups = pc.take(groups, order)
-    if not _sorted_within_groups(table, groups):
+    if not (_is_ascending(groups) and _sorted_within_groups(table, groups)):
         with_group = table.append_column("__kg", groups)
         order = pc.sort_indices(
             with_group,

@@ -20,8 +20,10 @@ the whole rescale with nothing at the output. The output is a canonical savepoin
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -65,6 +67,7 @@ __all__ = [
 ]
 
 COPY, RESCALE, REGROUP = "copy", "rescale", "regroup"
+_WRITERS = 2
 _FILE_OVERHEAD: int = layout.STATE_FILE_HEADER.size + layout.STATE_FILE_FOOTER.size
 
 
@@ -477,19 +480,22 @@ class _Job:
         self.memory_budget = memory_budget
         self.on_progress = on_progress
         self._owed = 0.0
+        self._lock = threading.Lock()
 
     def _advance(self, name: str, amount: int) -> None:
-        self.report.bytes_read += amount
-        if self.on_progress:
-            self.on_progress(name, amount)
+        with self._lock:
+            self.report.bytes_read += amount
+            if self.on_progress:
+                self.on_progress(name, amount)
 
     def _tick(self, name: str, amount: float) -> None:
         """Progress of work that reads nothing (sorting and writing regrouped entries)."""
-        self._owed += amount
-        whole = int(self._owed)
-        if whole and self.on_progress:
-            self.on_progress(name, whole)
-        self._owed -= whole
+        with self._lock:
+            self._owed += amount
+            whole = int(self._owed)
+            if whole and self.on_progress:
+                self.on_progress(name, whole)
+            self._owed -= whole
 
     def operator(self, io: FileIO, directory: str, target: _Target) -> OperatorMetadata:
         op, action = target.op, target.action
@@ -540,14 +546,16 @@ class _Job:
 
     def _rescale_state(self, io: FileIO, directory: str, target: _Target, state: str) -> list[tuple[StateFile, set[int]]]:
         index = _read_indexes(self.reader, target.op, state)
-        out = []
-        for i in range(target.parallelism):
-            kg_range = target.new_range(i)
+
+        def write(i: int) -> tuple[StateFile, set[int]]:
             groups: set[int] = set()
             relative = layout.state_file_path(target.op.uid, state, i, target.parallelism)
-            blocks = self._blocks_in(index, kg_range, groups)
-            out.append((write_raw_keyed_file(io, directory, relative, state, blocks), groups))
-        return out
+            blocks = self._blocks_in(index, target.new_range(i), groups)
+            return write_raw_keyed_file(io, directory, relative, state, blocks), groups
+
+        # Two writers overlap one file's CRC and copying with another's fsync (both release the GIL).
+        with ThreadPoolExecutor(max_workers=_WRITERS) as pool:
+            return list(pool.map(write, range(target.parallelism)))
 
     def _blocks_in(self, index: _KeyedIndex, kg_range: KeyGroupRange, groups: set[int]) -> Iterator[tuple[IndexEntry, bytes]]:
         """The verified blocks of ``kg_range`` from the old files that overlap it, in key-group order."""
@@ -564,19 +572,20 @@ class _Job:
     def _regroup_state(self, io: FileIO, directory: str, target: _Target, state: str) -> list[tuple[StateFile, set[int]]]:
         op = target.op
         expected = sum(f.size for st in op.subtasks for f in st.files if f.state == state)
-        out = []
         with KeyGroupSorter(target.max_parallelism, target.parallelism, memory_budget=self.memory_budget,
-                            expected_bytes=expected, duplicates=DuplicateMode.LAST,
-                            spill_dir=self.spill_dir) as sorter:
+                            expected_bytes=expected, duplicates=DuplicateMode.LAST, spill_dir=self.spill_dir,
+                            presorted=target.max_parallelism % op.max_parallelism == 0) as sorter:
             for _, batch, _ in _read_blocks(self.reader, op, state, self._advance):
                 sorter.add(batch)
             per_row = expected / max(1, sorter.rows_in)
-            for i in range(target.parallelism):
+
+            def write(i: int, blocks: Iterator[tuple[int, pa.RecordBatch]]) -> tuple[StateFile, set[int]]:
                 groups: set[int] = set()
                 relative = layout.state_file_path(op.uid, state, i, target.parallelism)
-                blocks = _recording(sorter.subtask_groups(i), groups, lambda rows: self._tick(state, rows * per_row))
-                out.append((write_keyed_file(io, directory, relative, state, blocks), groups))
-        return out
+                recorded = _recording(blocks, groups, lambda rows: self._tick(state, rows * per_row))
+                return write_keyed_file(io, directory, relative, state, recorded), groups
+
+            return sorter.drain(write)
 
 
 def _recording(blocks: Iterator[tuple[int, pa.RecordBatch]], groups: set[int],

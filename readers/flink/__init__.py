@@ -9,6 +9,7 @@ Entry points:
     * keys: :func:`assign_to_key_group_flink` and Java ``hashCode`` helpers.
 """
 
+from statekit.readers.flink.entries import FlinkEntryCounts, count_savepoint_entries
 from statekit.readers.flink.keygroups import (
     assign_key_to_operator_flink,
     assign_to_key_group_flink,
@@ -58,6 +59,8 @@ __all__ = [
     "flink_referenced_files",
     "plan_flink_dispose",
     "dispose_flink_snapshot",
+    "count_savepoint_entries",
+    "FlinkEntryCounts",
     "assign_to_key_group_flink",
     "assign_key_to_operator_flink",
     "flink_murmur_hash",

@@ -130,6 +130,15 @@ def test_detached_job_dying_before_start_fails_with_log_tail(env: dict[str, str]
     assert len(failed.stderr.strip().splitlines()) == 1
 
 
+def test_detached_bad_input_keeps_exit_2(env: dict[str, str], job_file: str, tmp_path: Path) -> None:
+    bad = tmp_path / "bad_args.py"
+    bad.write_text("import argparse\nargparse.ArgumentParser().parse_args()\n")
+    failed = submit(env, str(bad), "--no-such-flag")
+    assert failed.returncode == 2, failed.stderr
+    assert "exited with code 2" in failed.stderr or "the job script exited with code 2" in failed.stderr
+    assert "unrecognized arguments: --no-such-flag" in failed.stderr
+
+
 def test_attached_run_finishes_and_sigterm_cancels(env: dict[str, str], job_file: str) -> None:
     runner = CliRunner()
     finished = runner.invoke(cli, ["--json", "run", job_file, "0"])

@@ -1,0 +1,538 @@
+"""The job master: resolves a job, runs execution attempts, restarts, finishes, cancels.
+
+One :class:`JobMaster` per ``execute()``. Each :class:`Execution` attempt deploys one
+task per subtask (threads), wires them with bounded gates, restores state, and runs until
+the job finishes, fails or is cancelled. A failed attempt is followed, per the restart
+strategy, by a new attempt restored from the latest completed checkpoint.
+
+Bounded jobs end like Flink's: when every source is exhausted it sends end-of-input
+(timers and buffers flush), the master takes a *final checkpoint* so the exactly-once
+sinks commit everything, optionally a savepoint (``savepoint_on_finish``), and then tells
+the sources to finish (end-of-partition flows through the graph and tasks exit).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import queue
+import re
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+from statekit.runtime.channels import ChannelTarget, InputGate, Partitioning, RecordWriter
+from statekit.runtime.checkpoint_storage import CheckpointStorage
+from statekit.runtime.coordinator import CheckpointCoordinator, OperatorInfo
+from statekit.runtime.environment import StreamEnvironment
+from statekit.runtime.graph import JobGraph, build_job_graph
+from statekit.runtime.job import JobHandle, JobStatus, JobVertex
+from statekit.runtime.mails import Resume, Terminate
+from statekit.runtime.operators import OperatorContext, Output, StreamOperator
+from statekit.runtime.restart_strategy import RestartStrategy, fixed_delay_restart, no_restart
+from statekit.runtime.restore import RestorePlan
+from statekit.runtime.run_options import RunOptions, get_run_options, notify_job_listeners
+from statekit.runtime.task import Task
+from statekit.statefmt.errors import BadInputError, JobError, JobFailedError, StatekitError
+from statekit.writers.savepoint_writer import new_job_id
+
+__all__ = ["JobMaster", "Execution", "JobExecutionResult", "execute", "execute_async"]
+
+log = logging.getLogger("statekit.runtime")
+
+_JOB_ID = re.compile(r"^[0-9a-f]{32}$")
+_JOIN_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class JobExecutionResult:
+    """What ``execute()`` returns when the job ended without failing."""
+
+    job_id: str
+    job_name: str
+    status: JobStatus
+    net_runtime_ms: int
+    savepoint_path: str | None = None
+    latest_checkpoint: str | None = None
+
+
+def execute_async(env: StreamEnvironment, job_name: str) -> JobHandle:
+    """Resolve and start the job; return its handle (listeners are called before it runs)."""
+    master = JobMaster(env, job_name, get_run_options())
+    try:
+        notify_job_listeners(master.handle)
+    except Exception as exc:  # noqa: BLE001 - a listener never stops the job
+        log.warning("a job listener failed: %s", exc)
+    master.start()
+    return master.handle
+
+
+def execute(env: StreamEnvironment, job_name: str) -> JobExecutionResult:
+    """Run the job and block until it ends.
+
+    Raises:
+        StatekitError: the job could not start or restore (BadInputError, ...).
+        JobFailedError: it failed and restarts were exhausted.
+    """
+    handle = execute_async(env, job_name)
+    master = handle._control
+    assert isinstance(master, JobMaster)
+    try:
+        status = handle.wait()
+    except KeyboardInterrupt:
+        handle.cancel()
+        handle.wait(_JOIN_TIMEOUT_S)
+        raise
+    if status is JobStatus.FAILED:
+        error = master.error
+        if isinstance(error, StatekitError):
+            raise error
+        raise JobFailedError(f"job {handle.job_id} ({job_name}) failed: {handle.failure}")
+    end = handle.end_time_ms or int(time.time() * 1000)
+    return JobExecutionResult(
+        handle.job_id, job_name, status, end - handle.start_time_ms, master.final_savepoint,
+        master.coordinator.latest_completed,
+    )
+
+
+class JobMaster:
+    """Runs one job: attempts, restarts, checkpoints, savepoints, cancellation."""
+
+    def __init__(self, env: StreamEnvironment, job_name: str, options: RunOptions | None) -> None:
+        options = options or RunOptions()
+        env._check_sources()
+        self.env = env
+        self.options = options
+        self.job_name = job_name
+        self.job_id = options.job_id or new_job_id()
+        if not _JOB_ID.match(self.job_id):
+            raise BadInputError(f"job id {self.job_id!r} must be 32 lower-case hex characters")
+        self.backend = options.state_backend or env.state_backend
+        if self.backend not in ("hashmap", "rocksdb"):
+            raise BadInputError(f"unknown state backend {self.backend!r}; use hashmap or rocksdb")
+        self.config = replace(env.checkpoint_config)
+        if options.checkpoint_interval_ms is not None:
+            self.config.interval_ms = options.checkpoint_interval_ms
+        if options.checkpoint_dir:
+            self.config.checkpoint_storage = options.checkpoint_dir
+        self.config.validate()
+        self._temp_dirs: list[str] = []
+        storage_url = self.config.checkpoint_storage
+        if storage_url is None and self.config.enabled:
+            storage_url = self._temp_dir("statekit-checkpoints-")  # in-process failover only
+        self.ephemeral_storage = self.config.checkpoint_storage is None and storage_url is not None
+        self.restart: RestartStrategy = env.restart_strategy or (
+            fixed_delay_restart(3, 1000) if self.config.enabled else no_restart()
+        )
+        self.initial_restore = (
+            RestorePlan.open(options.restore_path, allow_non_restored_state=options.allow_non_restored_state,
+                             trust_pickle=env.trust_pickle, storage_options=env.storage_options)
+            if options.restore_path else None
+        )
+        self.graph: JobGraph = build_job_graph(
+            env.transformations,
+            default_parallelism=options.parallelism or env.parallelism or 1,
+            default_max_parallelism=options.max_parallelism or env.max_parallelism,
+            restore=self.initial_restore,
+        )
+        if self.initial_restore is not None:
+            self.initial_restore.check_operators({op.uid for op in self.graph.operators})
+        self.storage = CheckpointStorage(storage_url, self.job_id, env.storage_options)
+        properties = {"producer": "statekit-runtime", "state_backend": self.backend}
+        if self.initial_restore is not None:
+            properties["restored_from"] = self.initial_restore.path
+        self.coordinator = CheckpointCoordinator(
+            job_id=self.job_id,
+            job_name=job_name,
+            operators=[OperatorInfo(op.uid, op.name, op.parallelism, op.max_parallelism) for op in self.graph.operators],
+            config=self.config,
+            storage=self.storage,
+            first_checkpoint_id=(self.initial_restore.checkpoint_id + 1) if self.initial_restore else 1,
+            properties=properties,
+            on_tolerable_exceeded=self._checkpoint_failures_exceeded,
+        )
+        if self.initial_restore is not None:
+            self.coordinator.restored = {
+                "id": self.initial_restore.checkpoint_id,
+                "external_path": self.initial_restore.path,
+                "is_savepoint": self.initial_restore.metadata.kind.value == "savepoint",
+            }
+        self.handle = JobHandle(
+            self.job_id, job_name,
+            [JobVertex(op.uid, op.name, op.parallelism) for op in self.graph.operators],
+            None if self.ephemeral_storage else self.storage.job_dir_url,
+            self,
+        )
+        self.handle.final_savepoint_path = None  # type: ignore[attr-defined]
+        self.error: BaseException | None = None
+        self.final_savepoint: str | None = None
+        self._lock = threading.Lock()
+        self._execution: Execution | None = None
+        self._cancel = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"job-master-{self.job_id[:6]}", daemon=True)
+
+    def _temp_dir(self, prefix: str) -> str:
+        path = tempfile.mkdtemp(prefix=prefix)
+        self._temp_dirs.append(path)
+        return path
+
+    def start(self) -> None:
+        self._thread.start()
+
+    # ------------------------------------------------------------ JobControl
+
+    def trigger_savepoint(self, target_dir: str | None, *, stop: bool, drain: bool) -> concurrent.futures.Future[str]:
+        with self._lock:
+            execution = self._execution
+        if execution is None or self.handle.status is not JobStatus.RUNNING:
+            failed: concurrent.futures.Future[str] = concurrent.futures.Future()
+            failed.set_exception(JobError(
+                f"job {self.job_id} is {self.handle.status.value}, not RUNNING; cannot take a savepoint now"
+            ))
+            return failed
+        if not stop:
+            return self.coordinator.trigger(is_savepoint=True, target_dir=target_dir)
+        return execution.stop_with_savepoint(target_dir, drain)
+
+    def cancel(self) -> None:
+        if self.handle.status.is_terminal:
+            return
+        self.handle.set_status(JobStatus.CANCELLING)
+        self._cancel.set()
+        with self._lock:
+            execution = self._execution
+        if execution is not None:
+            execution.post("cancel")
+
+    def checkpoint_stats(self) -> dict[str, Any]:
+        return self.coordinator.stats()
+
+    def _checkpoint_failures_exceeded(self, error: BaseException) -> None:
+        with self._lock:
+            execution = self._execution
+        if execution is not None:
+            execution.fail(error)
+
+    # ------------------------------------------------------------ attempts
+
+    def _run(self) -> None:
+        handle = self.handle
+        restore = self.initial_restore
+        attempt = 0
+        _fast_switching(True)
+        try:
+            while True:
+                if self._cancel.is_set():
+                    self._finish_cancelled()
+                    return
+                handle.set_status(JobStatus.RUNNING)
+                execution = Execution(self, attempt, restore)
+                with self._lock:
+                    self._execution = execution
+                outcome, error = execution.run()
+                with self._lock:
+                    self._execution = None
+                if outcome == "finished":
+                    handle.set_status(JobStatus.FINISHED)
+                    return
+                if outcome == "cancelled":
+                    self._finish_cancelled()
+                    return
+                assert error is not None
+                if _unrecoverable(error) or attempt >= self.restart.attempts:
+                    self._fail(error, attempt)
+                    return
+                attempt += 1
+                log.warning("job %s: task failure (%s); restart %d of %d in %d ms", self.job_id,
+                            _describe(error), attempt, self.restart.attempts, self.restart.delay_ms)
+                handle.set_status(JobStatus.RESTARTING)
+                if self._cancel.wait(self.restart.delay_ms / 1000.0):
+                    self._finish_cancelled()
+                    return
+                restore = self._restore_for_restart()
+        except BaseException as exc:  # noqa: BLE001 - the master never dies silently
+            self._fail(exc, attempt)
+        finally:
+            _fast_switching(False)
+            self.coordinator.close()
+            for path in self._temp_dirs:
+                shutil.rmtree(path, ignore_errors=True)
+
+    def _restore_for_restart(self) -> RestorePlan | None:
+        latest = self.coordinator.latest_completed
+        if latest is None:
+            return self.initial_restore
+        return RestorePlan.open(latest, trust_pickle=self.env.trust_pickle, storage_options=self.env.storage_options)
+
+    def _fail(self, error: BaseException, attempt: int) -> None:
+        self.error = error
+        suffix = f" after {attempt} restart(s)" if attempt else ""
+        self.handle.set_status(JobStatus.FAILED, failure=f"{_describe(error)}{suffix}")
+
+    def _finish_cancelled(self) -> None:
+        from statekit.runtime.checkpoint_config import ExternalizedCheckpointCleanup
+
+        if self.config.externalized_cleanup is ExternalizedCheckpointCleanup.DELETE_ON_CANCELLATION:
+            self.coordinator.dispose_retained()
+        self.handle.set_status(JobStatus.CANCELED)
+
+
+_switching_lock = threading.Lock()
+_switching_jobs = 0
+_switching_saved = 0.005
+FAST_SWITCH_INTERVAL_S = 0.001
+
+
+def _fast_switching(on: bool) -> None:
+    """While jobs run, hand the GIL over every 1 ms instead of 5 ms.
+
+    Snapshot threads release and re-acquire the GIL at every I/O call and pyarrow kernel;
+    with busy task threads each re-acquisition waits a whole switch interval, which would
+    stretch a checkpoint's asynchronous part to seconds.
+    """
+    global _switching_jobs, _switching_saved
+    with _switching_lock:
+        if on:
+            if _switching_jobs == 0:
+                _switching_saved = sys.getswitchinterval()
+                sys.setswitchinterval(min(_switching_saved, FAST_SWITCH_INTERVAL_S))
+            _switching_jobs += 1
+        else:
+            _switching_jobs -= 1
+            if _switching_jobs == 0:
+                sys.setswitchinterval(_switching_saved)
+
+
+def _unrecoverable(error: BaseException) -> bool:
+    """Configuration and restore errors fail the job at once; task exceptions restart it."""
+    return isinstance(error, StatekitError) and not isinstance(error, JobFailedError)
+
+
+def _describe(error: BaseException) -> str:
+    if isinstance(error, StatekitError):
+        return str(error)
+    return f"{type(error).__name__}: {error}"
+
+
+class Execution:
+    """One attempt: tasks, gates and channels of the whole job graph."""
+
+    def __init__(self, master: JobMaster, attempt: int, restore: RestorePlan | None) -> None:
+        self.master = master
+        self.attempt = attempt
+        self.started = threading.Event()
+        self.cancelled = threading.Event()
+        self._events: queue.Queue[tuple[Any, ...]] = queue.Queue()
+        self._stopping = False
+        self._finishing = False
+        self.tasks: list[Task] = []
+        self.source_tasks: list[Task] = []
+        self._build(restore)
+
+    # ------------------------------------------------------------ deployment
+
+    def _build(self, restore: RestorePlan | None) -> None:
+        master = self.master
+        graph = master.graph
+        gates: dict[tuple[int, int], InputGate] = {}
+        offsets: dict[int, int] = {}  # id(edge) -> first channel of the edge in the consumer's gate
+        channel_inputs: dict[int, list[int]] = {}
+        for vertex in graph.vertices:
+            layout: list[int] = []
+            for edge in vertex.inputs:
+                offsets[id(edge)] = len(layout)
+                width = 1 if edge.partitioning is Partitioning.FORWARD else edge.source.parallelism
+                layout.extend([edge.input_index] * width)
+            channel_inputs[vertex.id] = layout
+            capacity = max(4, 2 * len(layout) + 2)
+            for i in range(vertex.parallelism):
+                gates[(vertex.id, i)] = InputGate(capacity)
+        working_dir = master._temp_dir("statekit-rocksdb-") if master.backend == "rocksdb" else None
+        for vertex in graph.vertices:
+            for i in range(vertex.parallelism):
+                operators: list[StreamOperator] = []
+                chained_next: list[list[int]] = []
+                writers: list[list[RecordWriter]] = []
+                for node in vertex.operators:
+                    op = node.transformation.factory()
+                    op.setup(OperatorContext(
+                        uid=node.uid, name=node.name, subtask=i, parallelism=node.parallelism,
+                        max_parallelism=node.max_parallelism, attempt=self.attempt, state_backend=master.backend,
+                        key_selector=node.key_selector, key_serializer=node.key_serializer,
+                        restore=restore.subtask(node.uid, i, node.parallelism, node.max_parallelism) if restore else None,
+                        working_dir=working_dir,
+                    ), Output(lambda value: None))
+                    operators.append(op)
+                    chained_next.append([vertex.operators.index(e.target) for e in node.outputs if e.chained])
+                    node_writers = []
+                    for edge in node.outputs:
+                        if edge.chained:
+                            continue
+                        consumer = edge.target.vertex
+                        assert consumer is not None
+                        base = offsets[id(edge)]
+                        if edge.partitioning is Partitioning.FORWARD:
+                            targets = [ChannelTarget(gates[(consumer.id, i)], base)]
+                        else:
+                            targets = [ChannelTarget(gates[(consumer.id, k)], base + i) for k in range(consumer.parallelism)]
+                        node_writers.append(RecordWriter(
+                            targets, edge.partitioning, key_selector=edge.key_selector,
+                            key_serializer=edge.key_serializer, max_parallelism=edge.target.max_parallelism,
+                            start_channel=i,
+                        ))
+                    writers.append(node_writers)
+                task = Task(self, vertex.id, vertex.name, i, vertex.parallelism, operators, chained_next, writers,
+                            gates[(vertex.id, i)], channel_inputs[vertex.id])
+                self.tasks.append(task)
+                if vertex.is_source:
+                    self.source_tasks.append(task)
+        self.gates = list(gates.values())
+
+    # ------------------------------------------------------------ TaskHost
+
+    def post(self, *event: Any) -> None:
+        self._events.put(event)
+
+    def task_ready(self, task: Task) -> None:
+        self.post("ready", task)
+
+    def task_failed(self, task: Task, error: BaseException) -> None:
+        if not self.cancelled.is_set():
+            log.warning("task %s failed: %s", task.name, _describe(error), exc_info=not isinstance(error, StatekitError))
+        self.post("failed", task, error)
+
+    def task_finished(self, task: Task) -> None:
+        self.post("finished", task)
+
+    def source_exhausted(self, task: Task) -> None:
+        self.post("exhausted", task)
+
+    def submit_snapshot(self, task: Task, barrier: Any, snapshots: list[Any]) -> None:
+        self.master.coordinator.submit_snapshot(task.key, barrier, snapshots)
+
+    def fail(self, error: BaseException) -> None:
+        self.post("failed", None, error)
+
+    # ------------------------------------------------------------ run
+
+    def run(self) -> tuple[str, BaseException | None]:
+        """Deploy, run to the end; return ("finished" | "cancelled" | "failed", error)."""
+        coordinator = self.master.coordinator
+        for task in self.tasks:
+            task.thread.start()
+        ready = finished = exhausted = 0
+        outcome: tuple[str, BaseException | None] | None = None
+        attached = False
+        while outcome is None:
+            event = self._events.get()
+            kind = event[0]
+            if kind == "ready":
+                ready += 1
+                if ready == len(self.tasks):
+                    coordinator.attach(self)
+                    attached = True
+                    self.started.set()
+                    coordinator.start_periodic()
+            elif kind == "failed":
+                outcome = ("failed", event[2])
+            elif kind == "cancel":
+                outcome = ("cancelled", None)
+            elif kind == "exhausted":
+                exhausted += 1
+                if exhausted == len(self.source_tasks) and not self._stopping:
+                    self._finish_bounded()
+            elif kind == "stopped":
+                self._terminate_sources()
+            elif kind == "finished":
+                finished += 1
+                if finished == len(self.tasks):
+                    if self.cancelled.is_set():
+                        outcome = ("cancelled", None)
+                    elif not (self._finishing or self._stopping):
+                        outcome = ("failed", JobFailedError("tasks ended before the job finished"))
+                    else:
+                        outcome = ("finished", None)
+        if outcome[0] != "finished":
+            self._teardown()
+        if attached:
+            coordinator.stop_periodic()
+            coordinator.detach("job attempt ended" if outcome[0] == "finished" else f"job {outcome[0]}")
+        return outcome
+
+    def _teardown(self) -> None:
+        self.cancelled.set()
+        for gate in self.gates:
+            gate.cancel()
+        from statekit.runtime.mails import Cancel
+
+        for task in self.tasks:
+            task.mail(Cancel())
+        deadline = time.monotonic() + _JOIN_TIMEOUT_S
+        for task in self.tasks:
+            task.thread.join(max(0.0, deadline - time.monotonic()))
+            if task.thread.is_alive():
+                log.warning("task %s did not stop within %.0f s", task.name, _JOIN_TIMEOUT_S)
+
+    # ------------------------------------------------------------ finishing
+
+    def _finish_bounded(self) -> None:
+        """All sources exhausted: final checkpoint, optional savepoint, then end the tasks."""
+        self._finishing = True
+        coordinator = self.master.coordinator
+        coordinator.stop_periodic()
+        savepoint_dir = self.master.options.savepoint_on_finish
+
+        def finish() -> None:
+            try:
+                coordinator.trigger(final=True).result()
+                if savepoint_dir:
+                    path = coordinator.trigger(is_savepoint=True, target_dir=savepoint_dir).result()
+                    self.master.final_savepoint = path
+                    self.master.handle.final_savepoint_path = path  # type: ignore[attr-defined]
+                    log.info("savepoint on finish stored at %s", path)
+                self.post("stopped")
+            except BaseException as exc:  # noqa: BLE001
+                self.fail(exc if isinstance(exc, StatekitError) else JobFailedError(f"final checkpoint failed: {exc}"))
+
+        threading.Thread(target=finish, name="final-checkpoint", daemon=True).start()
+
+    def _terminate_sources(self) -> None:
+        for task in self.source_tasks:
+            task.mail(Terminate())
+
+    def stop_with_savepoint(self, target_dir: str | None, drain: bool) -> concurrent.futures.Future[str]:
+        """Savepoint with the sources stopping at its barrier; then the job finishes."""
+        coordinator = self.master.coordinator
+        result: concurrent.futures.Future[str] = concurrent.futures.Future()
+        if self._stopping or self._finishing:
+            result.set_exception(JobError(f"job {self.master.job_id} is already finishing"))
+            return result
+        self._stopping = True
+        coordinator.stop_periodic()
+        try:
+            savepoint = coordinator.trigger(is_savepoint=True, target_dir=target_dir, stop=True, drain=drain)
+        except BaseException as exc:
+            self._stopping = False
+            coordinator.start_periodic()
+            result.set_exception(exc)
+            return result
+
+        def done(future: concurrent.futures.Future[str]) -> None:
+            error = future.exception()
+            if error is None:
+                self.post("stopped")
+                result.set_result(future.result())
+                return
+            self._stopping = False
+            if not drain:
+                for task in self.source_tasks:
+                    task.mail(Resume())
+                coordinator.start_periodic()
+            result.set_exception(error)
+
+        savepoint.add_done_callback(done)
+        return result

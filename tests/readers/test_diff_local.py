@@ -1,0 +1,201 @@
+"""The local diff engine: structural and data diffs on constructed savepoints."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow.dataset as ds
+import pytest
+
+from statekit.readers import diff as diff_module
+from statekit.readers.diff import diff_savepoints
+from statekit.statefmt.errors import BadInputError, PathNotFoundError, StateNotFoundError
+from statekit.statefmt.metadata import StateDescriptor, StateKind
+from statekit.writers.savepoint_writer import SavepointWriter
+
+COUNT = StateDescriptor("count", StateKind.VALUE, value_type="int")
+TAGS = StateDescriptor("tags", StateKind.MAP, value_type="int", user_key_type="string")
+HISTORY = StateDescriptor("history", StateKind.LIST, value_type="int")
+OFFSETS = StateDescriptor("offsets", StateKind.OPERATOR_LIST, value_type="int")
+RULES = StateDescriptor("rules", StateKind.BROADCAST, value_type="string", user_key_type="string")
+
+
+def counts(start: int, stop: int, changed: range = range(0)) -> list[tuple[str, int]]:
+    return [(f"k{i}", i + (1000 if i in changed else 0)) for i in range(start, stop)]
+
+
+def write(path: Path, rows: list[tuple[str, int]], *, parallelism: int = 2, max_parallelism: int = 128,
+          extra: dict[StateDescriptor, Any] | None = None, operators: dict[str, Any] | None = None) -> str:
+    writer = SavepointWriter.new_savepoint(max_parallelism)
+    writer.with_operator("counter", {COUNT: rows, **(extra or {})}, parallelism=parallelism)
+    for uid, states in (operators or {}).items():
+        writer.with_operator(uid, states, parallelism=parallelism)
+    writer.write(str(path))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    root = tmp_path_factory.mktemp("diff")
+    return {
+        "a": write(root / "a", counts(0, 1000)),
+        "a_copy": write(root / "a_copy", counts(0, 1000)),
+        "a_p5": write(root / "a_p5", counts(0, 1000), parallelism=5),
+        "a_m256": write(root / "a_m256", counts(0, 1000), max_parallelism=256),
+        # 100 removed (0..99), 100 added (1000..1099), 100 changed (500..599), 800 unchanged
+        "b": write(root / "b", counts(100, 1100, changed=range(500, 600))),
+        "b_m256": write(root / "b_m256", counts(100, 1100, changed=range(500, 600)), max_parallelism=256, parallelism=3),
+    }
+
+
+def state(result: Any, name: str = "count") -> Any:
+    return next(s for s in result.states if s.state_name == name)
+
+
+def test_identical_savepoints_are_equal_and_skip_every_key_group(base: dict[str, str]) -> None:
+    result = diff_savepoints(base["a"], base["a_copy"])
+    assert result.equal
+    s = state(result)
+    assert (s.only_in_a, s.only_in_b, s.changed, s.unchanged) == (0, 0, 0, 1000)
+    assert s.key_groups_compared == 0 and s.key_groups_skipped > 100
+    assert result.structural == ()
+
+
+def test_counts_of_removed_added_and_changed_keys(base: dict[str, str]) -> None:
+    result = diff_savepoints(base["a"], base["b"])
+    assert not result.equal
+    s = state(result)
+    assert (s.only_in_a, s.only_in_b, s.changed, s.unchanged) == (100, 100, 100, 800)
+    assert s.key_groups_skipped + s.key_groups_compared <= 128
+
+
+def test_rescaled_copy_is_equal_and_listed_as_a_layout_change(base: dict[str, str]) -> None:
+    result = diff_savepoints(base["a"], base["a_p5"])
+    assert result.equal
+    assert state(result).unchanged == 1000
+    assert [(c.change, c.a, c.b, c.layout) for c in result.structural] == [("parallelism_changed", 2, 5, True)]
+
+
+def test_different_max_parallelism_compares_by_key(base: dict[str, str]) -> None:
+    same = diff_savepoints(base["a"], base["a_m256"])
+    assert same.equal and state(same).unchanged == 1000
+    result = diff_savepoints(base["a"], base["b_m256"])
+    s = state(result)
+    assert (s.only_in_a, s.only_in_b, s.changed, s.unchanged) == (100, 100, 100, 800)
+
+
+def test_different_max_parallelism_spills_to_buckets_with_the_same_answer(
+        base: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(diff_module, "MEMORY_BUDGET", 16 << 10)
+    s = state(diff_savepoints(base["a"], base["b_m256"]))
+    assert (s.only_in_a, s.only_in_b, s.changed, s.unchanged) == (100, 100, 100, 800)
+
+
+def test_small_chunks_give_the_same_counts(base: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(diff_module, "CHUNK_ROWS", 7)
+    s = state(diff_savepoints(base["a"], base["b"]))
+    assert (s.only_in_a, s.only_in_b, s.changed, s.unchanged) == (100, 100, 100, 800)
+
+
+def test_keys_lists_decoded_differences(base: dict[str, str]) -> None:
+    result = diff_savepoints(base["a"], base["b"], keys=True, limit=1000)
+    examples = state(result).examples
+    assert len(examples) == 300
+    changed = {e.key: (e.value_a, e.value_b) for e in examples if e.change == "changed"}
+    assert changed["k500"] == (500, 1500)
+    assert {e.key for e in examples if e.change == "only_in_a"} == {f"k{i}" for i in range(100)}
+    assert {e.key for e in examples if e.change == "only_in_b"} == {f"k{i}" for i in range(1000, 1100)}
+    assert all(e.namespace is None and e.user_key is None for e in examples)
+    limited = diff_savepoints(base["a"], base["b"], keys=True, limit=5)
+    assert len(state(limited).examples) == 5
+
+
+def test_output_writes_every_difference_as_parquet(base: dict[str, str], tmp_path: Path) -> None:
+    out = tmp_path / "d"
+    result = diff_savepoints(base["a"], base["b"], output=str(out))
+    assert result.output == str(out)
+    table = ds.dataset(str(out), format="parquet", partitioning="hive").to_table()
+    assert table.num_rows == 300
+    rows = table.to_pylist()
+    assert {r["operator_uid"] for r in rows} == {"counter"} and {r["state_name"] for r in rows} == {"count"}
+    changed = next(r for r in rows if r["key"] == '"k500"')
+    assert (changed["change"], changed["value_a"], changed["value_b"]) == ("changed", "500", "1500")
+    assert 0 <= changed["key_group"] < 128
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d"]  # no staging directory left
+
+
+def test_output_must_be_new(base: dict[str, str], tmp_path: Path) -> None:
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "file").write_text("x")
+    with pytest.raises(BadInputError, match="not an empty directory"):
+        diff_savepoints(base["a"], base["b"], output=str(tmp_path / "taken"))
+
+
+def test_map_and_list_state(tmp_path: Path) -> None:
+    extra_a = {TAGS: [(1, "x", 1), (1, "y", 2), (2, "x", 3)], HISTORY: [(1, [1, 2]), (2, [3])]}
+    extra_b = {TAGS: [(1, "x", 1), (1, "y", 20), (3, "z", 4)], HISTORY: [(1, [1, 2]), (2, [3, 4])]}
+    a = write(tmp_path / "a", counts(0, 10), extra=extra_a)
+    b = write(tmp_path / "b", counts(0, 10), extra=extra_b, parallelism=3)
+    result = diff_savepoints(a, b, keys=True)
+    tags, history = state(result, "tags"), state(result, "history")
+    assert (tags.only_in_a, tags.only_in_b, tags.changed, tags.unchanged) == (1, 1, 1, 1)
+    assert {(e.change, e.key, e.user_key) for e in tags.examples} == {
+        ("only_in_a", 2, "x"), ("only_in_b", 3, "z"), ("changed", 1, "y")}
+    assert (history.changed, history.unchanged) == (1, 1)
+    assert history.examples[0].value_a == [3] and history.examples[0].value_b == [3, 4]
+    assert state(result).unchanged == 10
+
+
+def test_operator_state_compares_elements_and_broadcast_keys(tmp_path: Path) -> None:
+    a = write(tmp_path / "a", counts(0, 5), operators={"source": {OFFSETS: [1, 2, 3], RULES: {"r1": "x", "r2": "y"}}})
+    b = write(tmp_path / "b", counts(0, 5), parallelism=3,
+              operators={"source": {OFFSETS: [3, 2, 4], RULES: {"r1": "x", "r2": "z", "r3": "w"}}})
+    result = diff_savepoints(a, b, operator="source", keys=True)
+    offsets, rules = state(result, "offsets"), state(result, "rules")
+    assert (offsets.only_in_a, offsets.only_in_b, offsets.unchanged) == (1, 1, 2)
+    assert (rules.only_in_b, rules.changed, rules.unchanged) == (1, 1, 1)
+    assert {(e.change, e.user_key, e.value_a, e.value_b) for e in rules.examples} == {
+        ("only_in_b", "r3", None, "w"), ("changed", "r2", "y", "z")}
+    assert [s.operator_uid for s in result.states] == ["source", "source"]
+
+
+def test_structural_changes(tmp_path: Path) -> None:
+    a = write(tmp_path / "a", counts(0, 5), operators={"gone": {OFFSETS: [1]}})
+    writer = SavepointWriter.new_savepoint(128)
+    writer.with_operator("counter", {StateDescriptor("count", StateKind.VALUE, value_type="json", ttl_ms=5): counts(0, 5),
+                                     HISTORY: [(1, [1])]}, parallelism=2)
+    writer.with_operator("new", {OFFSETS: [1]}, parallelism=1)
+    writer.write(str(tmp_path / "b"))
+    result = diff_savepoints(a, str(tmp_path / "b"))
+    assert not result.equal
+    found = {(c.change, c.operator_uid, c.state_name, c.field) for c in result.structural}
+    assert found == {
+        ("operator_removed", "gone", None, None), ("operator_added", "new", None, None),
+        ("state_added", "counter", "history", None),
+        ("descriptor_changed", "counter", "count", "value_type"), ("descriptor_changed", "counter", "count", "ttl_ms"),
+    }
+    assert state(result).unchanged == 5
+    assert (state(result, "history").status, state(result, "history").only_in_b) == ("added", 1)
+    gone = next(s for s in result.states if s.operator_uid == "gone")
+    assert (gone.status, gone.only_in_a) == ("removed", 1)
+
+
+def test_serializer_change_is_incomparable(tmp_path: Path) -> None:
+    a = write(tmp_path / "a", counts(0, 5))
+    writer = SavepointWriter.new_savepoint(128)
+    writer.with_operator("counter", {StateDescriptor("count", StateKind.VALUE, value_serializer="json"): counts(0, 5)})
+    writer.write(str(tmp_path / "b"))
+    result = diff_savepoints(a, str(tmp_path / "b"))
+    assert state(result).status == "incomparable" and "value_serializer" in (state(result).reason or "")
+    assert not result.equal
+
+
+def test_filters_and_bad_input(base: dict[str, str], tmp_path: Path) -> None:
+    assert [s.state_name for s in diff_savepoints(base["a"], base["b"], operator="counter", state="count").states] == ["count"]
+    with pytest.raises(StateNotFoundError):
+        diff_savepoints(base["a"], base["b"], operator="nope")
+    with pytest.raises(StateNotFoundError):
+        diff_savepoints(base["a"], base["b"], state="nope")
+    with pytest.raises(PathNotFoundError):
+        diff_savepoints(base["a"], str(tmp_path / "missing"))

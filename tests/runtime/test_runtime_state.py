@@ -1,0 +1,241 @@
+"""State API units: keyed state handles, copy-on-write snapshots, operator state, descriptors."""
+
+from __future__ import annotations
+
+import pytest
+
+from statekit.readers.savepoint_reader import SavepointReader
+from statekit.runtime.backend import SubtaskScope
+from statekit.runtime.backend_hashmap import HashMapKeyedStateBackend
+from statekit.runtime.checkpoint_storage import CheckpointStorageLocation
+from statekit.runtime.functions import AggregateFunction
+from statekit.runtime.operator_state import DefaultOperatorStateStore
+from statekit.runtime.restore import RestorePlan, SubtaskRestore
+from statekit.runtime.state import (
+    AggregatingStateDescriptor,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ReducingStateDescriptor,
+    ValueStateDescriptor,
+)
+from statekit.statefmt.errors import BadInputError
+from statekit.statefmt.fileio import FileIO
+from statekit.statefmt.keygroups import KeyGroupRange, assign_to_key_group, compute_key_group_range_for_operator_index
+from statekit.statefmt.metadata import (
+    CheckpointMetadata,
+    OperatorMetadata,
+    SnapshotFormat,
+    SnapshotKind,
+    StateKind,
+    SubtaskState,
+)
+from statekit.statefmt.serializers import get_serializer
+from statekit.writers.state_writer import commit_metadata
+
+M = 128
+
+
+def backend(subtask: int = 0, parallelism: int = 1) -> HashMapKeyedStateBackend:
+    return HashMapKeyedStateBackend(SubtaskScope(
+        "op", subtask, parallelism, M, "msgpack", compute_key_group_range_for_operator_index(M, parallelism, subtask),
+    ))
+
+
+class Average(AggregateFunction):
+    def create_accumulator(self) -> list[int]:
+        return [0, 0]
+
+    def add(self, value: int, accumulator: list[int]) -> list[int]:
+        accumulator[0] += value
+        accumulator[1] += 1
+        return accumulator
+
+    def get_result(self, accumulator: list[int]) -> float:
+        return accumulator[0] / accumulator[1]
+
+
+def test_descriptors_map_to_metadata() -> None:
+    assert ValueStateDescriptor("count", "int").to_metadata().kind is StateKind.VALUE
+    assert ValueStateDescriptor("count", "int").to_metadata().value_type == "int"
+    listed = ListStateDescriptor("offsets", "int").to_metadata(StateKind.UNION)
+    assert (listed.kind, listed.value_serializer) == (StateKind.UNION, "msgpack")
+    mapped = MapStateDescriptor("views", "int", key_type="string", serializer="json").to_metadata()
+    assert (mapped.kind, mapped.user_key_type, mapped.value_serializer, mapped.user_key_serializer) == (
+        StateKind.MAP, "string", "json", "msgpack")
+    assert ReducingStateDescriptor("r", reduce_function=max).kind is StateKind.REDUCING
+    assert AggregatingStateDescriptor("a", aggregate_function=Average()).kind is StateKind.AGGREGATING
+    with pytest.raises(ValueError):
+        ReducingStateDescriptor("r")
+    with pytest.raises(BadInputError):
+        ValueStateDescriptor("v", serializer="nope")
+    with pytest.raises(BadInputError):
+        ValueStateDescriptor("v", "lst<int>")
+
+
+def test_keyed_state_handles_are_scoped_to_the_current_key() -> None:
+    b = backend()
+    value = b.get_state(ValueStateDescriptor("v", default=0))
+    lst = b.get_state(ListStateDescriptor("l"))
+    mp = b.get_state(MapStateDescriptor("m"))
+    red = b.get_state(ReducingStateDescriptor("r", reduce_function=lambda a, c: a + c))
+    agg = b.get_state(AggregatingStateDescriptor("a", aggregate_function=Average()))
+    for key in ("x", "y"):
+        b.current_key = key
+        assert value.value() == 0 and lst.get() == [] and mp.is_empty() and red.get() is None and agg.get() is None
+    b.current_key = "x"
+    value.update(5)
+    lst.add(1)
+    lst.add_all([2, 3])
+    mp.put("a", 1)
+    mp.put_all({"b": 2})
+    red.add(10)
+    red.add(5)
+    agg.add(4)
+    agg.add(8)
+    b.current_key = "y"
+    assert value.value() == 0 and lst.get() == [] and not mp.contains("a")
+    b.current_key = "x"
+    assert value.value() == 5
+    assert lst.get() == [1, 2, 3] and list(lst) == [1, 2, 3]
+    assert sorted(mp.items()) == [("a", 1), ("b", 2)] and mp.get("b") == 2 and mp.contains("a")
+    assert red.get() == 15 and agg.get() == 6.0
+    mp.remove("a")
+    mp.remove("b")
+    assert mp.is_empty() and "x" not in b.table_data("m")
+    lst.update([])
+    value.update(None)
+    assert lst.get() == [] and value.value() == 0 and "x" not in b.table_data("v")
+    red.clear()
+    assert red.get() is None
+    assert b.get_state(ValueStateDescriptor("v", default=0)) is value
+
+
+def test_mutable_default_is_not_shared_between_keys() -> None:
+    b = backend()
+    state = b.get_state(ValueStateDescriptor("v", default=[]))
+    b.current_key = "a"
+    state.value().append(1)
+    assert state.value() == []
+
+
+def test_snapshot_is_copy_on_write_while_processing_continues(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    b = backend()
+    value = b.get_state(ValueStateDescriptor("v", "int"))
+    lst = b.get_state(ListStateDescriptor("l", "int"))
+    mp = b.get_state(MapStateDescriptor("m", "int", key_type="string"))
+    agg = b.get_state(AggregatingStateDescriptor("a", "list<int>", aggregate_function=Average()))
+    for key in ("k1", "k2"):
+        b.current_key = key
+        value.update(1)
+        lst.add(1)
+        mp.put("p", 1)
+        agg.add(1)
+    snapshot = b.snapshot()
+    # processing after the barrier mutates every kind of state in place
+    b.current_key = "k1"
+    value.update(2)
+    lst.add(2)
+    lst.get().append(99)
+    mp.put("p", 2)
+    mp.put("q", 2)
+    agg.add(3)
+    b.current_key = "k3"
+    value.update(3)
+    io, directory = FileIO.for_path(str(tmp_path / "chk-1"))
+    location = CheckpointStorageLocation(io, directory, directory, 1, False)
+    files = snapshot.write(location)
+    snapshot.release()
+    assert {f.state for f in files} == {"v", "l", "m", "a"}
+    metadata = _metadata(b, files)
+    commit_metadata(io, directory, metadata)
+    reader = SavepointReader.read(directory)
+    assert sorted((e.key, e.value) for e in reader.read_keyed_state("op", "v")) == [("k1", 1), ("k2", 1)]
+    assert sorted((e.key, e.value) for e in reader.read_keyed_state("op", "l")) == [("k1", [1]), ("k2", [1])]
+    assert sorted((e.key, e.user_key, e.value) for e in reader.read_keyed_state("op", "m")) == [
+        ("k1", "p", 1), ("k2", "p", 1)]
+    assert sorted((e.key, e.value) for e in reader.read_keyed_state("op", "a")) == [("k1", [1, 1]), ("k2", [1, 1])]
+    b.current_key = "k1"
+    assert lst.get() == [1, 2, 99] and mp.get("q") == 2 and agg.get() == 2.0
+
+
+def _metadata(b: HashMapKeyedStateBackend, files: list) -> CheckpointMetadata:  # type: ignore[type-arg]
+    op = OperatorMetadata(
+        uid="op", name="op", parallelism=1, max_parallelism=M, key_serializer="msgpack",
+        states=tuple(b.descriptors()),
+        subtasks=(SubtaskState(0, KeyGroupRange(0, M - 1), tuple(files)),),
+    )
+    return CheckpointMetadata("ab" * 16, 1, SnapshotKind.CHECKPOINT, SnapshotFormat.CANONICAL,
+                              CheckpointMetadata.now_ms(), (op,))
+
+
+def test_restored_state_keeps_its_kind_and_rejects_another() -> None:
+    b = backend()
+    b.restore_state(ValueStateDescriptor("count", "int").to_metadata(), [])
+    with pytest.raises(BadInputError, match="restored as value state but the job declares list state"):
+        b.get_state(ListStateDescriptor("count"))
+    with pytest.raises(BadInputError, match="serializer"):
+        b.get_state(ValueStateDescriptor("count", serializer="json"))
+
+
+def test_keyed_restore_reads_only_the_key_groups_of_the_new_subtask(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    source = backend()
+    state = source.get_state(ValueStateDescriptor("count", "int"))
+    keys = [f"w{i}" for i in range(300)]
+    for i, key in enumerate(keys):
+        source.current_key = key
+        state.update(i)
+    io, directory = FileIO.for_path(str(tmp_path / "sp"))
+    snapshot = source.snapshot()
+    files = snapshot.write(CheckpointStorageLocation(io, directory, directory, 1, True))
+    commit_metadata(io, directory, _metadata(source, files))
+    plan = RestorePlan.open(directory)
+    key_bytes = get_serializer("msgpack").serialize
+    seen: dict[str, int] = {}
+    for subtask in range(3):
+        restore = plan.subtask("op", subtask, 3, M)
+        assert isinstance(restore, SubtaskRestore)
+        target = backend(subtask, 3)
+        for descriptor, entries in restore.keyed_states():
+            target.restore_state(descriptor, entries)
+        kg_range = compute_key_group_range_for_operator_index(M, 3, subtask)
+        for key, value in target.table_data("count").items():
+            assert assign_to_key_group(key_bytes(key), M) in kg_range
+            seen[key] = value
+    assert seen == {key: i for i, key in enumerate(keys)}
+
+
+def test_operator_state_modes_redistribute_on_restore() -> None:
+    store = DefaultOperatorStateStore("src", 0, 1)
+    even = store.get_list_state(ListStateDescriptor("even", "int"))
+    union = store.get_union_list_state(ListStateDescriptor("union", "int"))
+    broadcast = store.get_broadcast_state(MapStateDescriptor("rules", "int", key_type="string"))
+    even.update([1, 2, 3, 4, 5])
+    union.add(7)
+    broadcast.put("a", 1)
+    kinds = {d.name: d.kind for d in store.descriptors()}
+    assert kinds == {"even": StateKind.OPERATOR_LIST, "union": StateKind.UNION, "rules": StateKind.BROADCAST}
+    snap = store.snapshot()
+    even.add(6)
+    assert [data for _, data in snap.copies] == [[1, 2, 3, 4, 5], {"a": 1}, [7]]
+
+    class FakePlan:
+        def __init__(self, parts: dict[str, list[list[int]]]) -> None:
+            self.parts = parts
+            self.checkpoint_id = 3
+
+        def operator_elements(self, uid: str, state: str) -> list[list[int]]:
+            return self.parts[state]
+
+    from statekit.statefmt.metadata import StateDescriptor
+
+    op = OperatorMetadata("src", "src", 2, M, None, (
+        StateDescriptor("even", StateKind.OPERATOR_LIST), StateDescriptor("union", StateKind.UNION),
+        StateDescriptor("rules", StateKind.BROADCAST)), ())
+    plan = FakePlan({"even": [[1, 2, 3], [4, 5]], "union": [[7], [8]], "rules": [[("a", 1)], [("a", 1)]]})
+    shares = [dict(SubtaskRestore(plan, op, i, 3, M).operator_states()) for i in range(3)]  # type: ignore[arg-type]
+    by_name = [{d.name: v for d, v in s.items()} for s in shares]
+    assert [s["even"] for s in by_name] == [[1, 2], [3, 4], [5]]
+    assert all(s["union"] == [7, 8] for s in by_name)
+    assert all(s["rules"] == [("a", 1)] for s in by_name)
+    same = [{d.name: v for d, v in SubtaskRestore(plan, op, i, 2, M).operator_states()} for i in range(2)]  # type: ignore[arg-type]
+    assert [s["even"] for s in same] == [[1, 2, 3], [4, 5]]

@@ -1,0 +1,82 @@
+"""One SparkSession (local[2]) for every Spark test, and the savepoints they share."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from statekit.statefmt.entries import KeyedStateEntry
+from statekit.statefmt.metadata import StateDescriptor, StateKind
+from statekit.writers.savepoint_writer import SavepointWriter
+
+COUNT = StateDescriptor("count", StateKind.VALUE, value_type="int")
+TAGS = StateDescriptor("tags", StateKind.MAP, value_type="struct<n:int,seen:timestamp>", user_key_type="string")
+HISTORY = StateDescriptor("history", StateKind.LIST, value_type="float")
+SESSION = StateDescriptor("session", StateKind.VALUE, ttl_ms=60_000)  # no declared type: JSON text
+OFFSETS = StateDescriptor("offsets", StateKind.OPERATOR_LIST, value_type="int")
+SEEN = StateDescriptor("seen", StateKind.UNION, value_type="string")
+RULES = StateDescriptor("rules", StateKind.BROADCAST, value_type="list<int>", user_key_type="string")
+NOW_MS = int(time.time() * 1000)
+
+
+def sample_states() -> dict[str, dict[StateDescriptor, Any]]:
+    """Every kind of state, small: operator uid -> {descriptor: data}."""
+    return {
+        "counter": {
+            COUNT: [(f"w{i}", i) for i in range(500)],
+            TAGS: [(i, f"t{j}", {"n": i * j, "seen": 1_700_000_000_000 + j}) for i in range(40) for j in range(3)],
+            HISTORY: [(i, [i / 2, i / 4]) for i in range(30)],
+            SESSION: [KeyedStateEntry(i, None, {"user": i, "pages": [1, 2]},
+                                      NOW_MS - 10_000 if i % 4 == 0 else NOW_MS + 3_600_000) for i in range(20)],
+        },
+        "source": {OFFSETS: [10, 20, 30, 40, 50], SEEN: ["a", "b"], RULES: {"r1": [1, 2], "r2": []}},
+    }
+
+
+def write_sample(path: str, parallelism: int = 2, storage_options: dict[str, Any] | None = None) -> str:
+    writer = SavepointWriter.new_savepoint(128)
+    for uid, states in sample_states().items():
+        writer.with_operator(uid, states, parallelism=parallelism)
+    writer.write(path, storage_options=storage_options)
+    return path
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    pytest.importorskip("pyspark")
+    from statekit.readers.spark_session import get_spark, stop_spark
+
+    session = get_spark("local[2]")
+    try:
+        yield session
+    finally:
+        stop_spark()
+
+
+@pytest.fixture(scope="session")
+def sample(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return write_sample(str(tmp_path_factory.mktemp("spark") / "sample"))
+
+
+def rows_by(frame: Any, *columns: str) -> list[tuple[Any, ...]]:
+    return sorted(tuple(r[c] for c in columns) for r in frame.collect())
+
+
+def tmp(tmp_path: Path, name: str) -> str:
+    return str(tmp_path / name)
+
+
+@pytest.fixture(scope="session")
+def sample_writer() -> Any:
+    """``write_sample(path, parallelism=2, storage_options=None)``: the sample savepoint anywhere."""
+    return write_sample
+
+
+@pytest.fixture(scope="session")
+def now_ms() -> int:
+    """The reference time of the sample's TTL expiries."""
+    return NOW_MS
