@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+import statekit.cli.flink_render  # noqa: F401
 from statekit.cli.errors import catch_exception
 from statekit.cli.options import common_options
 from statekit.cli.output import get_output

@@ -187,7 +187,9 @@ class _SparkDiff:
 
     def _write(self, pair: StatePair, differences: DataFrame) -> None:
         schema = ", ".join(f"{c} string" for c in DIFF_COLUMNS[:-1]) + ", key_group int"
-        decoded = differences.mapInArrow(_JsonRows(pair, self.trust_pickle, _max_p(pair)), schema)
+        from statekit.readers.spark_session import map_in_arrow
+
+        decoded = map_in_arrow(differences, _JsonRows(pair, self.trust_pickle, _max_p(pair)), schema)
         decoded.write.mode("errorifexists").parquet(self._target_dir(pair))
 
 

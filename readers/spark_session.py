@@ -20,7 +20,7 @@ import sys
 import tempfile
 import threading
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -28,9 +28,12 @@ from statekit.statefmt import errors
 from statekit.statefmt.errors import BadInputError, StatekitError
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["get_spark", "stop_spark", "spark_log_path", "spark_errors", "SparkJobError", "OutputDir", "DEFAULT_MASTER", "QUIET_LOG4J2"]
+__all__ = [
+    "get_spark", "stop_spark", "spark_log_path", "spark_errors", "map_in_arrow",
+    "SparkJobError", "OutputDir", "DEFAULT_MASTER", "QUIET_LOG4J2",
+]
 
 DEFAULT_MASTER = "local[*]"
 
@@ -189,6 +192,28 @@ def stop_spark() -> None:
         if _SESSION is not None:
             _SESSION.stop()
             _SESSION = None
+
+
+def map_in_arrow(frame: DataFrame, func: Callable[[Iterator[Any]], Iterator[Any]], schema: str) -> DataFrame:
+    """``frame.mapInArrow(func, schema)``, also where pandas is not installed.
+
+    The Arrow map path moves Arrow batches only; pyspark merely checks for pandas on the
+    driver before building the UDF. Without pandas the same UDF is built directly.
+    """
+    try:
+        return frame.mapInArrow(func, schema)
+    except ImportError:
+        pass
+    except Exception as exc:  # noqa: BLE001 - PySparkImportError is not an ImportError in every version
+        if "PACKAGE_NOT_INSTALLED" not in str(exc) and "pandas" not in str(exc).lower():
+            raise
+    from pyspark.sql import DataFrame as SparkDataFrame
+    from pyspark.sql.udf import _create_udf
+    from pyspark.util import PythonEvalType
+
+    udf = _create_udf(func, schema, PythonEvalType.SQL_MAP_ARROW_ITER_UDF)
+    column = udf(*[frame[c] for c in frame.columns])
+    return SparkDataFrame(frame._jdf.mapInArrow(column._jc, False, None), frame.sparkSession)
 
 
 class SparkJobError(StatekitError):  # type: ignore[misc, unused-ignore]

@@ -183,15 +183,18 @@ class RecordWriter:
         self._max_parallelism = max_parallelism
         self._next = start_channel % max(1, self._n)
         self._route_cache: dict[Any, int] = {}
+        if partitioning is Partitioning.HASH:
+            self._hash_emitter = self._make_hash_emitter()
         self.emit: Callable[[Any], None] = self._emitter()
 
     def _emitter(self) -> Callable[[Any], None]:
         if self._n == 1 and self._partitioning is not Partitioning.BROADCAST:
             return self._emit_single
+        if self._partitioning is Partitioning.HASH:
+            return self._hash_emitter
         return {
             Partitioning.FORWARD: self._emit_single,
             Partitioning.REBALANCE: self._emit_rebalance,
-            Partitioning.HASH: self._emit_hash,
             Partitioning.BROADCAST: self._emit_broadcast,
         }[self._partitioning]
 
@@ -215,21 +218,35 @@ class RecordWriter:
             self.flush_channel(channel)
 
     def _emit_hash(self, record: Any) -> None:
-        assert self._selector is not None
-        key = self._selector(record)
-        try:
-            channel = self._route_cache[key]
-        except KeyError:
-            channel = self.channel_for_key(key)
-            if len(self._route_cache) >= _ROUTE_CACHE_LIMIT:
-                self._route_cache.clear()
-            self._route_cache[key] = channel
-        except TypeError:  # an unhashable key: route without the cache
-            channel = self.channel_for_key(key)
-        buffer = self._buffers[channel]
-        buffer.append(record)
-        if len(buffer) >= self._size:
-            self.flush_channel(channel)
+        self._hash_emitter(record)
+
+    def _make_hash_emitter(self) -> Callable[[Any], None]:
+        """The keyed-exchange hot path as a closure over locals (no attribute lookups)."""
+        selector = self._selector
+        assert selector is not None
+        cache = self._route_cache
+        buffers = self._buffers
+        size = self._size
+        route = self.channel_for_key
+        flush = self.flush_channel
+
+        def emit(record: Any) -> None:
+            key = selector(record)
+            try:
+                channel = cache[key]
+            except KeyError:
+                channel = route(key)
+                if len(cache) >= _ROUTE_CACHE_LIMIT:
+                    cache.clear()
+                cache[key] = channel
+            except TypeError:  # an unhashable key: route without the cache
+                channel = route(key)
+            buffer = buffers[channel]
+            buffer.append(record)
+            if len(buffer) >= size:
+                flush(channel)
+
+        return emit
 
     def _emit_broadcast(self, record: Any) -> None:
         for channel, buffer in enumerate(self._buffers):

@@ -231,23 +231,31 @@ class CheckpointCoordinator:
             for snapshot in snapshots:
                 snapshot.release()
 
+    def _alive(self, checkpoint_id: int) -> bool:
+        with self._lock:
+            pending = self._pending.get(checkpoint_id)
+            return pending is not None and not pending.done
+
     def _write_and_ack(self, key: TaskKey, barrier: Barrier, snapshots: list[OperatorSnapshot]) -> None:
         checkpoint_id = barrier.checkpoint_id
+        location = barrier.options.location
         try:
-            location = barrier.options.location
-            with self._lock:
-                pending = self._pending.get(checkpoint_id)
-                alive = pending is not None and not pending.done
-            if location is not None and alive:
+            if location is not None and self._alive(checkpoint_id):
                 for snapshot in snapshots:
                     snapshot.write(location)
         except Exception as exc:  # noqa: BLE001 - any write failure declines the checkpoint
-            log.warning("task %s failed to write checkpoint %d: %s", key, checkpoint_id, exc)
-            self.decline(checkpoint_id, f"task {key} could not write its state: {exc}")
+            if self._alive(checkpoint_id):
+                log.warning("task %s failed to write checkpoint %d: %s", key, checkpoint_id, exc)
+                self.decline(checkpoint_id, f"task {key} could not write its state: {exc}")
+            elif location is not None:
+                location.discard()
             return
         finally:
             for snapshot in snapshots:
                 snapshot.release()
+        if location is not None and not self._alive(checkpoint_id):
+            location.discard()  # aborted while this task wrote: remove what it re-created
+            return
         self.acknowledge(key, checkpoint_id, snapshots)
 
     def acknowledge(self, key: TaskKey, checkpoint_id: int, snapshots: list[OperatorSnapshot]) -> None:

@@ -66,6 +66,10 @@ class JobHandle:
     Attributes:
         job_id: 32 hex chars.
         job_name: The name given to ``execute``.
+        start_time_ms: When the job was created (epoch ms).
+        end_time_ms: When it reached a terminal state, else None.
+        failure: Why it failed (one line), else None.
+        final_savepoint_path: The savepoint taken because of ``savepoint_on_finish``.
     """
 
     def __init__(
@@ -83,6 +87,7 @@ class JobHandle:
         self.start_time_ms = int(time.time() * 1000)
         self.end_time_ms: int | None = None
         self.failure: str | None = None
+        self.final_savepoint_path: str | None = None
         self._control = control
         self._status = JobStatus.CREATED
         self._changed = threading.Condition()

@@ -167,7 +167,6 @@ class JobMaster:
             None if self.ephemeral_storage else self.storage.job_dir_url,
             self,
         )
-        self.handle.final_savepoint_path = None  # type: ignore[attr-defined]
         self.error: BaseException | None = None
         self.final_savepoint: str | None = None
         self._lock = threading.Lock()
@@ -220,47 +219,53 @@ class JobMaster:
     # ------------------------------------------------------------ attempts
 
     def _run(self) -> None:
+        _fast_switching(True)
+        status: JobStatus = JobStatus.FAILED
+        failure: str | None = "the job master stopped unexpectedly"
+        try:
+            status, failure = self._attempts()
+        except BaseException as exc:  # noqa: BLE001 - the master never dies silently
+            self.error = exc
+            status, failure = JobStatus.FAILED, _describe(exc)
+        finally:
+            _fast_switching(False)
+            self.coordinator.close()  # waits for snapshot threads: nothing changes after the end
+            if status is JobStatus.CANCELED:
+                self._cleanup_cancelled()
+            for path in self._temp_dirs:
+                shutil.rmtree(path, ignore_errors=True)
+            self.handle.set_status(status, failure=failure if status is JobStatus.FAILED else None)
+
+    def _attempts(self) -> tuple[JobStatus, str | None]:
         handle = self.handle
         restore = self.initial_restore
         attempt = 0
-        _fast_switching(True)
-        try:
-            while True:
-                if self._cancel.is_set():
-                    self._finish_cancelled()
-                    return
-                handle.set_status(JobStatus.RUNNING)
-                execution = Execution(self, attempt, restore)
-                with self._lock:
-                    self._execution = execution
-                outcome, error = execution.run()
-                with self._lock:
-                    self._execution = None
-                if outcome == "finished":
-                    handle.set_status(JobStatus.FINISHED)
-                    return
-                if outcome == "cancelled":
-                    self._finish_cancelled()
-                    return
-                assert error is not None
-                if _unrecoverable(error) or attempt >= self.restart.attempts:
-                    self._fail(error, attempt)
-                    return
-                attempt += 1
-                log.warning("job %s: task failure (%s); restart %d of %d in %d ms", self.job_id,
-                            _describe(error), attempt, self.restart.attempts, self.restart.delay_ms)
-                handle.set_status(JobStatus.RESTARTING)
-                if self._cancel.wait(self.restart.delay_ms / 1000.0):
-                    self._finish_cancelled()
-                    return
-                restore = self._restore_for_restart()
-        except BaseException as exc:  # noqa: BLE001 - the master never dies silently
-            self._fail(exc, attempt)
-        finally:
-            _fast_switching(False)
-            self.coordinator.close()
-            for path in self._temp_dirs:
-                shutil.rmtree(path, ignore_errors=True)
+        while True:
+            if self._cancel.is_set():
+                return JobStatus.CANCELED, None
+            handle.set_status(JobStatus.RUNNING)
+            execution = Execution(self, attempt, restore)
+            with self._lock:
+                self._execution = execution
+            outcome, error = execution.run()
+            with self._lock:
+                self._execution = None
+            if outcome == "finished":
+                return JobStatus.FINISHED, None
+            if outcome == "cancelled":
+                return JobStatus.CANCELED, None
+            assert error is not None
+            if _unrecoverable(error) or attempt >= self.restart.attempts:
+                self.error = error
+                suffix = f" after {attempt} restart(s)" if attempt else ""
+                return JobStatus.FAILED, f"{_describe(error)}{suffix}"
+            attempt += 1
+            log.warning("job %s: task failure (%s); restart %d of %d in %d ms", self.job_id,
+                        _describe(error), attempt, self.restart.attempts, self.restart.delay_ms)
+            handle.set_status(JobStatus.RESTARTING)
+            if self._cancel.wait(self.restart.delay_ms / 1000.0):
+                return JobStatus.CANCELED, None
+            restore = self._restore_for_restart()
 
     def _restore_for_restart(self) -> RestorePlan | None:
         latest = self.coordinator.latest_completed
@@ -268,17 +273,11 @@ class JobMaster:
             return self.initial_restore
         return RestorePlan.open(latest, trust_pickle=self.env.trust_pickle, storage_options=self.env.storage_options)
 
-    def _fail(self, error: BaseException, attempt: int) -> None:
-        self.error = error
-        suffix = f" after {attempt} restart(s)" if attempt else ""
-        self.handle.set_status(JobStatus.FAILED, failure=f"{_describe(error)}{suffix}")
-
-    def _finish_cancelled(self) -> None:
+    def _cleanup_cancelled(self) -> None:
         from statekit.runtime.checkpoint_config import ExternalizedCheckpointCleanup
 
         if self.config.externalized_cleanup is ExternalizedCheckpointCleanup.DELETE_ON_CANCELLATION:
             self.coordinator.dispose_retained()
-        self.handle.set_status(JobStatus.CANCELED)
 
 
 _switching_lock = threading.Lock()
@@ -492,7 +491,7 @@ class Execution:
                 if savepoint_dir:
                     path = coordinator.trigger(is_savepoint=True, target_dir=savepoint_dir).result()
                     self.master.final_savepoint = path
-                    self.master.handle.final_savepoint_path = path  # type: ignore[attr-defined]
+                    self.master.handle.final_savepoint_path = path
                     log.info("savepoint on finish stored at %s", path)
                 self.post("stopped")
             except BaseException as exc:  # noqa: BLE001

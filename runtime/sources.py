@@ -281,5 +281,8 @@ class CollectionSource(Source):
     def __init__(self, elements: Sequence[Any]) -> None:
         self.elements = list(elements)
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> CollectionSource:
+        return self  # read-only: every subtask reads its own index splits of the same list
+
     def create_reader(self, ctx: SourceReaderContext) -> SourceReader:
         return _CollectionReader(ctx, self.elements)

@@ -2,7 +2,7 @@
 
 Layout (little-endian; constants in :mod:`statekit.statefmt.layout`)::
 
-    header(16) | block* | index(32 * n) | footer(32)
+    header(16) | block* | index(32 * n) | footer(28)
 
 A block is one Arrow IPC record-batch message (no schema: the schema is fixed by the file
 kind and format version) holding the entries of one key group, sorted by
@@ -103,7 +103,7 @@ def decode_block(data: bytes, kind: int, *, path: str, key_group: int) -> pa.Rec
     try:
         batch = pa.ipc.read_record_batch(pa.py_buffer(data), schema)
         batch.validate(full=True)
-    except (pa.ArrowException, ValueError, OSError) as exc:
+    except (pa.ArrowException, ValueError, OSError, EOFError) as exc:
         raise CorruptStateError(f"block does not decode: {exc}", path=path, key_group=key_group) from exc
     return batch
 
@@ -168,6 +168,10 @@ class StateFileReader:
         self._stream = stream
         self.path = path
         self.size = size
+        # CRC of the bytes read in order from offset 0 (header, then blocks): once it reaches
+        # the index, the footer's CRC of header..index can be checked (see check_body).
+        self._seq_crc = 0
+        self._seq_pos = 0
         self.kind, self.index = self._read_index()
         self._by_group = {e.key_group: e for e in self.index}
 
@@ -185,7 +189,9 @@ class StateFileReader:
         header_size, footer_size = layout.STATE_FILE_HEADER.size, layout.STATE_FILE_FOOTER.size
         if self.size < header_size + footer_size:
             raise self._corrupt(f"truncated: {self.size} bytes is shorter than header and footer")
-        magic, version, kind, _, _ = layout.STATE_FILE_HEADER.unpack(self._read_at(0, header_size))
+        header = self._read_at(0, header_size)
+        self._seq_crc, self._seq_pos = crc32(header), header_size
+        magic, version, kind, _, _ = layout.STATE_FILE_HEADER.unpack(header)
         if magic != layout.STATE_FILE_MAGIC:
             raise self._corrupt("not a statekit state file (bad magic)")
         if version != layout.STATE_FILE_VERSION:
@@ -193,13 +199,14 @@ class StateFileReader:
         if kind not in (layout.FILE_KIND_KEYED, layout.FILE_KIND_OPERATOR):
             raise self._corrupt(f"unknown file kind {kind}")
         footer = self._read_at(self.size - footer_size, footer_size)
-        index_offset, count, index_crc, _, end_magic = layout.STATE_FILE_FOOTER.unpack(footer)
+        index_offset, count, index_crc, body_crc, end_magic = layout.STATE_FILE_FOOTER.unpack(footer)
         entry_size = layout.INDEX_ENTRY.size
         if end_magic != layout.STATE_FILE_FOOTER_MAGIC or index_offset + count * entry_size != self.size - footer_size:
             raise self._corrupt("damaged or truncated footer")
         raw = self._read_at(index_offset, count * entry_size)
         if crc32(raw) != index_crc:
             raise self._corrupt("index checksum mismatch")
+        self._index_raw, self._index_offset, self._body_crc = raw, index_offset, body_crc
         entries = tuple(IndexEntry(*layout.INDEX_ENTRY.unpack_from(raw, i * entry_size)) for i in range(count))
         position, previous = header_size, -1
         for e in entries:
@@ -229,7 +236,18 @@ class StateFileReader:
         data = self._read_at(entry.offset, entry.length)
         if crc32(data) != entry.checksum:
             raise CorruptStateError("block checksum mismatch", path=self.path, key_group=key_group)
+        if entry.offset == self._seq_pos:
+            self._seq_crc, self._seq_pos = crc32(data, self._seq_crc), self._seq_pos + entry.length
         return data
+
+    def check_body(self) -> None:
+        """After every block was read in order: check the footer's CRC of header..index.
+
+        Catches damage no block CRC covers (reserved header bytes, the footer's own CRC
+        field). A no-op unless the blocks were read sequentially from the first.
+        """
+        if self._seq_pos == self._index_offset and crc32(self._index_raw, self._seq_crc) != self._body_crc:
+            raise self._corrupt("file checksum mismatch in the footer: header, index or footer damaged")
 
     def read_block(self, key_group: int) -> pa.RecordBatch | None:
         data = self.read_block_bytes(key_group)
@@ -243,6 +261,8 @@ class StateFileReader:
                 batch = self.read_block(e.key_group)
                 assert batch is not None
                 yield e.key_group, batch
+        if wanted is None:
+            self.check_body()
 
     def iter_raw_blocks(self, key_groups: Iterable[int] | None = None) -> Iterator[tuple[IndexEntry, bytes]]:
         wanted = None if key_groups is None else set(key_groups)
@@ -251,6 +271,8 @@ class StateFileReader:
                 data = self.read_block_bytes(e.key_group)
                 assert data is not None
                 yield e, data
+        if wanted is None:
+            self.check_body()
 
 
 def verify_state_stream(stream: IO[bytes], path: str, expected_size: int | None, expected_checksum: str | None,
@@ -279,7 +301,7 @@ def verify_state_stream(stream: IO[bytes], path: str, expected_size: int | None,
         problems.append(exc)
         return problems, 0
     except UnsupportedVersionError as exc:
-        problems.append(CorruptStateError(str(exc)))
+        problems.append(CorruptStateError(str(exc).removeprefix(f"{path}: "), path=path))
         return problems, 0
     for e in reader.index:
         try:
@@ -288,5 +310,9 @@ def verify_state_stream(stream: IO[bytes], path: str, expected_size: int | None,
             decode_block(data, reader.kind, path=path, key_group=e.key_group)
         except CorruptStateError as exc:
             problems.append(exc)
+    try:
+        reader.check_body()
+    except CorruptStateError as exc:
+        problems.append(exc)
     return problems, len(reader.index)
 

@@ -122,7 +122,7 @@ class KeyGroupSorter:
         self.chunk_bytes = max(1 << 20, memory_budget // 12)
         self.directory = tempfile.mkdtemp(prefix="statekit-sort-", dir=spill_dir)
         self._serial = itertools.count(1)
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._pending: list[pa.Table] = []
         self._pending_bytes = 0
         self._buffered_bytes = 0

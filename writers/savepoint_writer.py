@@ -123,7 +123,7 @@ class SavepointWriter:
         """
         if not uid:
             raise BadInputError("operator uid must not be empty")
-        max_p = max_parallelism or self.max_parallelism
+        max_p = self.max_parallelism if max_parallelism is None else max_parallelism
         check_parallelism(parallelism, max_p)
         items = list(states.items()) if isinstance(states, Mapping) else list(states)
         names = [d.name for d, _ in items]
@@ -174,11 +174,13 @@ class SavepointWriter:
     def write(
         self, path: str, *, storage_options: dict[str, Any] | None = None,
         on_file: Callable[[str, int], None] | None = None,
+        created_at_ms: int | None = None,
     ) -> CheckpointMetadata:
         """Write the savepoint to ``path`` (must not exist or be empty); returns its metadata.
 
         ``on_file(relative path, size)`` is called after each file copied from an existing
         savepoint (progress display); copies verify size and checksum on the way.
+        ``created_at_ms`` pins the timestamp (reproducible output); default: now.
         """
         with staged_output_dir(path, storage_options) as (io, directory):
             operators = tuple(
@@ -190,7 +192,7 @@ class SavepointWriter:
                 checkpoint_id=0,
                 kind=SnapshotKind.SAVEPOINT,
                 format=SnapshotFormat.CANONICAL,
-                created_at_ms=CheckpointMetadata.now_ms(),
+                created_at_ms=CheckpointMetadata.now_ms() if created_at_ms is None else created_at_ms,
                 operators=operators,
             )
             commit_metadata(io, directory, metadata)

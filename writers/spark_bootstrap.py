@@ -215,7 +215,9 @@ def _spec(frame: DataFrame, uid: str, state: str, kind: StateKind, key_column: s
 
 def _write_subtasks(frame: DataFrame, spec: Any, list_per_row: bool, directory_url: str,
                     storage_options: dict[str, Any] | None, memory_budget: int) -> list[tuple[Any, ...]]:
-    encoded = frame.select(*spec.columns).mapInArrow(_Encode(spec, list_per_row), _ENCODED_SCHEMA)
+    from statekit.readers.spark_session import map_in_arrow
+
+    encoded = map_in_arrow(frame.select(*spec.columns), _Encode(spec, list_per_row), _ENCODED_SCHEMA)
     pairs = encoded.rdd.map(lambda row: (row[0], (row[1], row[2])))
     writer = _WriteSubtask(spec, list_per_row, directory_url, storage_options, memory_budget)
     results = pairs.partitionBy(spec.parallelism, _identity).mapPartitionsWithIndex(writer).collect()

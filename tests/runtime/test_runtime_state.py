@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 
 from statekit.readers.savepoint_reader import SavepointReader
-from statekit.runtime.backend import SubtaskScope
-from statekit.runtime.backend_hashmap import HashMapKeyedStateBackend
+from statekit.runtime.backend import KeyedStateBackend, SubtaskScope, create_keyed_backend
 from statekit.runtime.checkpoint_storage import CheckpointStorageLocation
 from statekit.runtime.functions import AggregateFunction
 from statekit.runtime.operator_state import DefaultOperatorStateStore
@@ -35,10 +36,15 @@ from statekit.writers.state_writer import commit_metadata
 M = 128
 
 
-def backend(subtask: int = 0, parallelism: int = 1) -> HashMapKeyedStateBackend:
-    return HashMapKeyedStateBackend(SubtaskScope(
+def backend(subtask: int = 0, parallelism: int = 1, kind: str = "hashmap") -> KeyedStateBackend:
+    scope = SubtaskScope(
         "op", subtask, parallelism, M, "msgpack", compute_key_group_range_for_operator_index(M, parallelism, subtask),
-    ))
+    )
+    return create_keyed_backend(kind, scope)
+
+
+BACKENDS = ["hashmap", pytest.param("rocksdb", marks=pytest.mark.skipif(
+    importlib.util.find_spec("rocksdict") is None, reason="rocksdict is not installed"))]
 
 
 class Average(AggregateFunction):
@@ -72,8 +78,9 @@ def test_descriptors_map_to_metadata() -> None:
         ValueStateDescriptor("v", "lst<int>")
 
 
-def test_keyed_state_handles_are_scoped_to_the_current_key() -> None:
-    b = backend()
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_keyed_state_handles_are_scoped_to_the_current_key(kind: str) -> None:
+    b = backend(kind=kind)
     value = b.get_state(ValueStateDescriptor("v", default=0))
     lst = b.get_state(ListStateDescriptor("l"))
     mp = b.get_state(MapStateDescriptor("m"))
@@ -101,25 +108,28 @@ def test_keyed_state_handles_are_scoped_to_the_current_key() -> None:
     assert red.get() == 15 and agg.get() == 6.0
     mp.remove("a")
     mp.remove("b")
-    assert mp.is_empty() and "x" not in b.table_data("m")
+    assert mp.is_empty() and "x" not in list(b.keys("m"))
     lst.update([])
     value.update(None)
-    assert lst.get() == [] and value.value() == 0 and "x" not in b.table_data("v")
+    assert lst.get() == [] and value.value() == 0 and "x" not in list(b.keys("v"))
+    assert sorted(b.keys("r")) == ["x"]
     red.clear()
     assert red.get() is None
     assert b.get_state(ValueStateDescriptor("v", default=0)) is value
 
 
-def test_mutable_default_is_not_shared_between_keys() -> None:
-    b = backend()
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_mutable_default_is_not_shared_between_keys(kind: str) -> None:
+    b = backend(kind=kind)
     state = b.get_state(ValueStateDescriptor("v", default=[]))
     b.current_key = "a"
     state.value().append(1)
     assert state.value() == []
 
 
-def test_snapshot_is_copy_on_write_while_processing_continues(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    b = backend()
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_snapshot_is_consistent_while_processing_continues(tmp_path, kind: str) -> None:  # type: ignore[no-untyped-def]
+    b = backend(kind=kind)
     value = b.get_state(ValueStateDescriptor("v", "int"))
     lst = b.get_state(ListStateDescriptor("l", "int"))
     mp = b.get_state(MapStateDescriptor("m", "int", key_type="string"))
@@ -135,7 +145,8 @@ def test_snapshot_is_copy_on_write_while_processing_continues(tmp_path) -> None:
     b.current_key = "k1"
     value.update(2)
     lst.add(2)
-    lst.get().append(99)
+    if kind == "hashmap":  # a container handed out while shared is a private copy
+        lst.get().append(99)
     mp.put("p", 2)
     mp.put("q", 2)
     agg.add(3)
@@ -155,10 +166,10 @@ def test_snapshot_is_copy_on_write_while_processing_continues(tmp_path) -> None:
         ("k1", "p", 1), ("k2", "p", 1)]
     assert sorted((e.key, e.value) for e in reader.read_keyed_state("op", "a")) == [("k1", [1, 1]), ("k2", [1, 1])]
     b.current_key = "k1"
-    assert lst.get() == [1, 2, 99] and mp.get("q") == 2 and agg.get() == 2.0
+    assert lst.get() == ([1, 2, 99] if kind == "hashmap" else [1, 2]) and mp.get("q") == 2 and agg.get() == 2.0
 
 
-def _metadata(b: HashMapKeyedStateBackend, files: list) -> CheckpointMetadata:  # type: ignore[type-arg]
+def _metadata(b: KeyedStateBackend, files: list) -> CheckpointMetadata:  # type: ignore[type-arg]
     op = OperatorMetadata(
         uid="op", name="op", parallelism=1, max_parallelism=M, key_serializer="msgpack",
         states=tuple(b.descriptors()),
@@ -168,8 +179,9 @@ def _metadata(b: HashMapKeyedStateBackend, files: list) -> CheckpointMetadata:  
                               CheckpointMetadata.now_ms(), (op,))
 
 
-def test_restored_state_keeps_its_kind_and_rejects_another() -> None:
-    b = backend()
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_restored_state_keeps_its_kind_and_rejects_another(kind: str) -> None:
+    b = backend(kind=kind)
     b.restore_state(ValueStateDescriptor("count", "int").to_metadata(), [])
     with pytest.raises(BadInputError, match="restored as value state but the job declares list state"):
         b.get_state(ListStateDescriptor("count"))
@@ -177,8 +189,9 @@ def test_restored_state_keeps_its_kind_and_rejects_another() -> None:
         b.get_state(ValueStateDescriptor("count", serializer="json"))
 
 
-def test_keyed_restore_reads_only_the_key_groups_of_the_new_subtask(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    source = backend()
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_keyed_restore_reads_only_the_key_groups_of_the_new_subtask(tmp_path, kind: str) -> None:  # type: ignore[no-untyped-def]
+    source = backend(kind=kind)
     state = source.get_state(ValueStateDescriptor("count", "int"))
     keys = [f"w{i}" for i in range(300)]
     for i, key in enumerate(keys):
@@ -194,13 +207,15 @@ def test_keyed_restore_reads_only_the_key_groups_of_the_new_subtask(tmp_path) ->
     for subtask in range(3):
         restore = plan.subtask("op", subtask, 3, M)
         assert isinstance(restore, SubtaskRestore)
-        target = backend(subtask, 3)
-        for descriptor, entries in restore.keyed_states():
-            target.restore_state(descriptor, entries)
+        target = backend(subtask, 3, kind)
+        for descriptor, restored in restore.keyed_states():
+            target.restore_state(descriptor, restored)
         kg_range = compute_key_group_range_for_operator_index(M, 3, subtask)
-        for key, value in target.table_data("count").items():
+        handle = target.get_state(ValueStateDescriptor("count", "int"))
+        for key in target.keys("count"):
             assert assign_to_key_group(key_bytes(key), M) in kg_range
-            seen[key] = value
+            target.current_key = key
+            seen[key] = handle.value()
     assert seen == {key: i for i, key in enumerate(keys)}
 
 

@@ -43,7 +43,8 @@ def test_duckdb_reads_typed_values_equal_to_the_state(exported: tuple[str, dict[
     out, _ = exported
     glob = f"{out}/operator_uid=counter/state_name=count/*.parquet"
     con = duckdb.connect()
-    types = dict(con.execute(f"DESCRIBE SELECT * FROM read_parquet('{glob}', hive_partitioning=true)").fetchall())
+    types = {row[0]: row[1] for row in con.execute(
+        f"DESCRIBE SELECT * FROM read_parquet('{glob}', hive_partitioning=true)").fetchall()}
     assert types["value"] == "BIGINT" and types["key"] == "VARCHAR" and types["key_group"] == "INTEGER"
     assert types["expiry"].startswith("TIMESTAMP")
     rows = con.execute(f"SELECT key, value, operator_uid, state_name FROM read_parquet('{glob}', hive_partitioning=true)").fetchall()

@@ -1,0 +1,90 @@
+"""``statekit keygroup`` and ``statekit relocate`` (thin: parse, call, render)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import click
+
+import statekit.cli.flink_render  # noqa: F401  (registers the renderers)
+from statekit.cli.errors import catch_exception
+from statekit.cli.options import common_options
+from statekit.cli.output import get_output
+from statekit.readers.key_group_lookup import KEY_TYPES
+
+__all__ = ["keygroup", "relocate"]
+
+_NEGATIVE_NUMBER = re.compile(r"^-(\d+(\.\d*)?|\.\d+|inf|infinity|nan)$", re.IGNORECASE)
+
+
+class _KeyArgumentCommand(click.Command):
+    """A command whose KEY may be a negative number written without ``--`` (``keygroup -1``).
+
+    A token like ``-1`` or ``-2.5`` that is not the value of a preceding option is moved
+    behind ``--``, so click reads it as the argument instead of an unknown option.
+    """
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        valued = {name for p in self.params if isinstance(p, click.Option) and not p.is_flag
+                  for name in p.opts + p.secondary_opts}
+        head: list[str] = []
+        negatives: list[str] = []
+        rest: list[str] = []
+        for index, token in enumerate(args):
+            if token == "--":
+                rest = args[index + 1:]
+                break
+            if _NEGATIVE_NUMBER.match(token) and not (head and head[-1] in valued):
+                negatives.append(token)
+            else:
+                head.append(token)
+        if negatives or rest:
+            args = [*head, "--", *negatives, *rest]
+        return super().parse_args(ctx, args)
+
+
+@click.command(cls=_KeyArgumentCommand)
+@click.argument("key")
+@click.option("--flink", is_flag=True,
+              help="Flink's key group: Java hashCode of a KEY-TYPE object, then Flink's murmur hash.")
+@click.option("--key-type", type=click.Choice(KEY_TYPES), default="string", show_default=True,
+              help="How to read KEY (Flink: the Java type of the key, String/Integer/Long...).")
+@click.option("--max-parallelism", "-m", type=int,
+              help="Number of key groups [default: Flink's default for -p (at least 128), else 128].")
+@click.option("--parallelism", "-p", type=int, help="Also show the subtask owning the key at this parallelism.")
+@click.option("--key-serializer", default="msgpack", show_default=True,
+              help="statekit only: the serializer of the operator's keys.")
+@common_options
+@catch_exception
+def keygroup(key: str, flink: bool, key_type: str, max_parallelism: int | None, parallelism: int | None,
+             key_serializer: str, **_: Any) -> None:
+    """Key group (and subtask) of KEY, in statekit or, with --flink, in Apache Flink.
+
+    \b
+    statekit key group 'user-1' (msgpack string):  statekit keygroup user-1
+    Flink key group of Integer -1 at 4 subtasks:    statekit keygroup --flink --key-type int -p 4 -1
+    """
+    from statekit.readers.key_group_lookup import lookup_key_group
+
+    get_output().show(lookup_key_group(key, key_type=key_type, flink=flink, max_parallelism=max_parallelism,
+                                       parallelism=parallelism, key_serializer=key_serializer))
+
+
+@click.command()
+@click.argument("path")
+@click.option("--from", "old_prefix", required=True, help="The path prefix to replace, as written (e.g. file:/data/ckpt).")
+@click.option("--to", "new_prefix", required=True, help="Its replacement (e.g. s3://bucket/ckpt).")
+@click.option("-o", "--output", required=True,
+              help="The new _metadata: a path ending in _metadata, or a directory to receive it.")
+@click.option("--force", is_flag=True, help="Replace an existing output file (also PATH's own _metadata).")
+@common_options
+@catch_exception
+def relocate(path: str, old_prefix: str, new_prefix: str, output: str, force: bool, **_: Any) -> None:
+    """Rewrite the absolute paths of a Flink _metadata (PATH: snapshot dir or _metadata).
+
+    Exit 2 without writing when no absolute path starts with --from.
+    """
+    from statekit.readers.flink_relocation import relocate_flink_snapshot
+
+    get_output().show(relocate_flink_snapshot(path, old_prefix, new_prefix, output, force=force))

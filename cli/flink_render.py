@@ -1,0 +1,166 @@
+"""Rich renderers of the Flink results and of the mixed snapshot listing.
+
+Imported for its side effect (registering renderers by result class name) by
+``statekit.cli.offline`` and ``statekit.cli.flink_commands``; it imports no reader.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from statekit.cli.render import human_age, human_bytes, renderer
+
+__all__: list[str] = []
+
+_STATUS_STYLES = {"complete": "green", "incomplete": "yellow", "damaged": "red"}
+
+
+def _bytes(n: int) -> str:
+    return human_bytes(n) if n else "-"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+def _range(kg: Any) -> str:
+    return "-" if not kg else f"{kg[0]}-{kg[1]}"
+
+
+@renderer("SnapshotList")
+def _snapshot_list(console: Console, result: Any) -> None:
+    table = Table(title=f"Snapshots in {escape(result.path)}", title_justify="left")
+    for column in ("engine", "job", "id", "kind", "status", "format", "size", "age", "path"):
+        table.add_column(column, justify="right" if column in ("id", "size", "age") else "left")
+    for row in result.listings:
+        status = f"[{_STATUS_STYLES.get(row.status, 'white')}]{row.status}[/]"
+        if row.problem and row.status == "damaged":
+            status += f" ({escape(row.problem[:80])})"
+        table.add_row(row.engine, row.job_id[:12] or "-",
+                      "-" if row.checkpoint_id is None else str(row.checkpoint_id), row.kind, status,
+                      row.format or "-", human_bytes(row.size), human_age(row.age_s), escape(row.path))
+    console.print(table)
+
+
+@renderer("FlinkInspection")
+def _inspection(console: Console, result: Any) -> None:
+    s = result.summary
+    console.print(f"[bold]Flink {s.kind or 'snapshot'}[/] ({s.format}) {escape(s.path)}")
+    console.print(
+        f"checkpoint {s.checkpoint_id}  metadata v{s.metadata_version} ({human_bytes(s.metadata_bytes)})  "
+        f"{len(s.operators)} operators  {human_bytes(s.bytes)}: inline {human_bytes(s.inline_bytes)}, "
+        f"files {human_bytes(s.file_bytes)}, shared {human_bytes(s.shared_bytes)}"
+    )
+    ops = Table(title="Operators", title_justify="left")
+    for column in ("uid / id", "name", "parallelism", "max parallelism", "key groups", "states",
+                   "bytes", "inline", "files", "shared"):
+        ops.add_column(column, justify="right" if column in ("parallelism", "max parallelism", "bytes",
+                                                             "inline", "files", "shared") else "left")
+    for index, op in enumerate(s.operators):
+        ranges = result.key_group_ranges(index)
+        counts = [(len(op.keyed_states), "keyed"), (len(result.operator_states(index)), "operator")]
+        states = ", ".join(f"{n} {what}" for n, what in counts if n)
+        ops.add_row(escape(op.label), escape(op.name or "-"), str(op.parallelism), str(op.max_parallelism),
+                    ", ".join(_range(r) for r in ranges[:4]) + (" ..." if len(ranges) > 4 else ""),
+                    states or "-", _bytes(op.bytes), _bytes(op.inline_bytes),
+                    _bytes(op.file_bytes), _bytes(op.shared_bytes))
+    console.print(ops)
+    for index, op in enumerate(s.operators):
+        if op.bytes or op.keyed_states or op.keyed_state_problem:
+            _operator_detail(console, result, index)
+
+
+def _operator_detail(console: Console, result: Any, index: int) -> None:
+    op = result.summary.operators[index]
+    title = f"Operator {escape(op.label)}" + (f" (id {op.operator_id})" if op.uid else "")
+    if op.keyed_states:
+        states = Table(title=f"{title}: keyed state", title_justify="left")
+        for column in ("state", "kind", "serializers", "problem"):
+            states.add_column(column)
+        for st in op.keyed_states:
+            serializers = ", ".join(f"{ser.key.split('_')[0].lower()}={ser.short_name}" for ser in st.serializers)
+            states.add_row(escape(st.name), st.kind, escape(serializers) or "-", escape(st.problem or "-"))
+        console.print(states)
+    if op.keyed_state_problem:
+        console.print(f"[yellow]{title}: keyed state names: {escape(op.keyed_state_problem)}[/]")
+    operator_states = result.operator_states(index)
+    subtasks = Table(title=f"{title}: subtasks", title_justify="left")
+    for column in ("subtask", "key groups", "handle", "bytes", "inline", "files", "shared", "operator state"):
+        subtasks.add_column(column, justify="right" if column in ("bytes", "inline", "files", "shared") else "left")
+    for sub in op.subtasks:
+        names = ", ".join(f"{o.name} ({o.mode})" for o in sub.operator_states)
+        handle = sub.keyed_handle or "-"
+        if sub.finished:
+            handle = "finished"
+        subtasks.add_row(str(sub.index), _range(None if sub.key_group_range is None
+                                                  else (sub.key_group_range.start, sub.key_group_range.end)),
+                         handle, _bytes(sub.bytes), _bytes(sub.inline_bytes), _bytes(sub.file_bytes),
+                         _bytes(sub.shared_bytes), escape(names) or "-")
+    if op.subtasks:
+        console.print(subtasks)
+    elif operator_states:
+        console.print(f"{title}: operator state {escape(', '.join(operator_states))}")
+
+
+@renderer("FlinkVerifyReport")
+def _verify(console: Console, r: Any) -> None:
+    if r.ok:
+        console.print(f"[green]OK[/] {escape(r.path)}: {_count(r.files, 'file')}, {human_bytes(r.bytes)} present with "
+                      f"their recorded sizes (+ {human_bytes(r.inline_bytes)} inline); "
+                      "Flink records no checksums")
+        return
+    console.print(f"[red]DAMAGED[/] {escape(r.path)}: {_count(len(r.problems), 'problem')} in {_count(r.files, 'file')}")
+    for p in r.problems:
+        console.print(f"  {p.kind}: {escape(p.message)}")
+
+
+@renderer("FlinkDisposal")
+def _dispose(console: Console, r: Any) -> None:
+    plan = r.result.plan
+    verb = "would delete" if r.result.dry_run else "deleted"
+    shared = f" and {_count(len(plan.delete_shared), 'shared file')}" if plan.delete_shared else ""
+    console.print(f"{verb} {escape(plan.snapshot)} ({_count(len(plan.delete_files), 'file')}{shared}, "
+                  f"{human_bytes(plan.bytes_to_free)})")
+    if r.result.dry_run:
+        for f in r.files:
+            console.print(f"  {escape(f)}")
+    for path, refs in plan.keep_shared:
+        by = ", ".join(refs) or "a checkpoint that could not be read"
+        console.print(f"  kept shared {escape(path)}: referenced by {escape(by)}")
+    for path in plan.keep_exclusive:
+        console.print(f"  kept {escape(path)}: referenced by another checkpoint")
+    for path in plan.keep_external:
+        console.print(f"  kept {escape(path)}: outside the snapshot and its job's shared/ directory")
+    for path in plan.missing:
+        console.print(f"  [yellow]already missing[/] {escape(path)}")
+    for warning in plan.warnings:
+        console.print(f"[yellow]warning:[/] {escape(warning)}")
+
+
+@renderer("FlinkRelocation")
+def _relocate(console: Console, r: Any) -> None:
+    console.print(f"rewrote {r.paths_changed} of {_count(r.paths, 'absolute path')} "
+                  f"({_count(r.handles_changed, 'file handle')}) "
+                  f"in {escape(r.source)}")
+    console.print(f"wrote {escape(r.output)} ({human_bytes(r.bytes)})" + (", replacing it" if r.overwritten else ""))
+    for old, new in r.examples:
+        console.print(f"  {escape(old)} -> {escape(new)}")
+    for warning in r.warnings:
+        console.print(f"[yellow]warning:[/] {escape(warning)}")
+
+
+@renderer("KeyGroupLookup")
+def _keygroup(console: Console, r: Any) -> None:
+    if r.engine == "flink":
+        console.print(f"key {escape(repr(r.value))} (Java {r.java_type}, hashCode {r.hash}, murmurHash {r.murmur_hash}) "
+                      f"-> Flink key group {r.key_group} of {r.max_parallelism}")
+    else:
+        console.print(f"key {escape(repr(r.value))} ({r.key_serializer} bytes {r.key_bytes}, murmur3_32 {r.hash}) "
+                      f"-> statekit key group {r.key_group} of {r.max_parallelism}")
+    if r.subtask is not None:
+        start, end = r.subtask_key_groups
+        console.print(f"subtask {r.subtask} of {r.parallelism} (key groups {start}-{end})")

@@ -1,0 +1,107 @@
+"""Regenerate the statekit format golden savepoints under ``tests/golden/statekit-v1/``.
+
+    .venv/bin/python tests/golden/make_golden.py          # rewrite the golden files
+    .venv/bin/python tests/golden/make_golden.py --check  # exit 1 if today's bytes differ
+
+Everything is pinned (job id, timestamp, values, parallelism), so the output is the same
+bytes on every run; ``tests/statefmt/test_golden_v1.py`` asserts exactly that, and that the
+reader decodes the committed files to the expected values. A change of these bytes is a
+change of the on-disk format: bump the format version instead of regenerating.
+"""
+
+from __future__ import annotations
+
+import argparse
+import filecmp
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from statekit.statefmt.entries import KeyedStateEntry
+from statekit.statefmt.metadata import StateDescriptor, StateKind
+from statekit.writers.savepoint_writer import SavepointWriter
+
+GOLDEN_ROOT = Path(__file__).resolve().parent / "statekit-v1"
+ALL_KINDS = "statekit-0.1-v1-all-kinds"
+JOB_ID = "5eed0000000000000000000000000001"
+JOB_NAME = "golden-all-kinds"
+CREATED_AT_MS = 1_700_000_000_000
+
+COUNT = StateDescriptor("count", StateKind.VALUE, value_type="int")
+EVENTS = StateDescriptor("events", StateKind.LIST, value_type="string")
+ATTRS = StateDescriptor("attrs", StateKind.MAP, value_type="int", user_key_serializer="utf8", user_key_type="string")
+WINDOW_SUM = StateDescriptor("window-sum", StateKind.REDUCING, value_type="float", ttl_ms=60_000)
+AVERAGE = StateDescriptor("average", StateKind.AGGREGATING, value_serializer="json",
+                          value_type="struct<sum:int,count:int>")
+OFFSETS = StateDescriptor("offsets", StateKind.OPERATOR_LIST, value_serializer="int64", value_type="int")
+WATERMARKS = StateDescriptor("watermarks", StateKind.UNION, value_type="timestamp")
+RULES = StateDescriptor("rules", StateKind.BROADCAST, value_type="json", user_key_serializer="utf8")
+
+
+def keyed_states() -> dict[StateDescriptor, list[Any]]:
+    """The keyed operator's data (keys are strings; msgpack key serializer)."""
+    return {
+        COUNT: [("alice", 3), ("bob", 7), ("carol", -1)],
+        EVENTS: [("alice", ["login", "logout"]), ("bob", [])],
+        ATTRS: [("alice", "age", 30), ("alice", "score", 12), ("carol", "age", 41)],
+        WINDOW_SUM: [
+            KeyedStateEntry("alice", [0, 1000], 2.5, CREATED_AT_MS + 60_000),
+            KeyedStateEntry("alice", [1000, 2000], 4.0, CREATED_AT_MS + 61_000),
+            KeyedStateEntry("bob", [0, 1000], 1.25, None),
+        ],
+        AVERAGE: [("bob", {"sum": 10, "count": 4})],
+    }
+
+
+def operator_states() -> dict[StateDescriptor, Any]:
+    """The source operator's operator state: even-split list, union and broadcast."""
+    return {
+        OFFSETS: [100, 200, 300],
+        WATERMARKS: [CREATED_AT_MS - 5_000],
+        RULES: {"threshold": 10, "mode": "strict"},
+    }
+
+
+def all_kinds_writer() -> SavepointWriter:
+    """Two operators covering every state kind, parallelism 2 and max parallelism 4."""
+    return (
+        SavepointWriter.new_savepoint(max_parallelism=4, job_id=JOB_ID, job_name=JOB_NAME)
+        .with_operator("counter", keyed_states(), parallelism=2, name="Counter")
+        .with_operator("source", operator_states(), parallelism=2, name="Source")
+    )
+
+
+def write_all_kinds(path: str, storage_options: dict[str, Any] | None = None) -> None:
+    all_kinds_writer().write(path, storage_options=storage_options, created_at_ms=CREATED_AT_MS)
+
+
+def _differences(a: Path, b: Path) -> list[str]:
+    files_a = sorted(p.relative_to(a).as_posix() for p in a.rglob("*") if p.is_file())
+    files_b = sorted(p.relative_to(b).as_posix() for p in b.rglob("*") if p.is_file())
+    if files_a != files_b:
+        return [f"file lists differ: {files_a} vs {files_b}"]
+    return [f for f in files_a if not filecmp.cmp(a / f, b / f, shallow=False)]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="compare instead of rewriting")
+    args = parser.parse_args()
+    target = GOLDEN_ROOT / ALL_KINDS
+    if args.check:
+        with tempfile.TemporaryDirectory() as tmp:
+            write_all_kinds(f"{tmp}/out")
+            diff = _differences(Path(tmp) / "out", target)
+        print("golden files match" if not diff else f"golden files differ: {diff}")
+        return 1 if diff else 0
+    shutil.rmtree(target, ignore_errors=True)
+    write_all_kinds(str(target))
+    size = sum(p.stat().st_size for p in target.rglob("*") if p.is_file())
+    print(f"wrote {target} ({size} bytes)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

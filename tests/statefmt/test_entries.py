@@ -1,0 +1,133 @@
+"""Entries: Python rows <-> Arrow batches, grouping by key group, sorting, last write wins."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import msgpack
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from statekit.statefmt.entries import KeyedStateEntry, MapStateEntry, StateCodec, group_by_key_group
+from statekit.statefmt.errors import BadInputError, SerializationError, UntrustedSerializerError
+from statekit.statefmt.keygroups import assign_to_key_group
+from statekit.statefmt.metadata import StateDescriptor, StateKind
+
+VALUE = StateDescriptor("v", StateKind.VALUE, value_type="int")
+MAP = StateDescriptor("m", StateKind.MAP, user_key_serializer="utf8", user_key_type="string")
+LIST = StateDescriptor("l", StateKind.LIST, value_type="string")
+
+
+def codec(descriptor: StateDescriptor, key_serializer: str = "msgpack", **kw: Any) -> StateCodec:
+    return StateCodec(descriptor, key_serializer, **kw)
+
+
+def decode_all(c: StateCodec, rows: list[Any], max_parallelism: int = 16) -> list[Any]:
+    table = c.encode_keyed_rows(rows)
+    return [e for _, batch in group_by_key_group(table, max_parallelism) for e in c.decode_keyed_batch(batch)]
+
+
+def test_row_shapes() -> None:
+    c = codec(StateDescriptor("r", StateKind.REDUCING))
+    rows = [("a", 1), ("b", "w", 2), KeyedStateEntry("c", None, 3, 99), KeyedStateEntry("d", ("w", 1), 4)]
+    decoded = sorted(decode_all(c, rows), key=lambda e: e.key)
+    assert decoded == [
+        KeyedStateEntry("a", None, 1, None), KeyedStateEntry("b", "w", 2, None),
+        KeyedStateEntry("c", None, 3, 99), KeyedStateEntry("d", ["w", 1], 4, None),
+    ]
+    m = codec(MAP)
+    rows_m = [("a", "x", 1), ("a", "ns", "y", 2), MapStateEntry("b", "z", 3, None, 5)]
+    assert sorted(decode_all(m, rows_m)) == [
+        MapStateEntry("a", "x", 1, None, None), MapStateEntry("a", "y", 2, "ns", None), MapStateEntry("b", "z", 3, None, 5),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("descriptor", "row", "cause"),
+    [
+        (VALUE, ("a",), "rows must be (key, value) or (key, namespace, value), got 1 fields"),
+        (VALUE, ("a", 1, 2, 3), "got 4 fields"),
+        (MAP, ("a", 1), "rows must be (key, user_key, value), got 2 fields"),
+        (VALUE, 5, "a row must be a tuple, got int"),
+    ],
+)
+def test_bad_row_shapes(descriptor: StateDescriptor, row: Any, cause: str) -> None:
+    with pytest.raises(BadInputError, match=re.escape(cause)):
+        codec(descriptor).encode_keyed_rows([("ok", 1), row] if descriptor is VALUE else [row])
+
+
+def test_declared_types_are_checked_on_write() -> None:
+    with pytest.raises(SerializationError, match="state 'v': a value does not match the declared type: expected int, got str"):
+        codec(VALUE).encode_keyed_rows([("a", 1), ("b", "x")])
+    with pytest.raises(SerializationError, match="a user key does not match"):
+        codec(MAP).encode_keyed_rows([("a", 5, 1)])
+    with pytest.raises(SerializationError, match="list state 'l' needs a list per key, got str"):
+        codec(LIST).encode_keyed_rows([("a", "not a list")])
+    with pytest.raises(SerializationError, match="value 3 does not match the declared type"):
+        codec(LIST).encode_keyed_rows([("a", ["x", 3])])
+    with pytest.raises(SerializationError, match="cannot serialize key"):
+        codec(VALUE, "int64").encode_keyed_rows([("not an int", 1)])
+
+
+def test_entries_are_grouped_and_sorted_by_key_bytes() -> None:
+    c = codec(StateDescriptor("v", StateKind.VALUE), "utf8")
+    keys = [f"k{i}" for i in range(200)]
+    table = c.encode_keyed_rows([(k, i) for i, k in enumerate(reversed(keys))])
+    seen: list[str] = []
+    previous_group = -1
+    for key_group, batch in group_by_key_group(table, 8):
+        assert key_group > previous_group
+        previous_group = key_group
+        key_bytes = batch.column("key").to_pylist()
+        assert key_bytes == sorted(key_bytes)
+        assert all(assign_to_key_group(k, 8) == key_group for k in key_bytes)
+        assert batch.column("key_hash").to_pylist() == [assign_to_key_group(k, 2**32) for k in key_bytes]
+        seen += [k.decode() for k in key_bytes]
+    assert sorted(seen) == sorted(keys)
+
+
+def test_last_write_wins_on_duplicate_entries() -> None:
+    rows = [("a", 1), ("b", 2), ("a", 3), ("a", "ns", 4), ("a", "ns", 5)]
+    decoded = decode_all(codec(StateDescriptor("v", StateKind.VALUE)), rows)
+    assert sorted((e.key, e.namespace or "", e.value) for e in decoded) == [("a", "", 3), ("a", "ns", 5), ("b", "", 2)]
+    map_rows = [("a", "x", 1), ("a", "x", 2), ("a", "y", 3)]
+    assert sorted(e.value for e in decode_all(codec(MAP), map_rows)) == [2, 3]
+
+
+def test_void_namespace_is_empty_bytes() -> None:
+    c = codec(StateDescriptor("v", StateKind.VALUE))
+    table = c.encode_keyed_rows([("a", 1), ("b", "w", 2)])
+    assert sorted(table.column("namespace").to_pylist()) == [b"", msgpack.packb("w")]
+    assert c.decode_namespace(b"") is None
+
+
+def test_pickle_codec_needs_trust_to_read_but_not_to_write() -> None:
+    descriptor = StateDescriptor("p", StateKind.VALUE, value_serializer="pickle")
+    writer = codec(descriptor, for_write=True)
+    table = writer.encode_keyed_rows([("a", {1, 2})])
+    with pytest.raises(UntrustedSerializerError):
+        codec(descriptor)
+    trusted = codec(descriptor, trust_pickle=True)
+    [(_, batch)] = list(group_by_key_group(table, 4))
+    assert list(trusted.decode_keyed_batch(batch)) == [KeyedStateEntry("a", None, {1, 2}, None)]
+
+
+def test_operator_elements() -> None:
+    union = codec(StateDescriptor("u", StateKind.UNION), None)
+    assert union.decode_operator_batch(union.encode_operator_elements([3, 1, 2])) == [3, 1, 2]
+    broadcast = codec(StateDescriptor("b", StateKind.BROADCAST, user_key_serializer="utf8"), None)
+    batch = broadcast.encode_operator_elements({"z": 1, "a": [2]})
+    assert batch.column("key").to_pylist() == [b"a", b"z"]
+    assert broadcast.decode_operator_batch(batch) == [("a", [2]), ("z", 1)]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.text(max_size=4), st.one_of(st.none(), st.integers(0, 3)), st.integers(-(2**63), 2**63 - 1)), max_size=40),
+       st.integers(1, 64))
+def test_grouping_keeps_one_entry_per_key_and_namespace(rows: list[tuple[str, int | None, int]], max_p: int) -> None:
+    expected = {(k, ns): v for k, ns, v in rows}
+    decoded = decode_all(codec(StateDescriptor("v", StateKind.VALUE)), [(k, ns, v) for k, ns, v in rows], max_p)
+    assert {(e.key, e.namespace): e.value for e in decoded} == expected
+    assert len(decoded) == len(expected)
