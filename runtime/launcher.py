@@ -112,7 +112,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except StatekitError as error:
         print(f"Error: {error}", file=sys.stderr)
         return int(error.exit_code)
-    return 0 if status in (JobStatus.FINISHED, JobStatus.CANCELED) else 1
+    except KeyboardInterrupt:
+        print("Interrupted: the job was cancelled", file=sys.stderr)
+        return 130
+    return 0 if status is JobStatus.FINISHED else 1
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The README walkthrough: install statekit into .venv, build a savepoint with the writer
-# API, then list, inspect and verify it with the CLI. Output goes to ./demo-out/.
+# The README walkthrough: install statekit into .venv, run the word count job on the mini
+# runtime, take a savepoint when its input ends, then list, inspect and verify it. Output goes to ./demo-out/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh ""
@@ -10,24 +10,35 @@ rm -rf "$out" && mkdir -p "$out/savepoints"
 
 step() { printf '\n\033[1m$ %s\033[0m\n' "$*"; "$@"; }
 
-echo "== 1. Build a savepoint with the writer API (1000 keys, parallelism 2)"
-python - "$out/savepoints/savepoint-demo00-000000000001" <<'PY'
-import sys
-from statekit.statefmt.metadata import StateDescriptor, StateKind
-from statekit.writers.savepoint_writer import SavepointWriter
+mkdir -p "$out/input"
+cat > "$out/input/part-1.txt" <<'TXT'
+The quick brown fox jumps over the lazy dog.
+The dog sleeps; the fox runs. A fox is quick!
+TXT
+cat > "$out/input/part-2.txt" <<'TXT'
+Stream processing keeps state. State needs savepoints.
+A savepoint would not restore at 3 a.m.? Inspect it, verify it, rescale it.
+TXT
 
-count = StateDescriptor("count", StateKind.VALUE, value_type="int")
-offsets = StateDescriptor("offsets", StateKind.OPERATOR_LIST, value_type="int")
-(SavepointWriter.new_savepoint(max_parallelism=128)
-    .with_operator("counter", {count: [(f"word-{i}", i % 17 + 1) for i in range(1000)]}, parallelism=2)
-    .with_operator("source", {offsets: [0, 4096]}, parallelism=2)
-    .write(sys.argv[1]))
-print("wrote", sys.argv[1])
-PY
+echo "== 1. Run the word count job at parallelism 2 with checkpoints every 200 ms;"
+echo "==    when its input ends it takes a savepoint"
+step statekit run -p 2 --checkpoint-dir "$out/checkpoints" --checkpoint-interval 200ms \
+  --savepoint-on-finish "$out/savepoints" examples/wordcount.py --input "$out/input" --output "$out/counts"
+echo; echo "committed output (exactly once):"; cat "$out"/counts/part-* | sort | tail -5
 
-echo "== 2. Inspect it"
+savepoint=$(ls -d "$out"/savepoints/savepoint-* | head -1)
+echo; echo "== 2. Inspect, list and verify the savepoint"
 step statekit checkpoints list "$out/savepoints"
-step statekit inspect "$out/savepoints/savepoint-demo00-000000000001"
-step statekit verify "$out/savepoints/savepoint-demo00-000000000001"
+step statekit inspect "$savepoint"
+step statekit verify "$savepoint"
+
+echo; echo "== 3. Read the state back with the library"
+python - "$savepoint" <<'PY'
+import sys
+from statekit.readers.savepoint_reader import SavepointReader
+reader = SavepointReader.read(sys.argv[1])
+counts = sorted(((e.value, e.key) for e in reader.read_keyed_state("counter", "count")), reverse=True)
+print("top words:", ", ".join(f"{w}={c}" for c, w in counts[:5]))
+PY
 echo
 echo "Demo finished: everything above ran against $out"
