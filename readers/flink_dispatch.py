@@ -230,6 +230,8 @@ def list_any(url: str) -> Any:
             merged.append(SnapshotListing.from_statekit(row))
         elif row.path in flink:
             merged.append(flink[row.path])
+        else:  # below the depth the Flink listing scans: list the snapshot itself
+            merged += _flink_rows(row.path)
     merged += [row for path, row in flink.items()
                if path not in native_paths and (row.status != "damaged" or _is_flink_dir(path))]
     merged = _with_incomplete_engines(merged)
@@ -247,7 +249,7 @@ def _with_incomplete_engines(rows: list[SnapshotListing]) -> list[SnapshotListin
     for row in rows:
         if row.status == "incomplete":
             found = engines.get(posixpath.dirname(row.path), set())
-            row = replace(row, engine=found.pop() if len(found) == 1 else "unknown")
+            row = replace(row, engine=next(iter(found)) if len(found) == 1 else "unknown")
         out.append(row)
     return out
 

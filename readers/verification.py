@@ -77,6 +77,8 @@ def verify_snapshot(
 
 
 def _cause(error: CorruptStateError) -> str:
-    """The message without the path prefix (the path is its own field)."""
+    """The message without the path and key-group prefixes (both are fields of their own)."""
     text = str(error)
-    return text[len(error.path) + 2:] if error.path and text.startswith(error.path + ": ") else text
+    text = text[len(error.path) + 2:] if error.path and text.startswith(error.path + ": ") else text
+    prefix = f"key group {error.key_group}: "
+    return text[len(prefix):] if error.key_group is not None and text.startswith(prefix) else text

@@ -308,7 +308,7 @@ def _plan_regroup(reader: SavepointReader, target: _Target, on_progress: Advance
     import pyarrow.compute as pc
 
     m2, p2 = target.max_parallelism, target.parallelism
-    overhead = _block_overhead()
+    overhead = _block_overhead() + _PADDING_ESTIMATE
     entries = [0] * p2
     weight = [0.0] * p2
     state_groups: list[list[set[int]]] = []
@@ -320,7 +320,7 @@ def _plan_regroup(reader: SavepointReader, target: _Target, on_progress: Advance
             counts = pc.value_counts(owners)
             for item in counts.to_pylist():
                 entries[item["values"]] += item["counts"]
-                weight[item["values"]] += max(0, length - overhead) * item["counts"] / batch.num_rows
+                weight[item["values"]] += batch.nbytes * item["counts"] / batch.num_rows
             for g in pc.unique(new_groups).to_pylist():
                 groups[g * p2 // m2].add(g)
         state_groups.append(groups)
@@ -332,6 +332,9 @@ def _plan_regroup(reader: SavepointReader, target: _Target, on_progress: Advance
         size = n_states * _FILE_OVERHEAD + round(weight[i]) + blocks * (layout.INDEX_ENTRY.size + overhead)
         subtasks.append(SubtaskPlan(i, target.new_range(i), len(groups_union), size, entries[i]))
     return _operator_plan(target, REGROUP, subtasks, estimated=True)
+
+
+_PADDING_ESTIMATE = 40  # bytes of buffer alignment padding in a typical block
 
 
 def _block_overhead() -> int:

@@ -81,10 +81,14 @@ def copy_state_file(
                 break
             running.update(chunk)
             out.write(chunk)
-        if running.size != file.size or running.checksum != file.checksum:
+        if running.size != file.size:
             raise CorruptStateError(
-                f"size {running.size} / checksum {running.checksum} differ from the recorded "
-                f"{file.size} / {file.checksum} (damaged or replaced); nothing was written",
+                f"size {running.size} differs from the {file.size} bytes recorded in _metadata (truncated or replaced)",
+                path=src_io.url(src_path),
+            )
+        if running.checksum != file.checksum:
+            raise CorruptStateError(
+                f"file checksum mismatch: {running.checksum} differs from the recorded {file.checksum} (damaged)",
                 path=src_io.url(src_path),
             )
     return StateFile(file.state, relative, file.size, file.checksum, file.entries)

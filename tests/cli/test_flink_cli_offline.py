@@ -178,9 +178,12 @@ def test_list_incomplete_damaged_and_mixed(tmp_path: Path, statekit_savepoint: P
     (job / "chk-5" / "partial").write_bytes(b"x" * 10)
     (job / "chk-6").mkdir()
     (job / "chk-6" / "_metadata").write_bytes(bytes.fromhex("4960672d00000006"))
+    (job / "chk-7").mkdir()
     rows = run_json("checkpoints", "list", str(job))["snapshots"]
     assert [(r["engine"], r["checkpoint_id"], r["status"]) for r in rows] == [
-        ("flink", 4, "complete"), ("flink", 5, "incomplete"), ("flink", 6, "damaged")]
+        ("flink", 4, "complete"), ("flink", 5, "incomplete"), ("flink", 6, "damaged"),
+        ("flink", 7, "incomplete")]
+    assert rows[1]["size"] == 10 and rows[1]["problem"] == "no _metadata"
     assert "byte offset 8" in rows[2]["problem"]
 
     mixed = tmp_path / "savepoints"
@@ -194,6 +197,11 @@ def test_list_incomplete_damaged_and_mixed(tmp_path: Path, statekit_savepoint: P
     ]
     text = run("checkpoints", "list", str(mixed))
     assert text.exit_code == 0 and "flink" in text.output and "statekit" in text.output
+
+
+def test_list_snapshots_two_levels_down() -> None:
+    (row,) = run_json("checkpoints", "list", str(GOLDEN / "hashmap"))["snapshots"]
+    assert (row["engine"], row["path"], row["checkpoint_id"]) == ("flink", str(snapshot("hashmap/savepoint")), 5)
 
 
 def test_list_statekit_only_is_unchanged(tmp_path: Path, statekit_savepoint: Path) -> None:
