@@ -28,7 +28,7 @@ from statekit.runtime.channels import Barrier, CheckpointOptions
 from statekit.runtime.checkpoint_config import CheckpointConfig
 from statekit.runtime.checkpoint_storage import CheckpointStorage, CheckpointStorageLocation
 from statekit.runtime.mails import NotifyCheckpointAborted, NotifyCheckpointComplete, TriggerCheckpoint
-from statekit.statefmt.errors import BadInputError, JobError, JobFailedError
+from statekit.statefmt.errors import BadInputError, JobError, JobFailedError, StatekitError
 from statekit.statefmt.keygroups import compute_key_group_range_for_operator_index
 from statekit.statefmt.metadata import (
     CheckpointMetadata,
@@ -196,16 +196,29 @@ class CheckpointCoordinator:
             if is_savepoint:
                 target_dir = target_dir or self.config.default_savepoint_dir
                 if not target_dir:
-                    raise BadInputError("no savepoint directory given and no default savepoint directory configured")
+                    refused: concurrent.futures.Future[str] = concurrent.futures.Future()
+                    refused.set_exception(BadInputError(
+                        "no savepoint directory given and no default savepoint directory configured; "
+                        "pass a target directory"
+                    ))
+                    return refused
             checkpoint_id = self._next_id
             while self.storage.is_complete(checkpoint_id):
                 checkpoint_id += 1
             self._next_id = checkpoint_id + 1
-            if is_savepoint:
-                assert target_dir is not None
-                location: CheckpointStorageLocation | None = self.storage.savepoint_location(target_dir, checkpoint_id)
-            else:
-                location = self.storage.checkpoint_location(checkpoint_id)
+            location: CheckpointStorageLocation | None
+            try:
+                if is_savepoint:
+                    assert target_dir is not None
+                    location = self.storage.savepoint_location(target_dir, checkpoint_id)
+                else:
+                    location = self.storage.checkpoint_location(checkpoint_id)
+            except Exception as exc:  # noqa: BLE001 - reported through the future
+                what = "savepoint" if is_savepoint else "checkpoint"
+                failed: concurrent.futures.Future[str] = concurrent.futures.Future()
+                failed.set_exception(exc if isinstance(exc, StatekitError) else JobError(
+                    f"cannot create the {what} directory for {what} {checkpoint_id}: {exc}"))
+                return failed
             options = CheckpointOptions(is_savepoint=is_savepoint, location=location, stop=stop, drain=drain, final=final)
             now_ms = int(time.time() * 1000)
             pending = PendingCheckpoint(
@@ -437,10 +450,9 @@ class CheckpointCoordinator:
             for p in expired:
                 self._abort(p, f"expired after {self.config.timeout_ms} ms", count=True)
             if trigger:
-                try:
-                    self.trigger()
-                except Exception as exc:  # noqa: BLE001 - a trigger failure is a failed checkpoint
-                    log.warning("could not trigger a checkpoint: %s", exc)
+                future = self.trigger()
+                if future.done() and future.exception() is not None:
+                    log.warning("could not trigger a checkpoint: %s", future.exception())
                     with self._wakeup:
                         self._last_trigger = time.monotonic()
 

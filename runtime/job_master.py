@@ -237,6 +237,9 @@ class JobMaster:
             self.handle.set_status(status, failure=failure if status is JobStatus.FAILED else None)
 
     def _attempts(self) -> tuple[JobStatus, str | None]:
+        if self.storage.io is not None:
+            import pyarrow.compute  # noqa: F401 - imported once here, not inside the first snapshot
+
         handle = self.handle
         restore = self.initial_restore
         attempt = 0

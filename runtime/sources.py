@@ -235,8 +235,9 @@ class _SplitReader(SourceReader):
         size = base + (1 if self.ctx.subtask < extra else 0)
         self.splits = [[start, start + size - 1]] if size > 0 else []
 
-    def element(self, index: int) -> Any:
-        return index
+    def elements(self, first: int, last: int) -> list[Any]:
+        """The records of indexes ``first..last`` (inclusive)."""
+        return list(range(first, last + 1))
 
     def poll(self, max_records: int) -> tuple[list[Any], bool]:
         while self.splits and self.splits[0][0] > self.splits[0][1]:
@@ -245,7 +246,7 @@ class _SplitReader(SourceReader):
             return [], True
         split = self.splits[0]
         stop = min(split[1], split[0] + max_records - 1)
-        records = [self.element(i) for i in range(split[0], stop + 1)]
+        records = self.elements(split[0], stop)
         split[0] = stop + 1
         return records, False
 
@@ -269,10 +270,10 @@ class NumberSequenceSource(Source):
 class _CollectionReader(_SplitReader):
     def __init__(self, ctx: SourceReaderContext, elements: Sequence[Any]) -> None:
         super().__init__(ctx, 0, len(elements) - 1)
-        self.elements = elements
+        self.collection = elements
 
-    def element(self, index: int) -> Any:
-        return self.elements[index]
+    def elements(self, first: int, last: int) -> list[Any]:
+        return list(self.collection[first:last + 1])
 
 
 class CollectionSource(Source):

@@ -71,7 +71,9 @@ class StateCodec:
     ) -> None:
         self.descriptor = descriptor
         self.source = source
-        lookup = dict(trust_pickle=trust_pickle, for_write=for_write)
+        lookup: dict[str, Any] = dict(
+            trust_pickle=trust_pickle, for_write=for_write, what=f"state {descriptor.name!r}", source=source
+        )
         self.value: Serializer = get_serializer(descriptor.value_serializer, **lookup)
         self.namespace: Serializer = get_serializer(descriptor.namespace_serializer, **lookup)
         self.user_key: Serializer | None = (

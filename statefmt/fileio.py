@@ -19,6 +19,7 @@ from typing import IO, Any
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
+from fsspec.spec import AbstractBufferedFile
 
 from statekit.statefmt.errors import BadInputError, PathNotFoundError
 
@@ -161,8 +162,15 @@ class FileIO:
     def open_output(self, path: str) -> Iterator[IO[bytes]]:
         """Stream a new file; it appears under ``path`` only when the block exits cleanly."""
         if not self.is_local:
-            with self.fs.open(path, "wb") as f:
+            f = self.fs.open(path, "wb")
+            try:
                 yield f
+            except BaseException:
+                _abandon(f)
+                if self.fs.exists(path):  # stores that create the object on open (memory://)
+                    self.fs.rm_file(path)
+                raise
+            f.close()
             return
         directory = os.path.dirname(path)
         os.makedirs(directory, exist_ok=True)
@@ -203,6 +211,18 @@ class FileIO:
             os.replace(src, dst)
         else:
             self.fs.mv(src, dst, recursive=True)
+
+
+def _abandon(f: Any) -> None:
+    """Drop an unfinished object-store upload without publishing it (close() would publish it)."""
+    discard = getattr(f, "discard", None)
+    if callable(discard):
+        try:
+            discard()  # s3fs: aborts the multipart upload
+        except Exception:  # noqa: BLE001 - best effort; the caller's exception matters
+            pass
+    if isinstance(f, AbstractBufferedFile):
+        f.closed = True  # so neither close() nor __del__ uploads the buffered bytes
 
 
 def _fsync_dir(directory: str) -> None:

@@ -104,8 +104,12 @@ _REGISTRY: dict[str, Serializer] = {
 SERIALIZER_NAMES = tuple(_REGISTRY)
 
 
-def get_serializer(name: str, *, trust_pickle: bool = False, for_write: bool = False) -> Serializer:
+def get_serializer(
+    name: str, *, trust_pickle: bool = False, for_write: bool = False, what: str = "state", source: str | None = None
+) -> Serializer:
     """Look up a serializer by its metadata name.
+
+    ``what`` and ``source`` (the snapshot) name the user of the serializer in errors.
 
     Raises:
         BadInputError: the name is unknown.
@@ -118,8 +122,9 @@ def get_serializer(name: str, *, trust_pickle: bool = False, for_write: bool = F
         )
     if not serializer.safe and not trust_pickle and not for_write:
         raise UntrustedSerializerError(
-            f"state uses the {name!r} serializer, which can run arbitrary code when read; "
-            "pass --trust-pickle (trust_pickle=True) only for savepoints you trust"
+            f"{what} uses the {name!r} serializer, which can run arbitrary code when read; "
+            "pass --trust-pickle (trust_pickle=True) only for savepoints you trust",
+            path=source,
         )
     return serializer
 

@@ -662,16 +662,21 @@ def _write_keyed(io: FileIO, directory: str, spec: _Spec, encoder: _Encoder, bat
             row += batch.num_rows
         per_row = input_bytes / max(1, sorter.rows_in)
         lock = threading.Lock()
+        ticked = [0]
 
         def on_rows(rows: int) -> None:
             with lock:
-                advance(name, int(rows * per_row))
+                step = min(int(rows * per_row), input_bytes - ticked[0])
+                ticked[0] += step
+                advance(name, step)
 
         def write(i: int, blocks: Iterator[tuple[int, pa.RecordBatch]]) -> StateFile:
             relative = layout.state_file_path(spec.uid, name, i, spec.parallelism)
             return write_keyed_file(io, directory, relative, name, _advancing(blocks, on_rows))
 
-        return sorter.drain(write)
+        files = sorter.drain(write)
+        advance(name, input_bytes - ticked[0])  # rows merged away (duplicates) still took work
+        return files
 
 
 def _advancing(blocks: Iterator[tuple[int, pa.RecordBatch]],

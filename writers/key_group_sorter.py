@@ -377,8 +377,20 @@ def sort_key_group_table(
     runs = pc.run_end_encode(groups)
     start = 0
     for key_group, end in zip(runs.values.to_pylist(), runs.run_ends.to_pylist()):
-        yield int(key_group), batch.slice(start, end - start)
+        whole = start == 0 and end == batch.num_rows
+        yield int(key_group), batch if whole else _compact(batch.slice(start, end - start))
         start = end
+
+
+def _compact(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """A slice copied into buffers of its own: the IPC message of a slice may carry the
+    parent's buffer bytes, so without this a block's bytes would depend on how the
+    entries were bucketed (memory budget, batch size) instead of only on the entries."""
+    import pyarrow as pa
+
+    n = batch.num_rows
+    columns = [pa.nulls(n, c.type) if c.null_count == n else pa.concat_arrays([c]) for c in batch.columns]
+    return pa.RecordBatch.from_arrays(columns, schema=batch.schema)
 
 
 def _is_ascending(values: pa.Array) -> bool:

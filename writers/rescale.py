@@ -483,11 +483,12 @@ class _Job:
         self.memory_budget = memory_budget
         self.on_progress = on_progress
         self._owed = 0.0
+        self._done = 0
         self._lock = threading.Lock()
 
     def _advance(self, name: str, amount: int) -> None:
         with self._lock:
-            self.report.bytes_read += amount
+            self._done += amount
             if self.on_progress:
                 self.on_progress(name, amount)
 
@@ -496,22 +497,25 @@ class _Job:
         with self._lock:
             self._owed += amount
             whole = int(self._owed)
+            self._done += whole
             if whole and self.on_progress:
                 self.on_progress(name, whole)
             self._owed -= whole
 
     def operator(self, io: FileIO, directory: str, target: _Target) -> OperatorMetadata:
         op, action = target.op, target.action
+        self.report.bytes_read += op.total_bytes  # every file of the operator is read whole
         p2 = target.parallelism
         files: list[list[StateFile]] = [[] for _ in range(p2)]
         written: dict[str, list[tuple[StateFile, set[int]]]] = {}
         if action == COPY:
             return self._copy(io, directory, target)
         for descriptor in op.states:
+            source_bytes = sum(f.size for st in op.subtasks for f in st.files if f.state == descriptor.name)
+            work = source_bytes * (2 if descriptor.keyed and action == REGROUP else 1)
+            done_before = self._done
             if not descriptor.keyed:
-                new_files = redistribute_operator_state(
-                    self.reader, op, descriptor, p2, io, directory, on_bytes=self._advance
-                )
+                new_files = redistribute_operator_state(self.reader, op, descriptor, p2, io, directory)
             elif action == RESCALE:
                 written[descriptor.name] = self._rescale_state(io, directory, target, descriptor.name)
                 new_files = [f for f, _ in written[descriptor.name]]
@@ -520,6 +524,8 @@ class _Job:
                 new_files = [f for f, _ in written[descriptor.name]]
             for i, f in enumerate(new_files):
                 files[i].append(f)
+            # headers, indexes and footers are read too: settle the state's work in full
+            self._advance(descriptor.name, max(0, work - (self._done - done_before)))
         self.report.bytes_written += sum(f.size for fs in files for f in fs)
         self.report.operators.append(self._outcome(target, action, written))
         subtasks = tuple(SubtaskState(i, target.new_range(i), tuple(files[i])) for i in range(p2))

@@ -266,3 +266,32 @@ def test_rescale_between_local_disk_and_s3(s3_bucket: str, s3_server: dict[str, 
                       storage_options=options)
     assert snapshot_content(str(tmp_path / "back")) == before
     assert verify_snapshot(f"{s3_bucket}/rescaled", storage_options=options).ok
+
+
+class RecordingProgress:
+    """A progress factory (the shape of ``Output.progress``) that records what it is told."""
+
+    def __init__(self) -> None:
+        self.bars: list[dict[str, Any]] = []
+
+    def __call__(self, description: str, total: int | None = None, unit: str = "bytes") -> Any:
+        import contextlib
+
+        bar: dict[str, Any] = {"description": description, "total": total, "done": 0}
+        self.bars.append(bar)
+
+        @contextlib.contextmanager
+        def open_bar() -> Any:
+            yield lambda _name, amount: bar.__setitem__("done", bar["done"] + amount)
+
+        return open_bar()
+
+
+@pytest.mark.parametrize("options", [{"parallelism": 4}, {"max_parallelism": 512}])
+def test_progress_reaches_its_total(source: tuple[str, dict[str, Any]], tmp_path: Path, options: dict[str, Any]) -> None:
+    path, _ = source
+    progress = RecordingProgress()
+    rescale_savepoint(path, str(tmp_path / "out"), progress=progress, **options)
+    (bar,) = progress.bars
+    assert bar["description"] == "rescaling" and bar["total"] > 0
+    assert abs(bar["done"] - bar["total"]) <= 0.01 * bar["total"]
