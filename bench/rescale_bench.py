@@ -33,7 +33,10 @@ STATEKIT = [sys.executable, "-m", "statekit.cli.main"]
 
 
 def run(argv: list[str]) -> tuple[float, int]:
-    """Run a child; return (wall seconds, peak RSS in MB). Fails loudly on a non-zero exit."""
+    """Run a child; return (wall seconds, its own peak RSS in MB). Fails loudly on a non-zero exit.
+
+    ``os.wait4`` reports the rusage of exactly this child (RUSAGE_CHILDREN would be the
+    maximum over every child so far)."""
     started = time.perf_counter()
     child = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(child.pid, 0)
@@ -64,7 +67,8 @@ def write_input(directory: str, entries: int, rows_per_file: int = 1_000_000) ->
 def build(workdir: str, entries: int) -> dict[str, Any]:
     inputs = os.path.join(workdir, f"input-{entries}")
     savepoint = os.path.join(workdir, f"savepoint-{entries}")
-    write_input(inputs, entries)
+    # in a child: this process stays small, so children forked from it start small too
+    run([sys.executable, __file__, "--write-input", inputs, "--entries", str(entries)])
     seconds, rss = run([*STATEKIT, "bootstrap", "--input", inputs, "--uid", "sessions", "--state", "last",
                         "--key-column", "key", "--value-column", "value", "-p", "4", "--max-parallelism", "128",
                         "-o", savepoint])
@@ -111,7 +115,11 @@ def main() -> None:
     parser.add_argument("--entries", type=int, default=5_000_000)
     parser.add_argument("--workdir", default=None, help="Scratch directory (default: a new temp dir).")
     parser.add_argument("--repeat", type=int, default=2, help="Runs per case; the fastest counts.")
+    parser.add_argument("--write-input", metavar="DIR", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.write_input:
+        write_input(args.write_input, args.entries)
+        return
     workdir = args.workdir or tempfile.mkdtemp(prefix="statekit-rescale-bench-")
     os.makedirs(workdir, exist_ok=True)
     try:

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from statekit.readers.snapshot import Snapshot, open_snapshot
+from statekit.statefmt import layout
 from statekit.statefmt.entries import KeyedStateEntry, MapStateEntry, StateCodec
 from statekit.statefmt.errors import BadInputError, CorruptStateError
 from statekit.statefmt.keygroups import KeyGroupRange
@@ -146,6 +147,7 @@ class SavepointReader:
         out: list[list[Any]] = [[] for _ in self.operator(uid).subtasks]
         for index, _, file in self._subtask_files(uid, state):
             with self.open_file(file) as reader:
+                _check_kind(reader, layout.FILE_KIND_OPERATOR)
                 for _, batch in reader.iter_blocks():
                     out[index].extend(codec.decode_operator_batch(batch))
         return out
@@ -181,12 +183,21 @@ def _hashable(value: Any) -> Any:
 
 
 def _check_groups_in_range(reader: StateFileReader, kg_range: KeyGroupRange) -> None:
+    """A keyed file holds keyed blocks of its subtask's key-group range only."""
+    _check_kind(reader, layout.FILE_KIND_KEYED)
     for entry in reader.index:
         if entry.key_group not in kg_range:
             raise CorruptStateError(
                 f"block outside the subtask's key-group range {kg_range.to_list()}",
                 path=reader.path, key_group=entry.key_group,
             )
+
+
+def _check_kind(reader: StateFileReader, kind: int) -> None:
+    if reader.kind != kind:
+        expected = "a keyed" if kind == layout.FILE_KIND_KEYED else "an operator"
+        raise CorruptStateError(f"not {expected} state file (file kind {reader.kind}): another state's file",
+                                path=reader.path)
 
 
 def _stream_size(stream: Any) -> int:

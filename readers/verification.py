@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from statekit.readers.snapshot import open_snapshot
+from statekit.statefmt import layout
 from statekit.statefmt.errors import CorruptStateError, PathNotFoundError
 from statekit.statefmt.statefile import verify_state_stream
 
@@ -57,13 +58,20 @@ def verify_snapshot(
     """
     snapshot = open_snapshot(url, storage_options=storage_options)
     report = VerifyReport(path=snapshot.url)
+    checks = {
+        id(file): (layout.FILE_KIND_KEYED, subtask.key_group_range) if op.state(file.state).keyed
+        else (layout.FILE_KIND_OPERATOR, None)
+        for op in snapshot.metadata.operators for subtask in op.subtasks for file in subtask.files
+    }
     for file in snapshot.metadata.files():
         path = snapshot.file_path(file.path)
         shown = snapshot.io.url(path)
         report.files += 1
+        kind, key_groups = checks[id(file)]
         try:
             with snapshot.io.open_input(path) as stream:
-                problems, blocks = verify_state_stream(stream, shown, file.size, file.checksum)
+                problems, blocks = verify_state_stream(stream, shown, file.size, file.checksum,
+                                                       kind=kind, key_groups=key_groups)
             report.blocks += blocks
         except PathNotFoundError:
             problems = [CorruptStateError("missing: named in _metadata but not present", path=shown)]

@@ -19,7 +19,7 @@ pyarrow is imported lazily: listing checkpoints never loads it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Container, Iterable, Iterator
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 
@@ -276,11 +276,13 @@ class StateFileReader:
 
 
 def verify_state_stream(stream: IO[bytes], path: str, expected_size: int | None, expected_checksum: str | None,
-                        chunk_size: int = 1 << 20) -> tuple[list[CorruptStateError], int]:
+                        chunk_size: int = 1 << 20, *, kind: int | None = None,
+                        key_groups: Container[int] | None = None) -> tuple[list[CorruptStateError], int]:
     """Every check on one file: size, whole-file CRC, footer, index and every block.
 
-    Returns the problems found (empty when the file is intact) and the number of blocks
-    checked; never raises for damage.
+    With ``kind`` and ``key_groups`` (the subtask's range), also that the file is of the
+    state's kind and holds only blocks of that range. Returns the problems found (empty
+    when the file is intact) and the number of blocks checked; never raises for damage.
     """
     problems: list[CorruptStateError] = []
     stream.seek(0)
@@ -303,7 +305,14 @@ def verify_state_stream(stream: IO[bytes], path: str, expected_size: int | None,
     except UnsupportedVersionError as exc:
         problems.append(CorruptStateError(str(exc).removeprefix(f"{path}: "), path=path))
         return problems, 0
+    if kind is not None and reader.kind != kind:
+        problems.append(CorruptStateError(
+            f"file kind {reader.kind} differs from the state's kind {kind} (1 keyed, 2 operator): another state's file",
+            path=path))
     for e in reader.index:
+        if key_groups is not None and e.key_group not in key_groups:
+            problems.append(CorruptStateError("block outside the subtask's key-group range", path=path,
+                                              key_group=e.key_group))
         try:
             data = reader.read_block_bytes(e.key_group)
             assert data is not None

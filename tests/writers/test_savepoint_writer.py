@@ -274,6 +274,11 @@ def test_copy_of_a_damaged_source_fails_and_writes_nothing(tmp_path: Path) -> No
     data = bytearray(damaged.read_bytes())
     data[30] ^= 1
     damaged.write_bytes(bytes(data))
-    with pytest.raises(CorruptStateError, match=r"00001-of-00002.sks: size \d+ / checksum crc32:\w+ differ from the recorded"):
+    with pytest.raises(CorruptStateError,
+                       match=r"00001-of-00002.sks: file checksum mismatch: crc32:\w+ differs from the recorded crc32:\w+"):
+        SavepointWriter.from_existing_savepoint(str(tmp_path / "a")).write(str(tmp_path / "b"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a"]
+    damaged.write_bytes(bytes(data[:-5]))
+    with pytest.raises(CorruptStateError, match=r"00001-of-00002.sks: size \d+ differs from the \d+ bytes recorded"):
         SavepointWriter.from_existing_savepoint(str(tmp_path / "a")).write(str(tmp_path / "b"))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a"]
