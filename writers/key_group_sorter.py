@@ -255,6 +255,7 @@ class KeyGroupSorter:
             bucket.writer.write_table(table)
             with self._lock:
                 self.spilled_bytes += table.nbytes
+        _release_unused()
 
     @staticmethod
     def _close_writer(bucket: _Bucket) -> None:
@@ -308,6 +309,8 @@ class KeyGroupSorter:
             return
         table = self._load(bucket)
         yield from sort_key_group_table(table, self.max_parallelism, self.duplicates, presorted=self.presorted)
+        del table
+        _release_unused()
 
     def _load(self, bucket: _Bucket) -> pa.Table:
         import pyarrow as pa
@@ -337,6 +340,13 @@ class KeyGroupSorter:
             self._close_writer(sub)
             yield from self._drain(sub)
         self._lookups.pop(id(subs), None)
+
+
+def _release_unused() -> None:
+    """Hand freed allocator pages back to the OS, so peak RSS tracks the live data."""
+    import pyarrow as pa
+
+    pa.default_memory_pool().release_unused()
 
 
 def sort_key_group_table(

@@ -20,7 +20,7 @@ MAP = StateDescriptor("m", StateKind.MAP, user_key_serializer="utf8", user_key_t
 LIST = StateDescriptor("l", StateKind.LIST, value_type="string")
 
 
-def codec(descriptor: StateDescriptor, key_serializer: str = "msgpack", **kw: Any) -> StateCodec:
+def codec(descriptor: StateDescriptor, key_serializer: str | None = "msgpack", **kw: Any) -> StateCodec:
     return StateCodec(descriptor, key_serializer, **kw)
 
 

@@ -73,8 +73,8 @@ def test_failure_after_some_files_leaves_nothing(out_root: str, fail_at: int, mo
             return original(*args, **kwargs)
         return wrapper
 
-    monkeypatch.setattr(savepoint_writer, "write_keyed_file", failing(savepoint_writer.write_keyed_file))
-    monkeypatch.setattr(savepoint_writer, "write_operator_file", failing(savepoint_writer.write_operator_file))
+    for name in ("write_keyed_file", "write_operator_file"):
+        monkeypatch.setattr(savepoint_writer, name, failing(getattr(savepoint_writer, name)))
     with pytest.raises(RuntimeError, match="injected"):
         small_writer().write(f"{out_root}/sp")
     assert all_files(out_root) == []
