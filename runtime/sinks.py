@@ -37,6 +37,7 @@ from statekit.runtime.functions import (
     SinkFunction,
 )
 from statekit.runtime.state import ListStateDescriptor
+from statekit.statefmt.fileio import fsync_dir
 
 __all__ = ["FileSink", "PrintSink", "DiscardingSink", "CollectSink"]
 
@@ -100,7 +101,7 @@ class FileSink(SinkFunction, CheckpointedFunction, CheckpointListener):
         for name in os.listdir(self.directory):
             if self._is_ours(name):
                 os.unlink(self._path(name))
-        _fsync_dir(self.directory)
+        fsync_dir(self.directory)
 
     def invoke(self, value: Any) -> None:
         part = self.part
@@ -135,7 +136,7 @@ class FileSink(SinkFunction, CheckpointedFunction, CheckpointListener):
             return
         for entry in done:
             self._commit(entry)
-        _fsync_dir(self.directory)
+        fsync_dir(self.directory)
         self.pending = [e for e in self.pending if e["checkpoint"] > checkpoint_id]
 
     def _commit(self, entry: dict[str, Any]) -> None:
@@ -150,19 +151,6 @@ class FileSink(SinkFunction, CheckpointedFunction, CheckpointListener):
         if self.part is not None:
             part, self.part = self.part, None
             part.close()
-
-
-def _fsync_dir(directory: str) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 class PrintSink(SinkFunction):

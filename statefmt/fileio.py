@@ -23,7 +23,7 @@ from fsspec.spec import AbstractBufferedFile
 
 from statekit.statefmt.errors import BadInputError, PathNotFoundError
 
-__all__ = ["FileIO", "FileInfo"]
+__all__ = ["FileIO", "FileInfo", "fsync_dir"]
 
 
 @dataclass(frozen=True)
@@ -156,7 +156,7 @@ class FileIO:
             if os.path.exists(tmp):
                 os.unlink(tmp)
             raise
-        _fsync_dir(directory)
+        fsync_dir(directory)
 
     @contextmanager
     def open_output(self, path: str) -> Iterator[IO[bytes]]:
@@ -188,7 +188,7 @@ class FileIO:
 
     def sync_dir(self, path: str) -> None:
         if self.is_local:
-            _fsync_dir(path)
+            fsync_dir(path)
 
     def copy_file(self, src: FileIO, src_path: str, dst_path: str, chunk_size: int = 8 << 20) -> None:
         """Copy bytes from another FileIO (possibly another filesystem) to ``dst_path``."""
@@ -225,7 +225,8 @@ def _abandon(f: Any) -> None:
         f.closed = True  # so neither close() nor __del__ uploads the buffered bytes
 
 
-def _fsync_dir(directory: str) -> None:
+def fsync_dir(directory: str) -> None:
+    """fsync a local directory so a rename inside it is durable (best effort)."""
     try:
         fd = os.open(directory, os.O_RDONLY)
     except OSError:
