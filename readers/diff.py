@@ -61,6 +61,7 @@ __all__ = [
 ]
 
 CHUNK_ROWS = 65536
+ALIGNED_MIN_ROWS = 512  # smaller changed blocks are batched into one join (fewer calls per row)
 MEMORY_BUDGET = 128 << 20
 LAYOUT_CHANGES = ("parallelism_changed", "max_parallelism_changed", "name_changed")
 DIFF_COLUMNS = ("change", "key", "namespace", "user_key", "value_a", "value_b", "key_group")
@@ -466,13 +467,18 @@ def _diff_aligned(ra: SavepointReader | None, rb: SavepointReader | None, pair: 
         if y is None or (x is not None and x.key_group <= y.key_group):
             assert x is not None
             same = y is not None and y.key_group == x.key_group
-            chunk_a.append(x.read())
-            rows += x.entry.entries
+            block_a = x.read()
             if same:
                 assert y is not None
-                chunk_b.append(y.read())
-                rows += y.entry.entries
+                block_b = y.read()
+                if not _compare_aligned(block_a, block_b, identity, counts, sink):
+                    chunk_a.append(block_a)
+                    chunk_b.append(block_b)
+                    rows += block_a.num_rows + block_b.num_rows
                 y = next(side_b, None)
+            else:
+                chunk_a.append(block_a)
+                rows += block_a.num_rows
             x = next(side_a, None)
         else:
             chunk_b.append(y.read())
@@ -483,6 +489,37 @@ def _diff_aligned(ra: SavepointReader | None, rb: SavepointReader | None, pair: 
             chunk_a, chunk_b, rows = [], [], 0
     if chunk_a or chunk_b:
         join_chunk(_concat(chunk_a), _concat(chunk_b), identity, counts, sink)
+
+
+def _compare_aligned(a: pa.RecordBatch, b: pa.RecordBatch, identity: list[str], counts: _Counts,
+                     sink: DifferenceSink | None) -> bool:
+    """Compare two blocks holding the same entries in the same order without a join.
+
+    Blocks are sorted by (key, namespace, user key); when both hold the same identities
+    (only values changed, the common case) they line up row by row. Returns False when
+    they do not, and the caller joins them instead.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if a.num_rows != b.num_rows or a.num_rows < ALIGNED_MIN_ROWS:
+        return False
+    for name in identity:
+        if not a.column(name).equals(b.column(name)):
+            return False
+    changed = pc.not_equal(a.column("value"), b.column("value"))
+    n_changed = pc.sum(changed.cast(pa.int64())).as_py() or 0
+    counts.changed += n_changed
+    counts.unchanged += a.num_rows - n_changed
+    if n_changed and sink is not None and sink.wanted:
+        rows = a.filter(changed)
+        sink.add(pa.table({
+            "change": pa.array(["changed"] * n_changed, pa.string()),
+            "key": rows.column("key"), "namespace": rows.column("namespace"), "user_key": rows.column("user_key"),
+            "value_a": rows.column("value"), "value_b": b.filter(changed).column("value"),
+            "key_hash": rows.column("key_hash"),
+        }))
+    return True
 
 
 # ---------------------------------------------------------------- keyed state, different max parallelism

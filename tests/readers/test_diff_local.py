@@ -98,6 +98,17 @@ def test_small_chunks_give_the_same_counts(base: dict[str, str], monkeypatch: py
     assert (s.only_in_a, s.only_in_b, s.changed, s.unchanged) == (100, 100, 100, 800)
 
 
+def test_blocks_with_the_same_keys_are_compared_row_by_row(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(diff_module, "ALIGNED_MIN_ROWS", 0)
+    monkeypatch.setattr(diff_module, "join_chunk", None)  # the join must not be needed
+    a = write(tmp_path / "a", counts(0, 300))
+    b = write(tmp_path / "b", counts(0, 300, changed=range(0, 300, 3)))
+    result = diff_savepoints(a, b, keys=True, limit=500)
+    s = state(result)
+    assert (s.only_in_a, s.only_in_b, s.changed, s.unchanged) == (0, 0, 100, 200)
+    assert {e.key: (e.value_a, e.value_b) for e in s.examples}["k3"] == (3, 1003)
+
+
 def test_keys_lists_decoded_differences(base: dict[str, str]) -> None:
     result = diff_savepoints(base["a"], base["b"], keys=True, limit=1000)
     examples = state(result).examples

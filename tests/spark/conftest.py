@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import faulthandler
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -80,3 +82,13 @@ def sample_writer() -> Any:
 def now_ms() -> int:
     """The reference time of the sample's TTL expiries."""
     return NOW_MS
+
+
+@pytest.fixture(autouse=True)
+def _stack_dump_when_stuck() -> Iterator[None]:
+    """A Spark test stuck for 5 minutes prints every Python thread's stack (CI diagnosis)."""
+    faulthandler.dump_traceback_later(300, exit=False, file=sys.stderr)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()

@@ -26,10 +26,11 @@ WORDCOUNT = str(Path(__file__).resolve().parents[2] / "examples" / "wordcount.py
 VOCABULARY = [f"{a}{b}" for a in "abcdefghij" for b in "klmnopqrst"]  # 100 words
 
 
-def write_files(directory: Path, prefix: str, files: int, lines: int, seed: int) -> None:
+def write_files(directory: Path, prefix: str, files: int, lines: int, first_word: int) -> None:
+    """Lines of six words drawn from 60 consecutive words of the vocabulary, from ``first_word``."""
     directory.mkdir(parents=True, exist_ok=True)
     for k in range(files):
-        rows = [" ".join(VOCABULARY[(seed * 37 + k * 11 + i * 7 + j * 3) % (60 + seed * 20)] for j in range(6))
+        rows = [" ".join(VOCABULARY[first_word + (k * 11 + i * 7 + j * 3) % 60] for j in range(6))
                 for i in range(lines)]
         (directory / f"{prefix}{k}.txt").write_text("\n".join(rows) + "\n", encoding="utf-8")
 
@@ -55,9 +56,9 @@ def run_wordcount(inputs: Path, root: Path, name: str, parallelism: int) -> str:
 def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("wordcount-e2e")
     prefix, everything = root / "prefix", root / "all"
-    write_files(prefix, "a", files=2, lines=60, seed=0)
+    write_files(prefix, "a", files=2, lines=60, first_word=0)
     shutil.copytree(prefix, everything)
-    write_files(everything, "b", files=1, lines=60, seed=1)
+    write_files(everything, "b", files=1, lines=60, first_word=40)  # 0-39 same, 40-59 changed, 60-99 new
     return {
         "truth_prefix": truth(prefix), "truth_all": truth(everything), "root": root,
         "prefix": run_wordcount(prefix, root, "prefix", 2),
