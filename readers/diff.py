@@ -61,7 +61,6 @@ __all__ = [
 ]
 
 CHUNK_ROWS = 65536
-ALIGNED_MIN_ROWS = 512  # smaller changed blocks are batched into one join (fewer calls per row)
 MEMORY_BUDGET = 128 << 20
 LAYOUT_CHANGES = ("parallelism_changed", "max_parallelism_changed", "name_changed")
 DIFF_COLUMNS = ("change", "key", "namespace", "user_key", "value_a", "value_b", "key_group")
@@ -450,63 +449,78 @@ def _same_block(x: _Block, y: _Block) -> bool:
 
 def _diff_aligned(ra: SavepointReader | None, rb: SavepointReader | None, pair: StatePair,
                   counts: _Counts, sink: DifferenceSink | None) -> None:
-    """Merge both sides by key group; equal checksums skip the key group."""
+    """Merge both sides by key group; equal checksums skip the key group.
+
+    A key group whose blocks hold the same identities on both sides (only values changed)
+    goes to the *aligned* chunk, compared row by row; any other goes to the *join* chunk.
+    """
     identity = _identity(pair.descriptor)
     side_a, side_b = _blocks(ra, pair.op_a, pair.name), _blocks(rb, pair.op_b, pair.name)
     x, y = next(side_a, None), next(side_b, None)
-    chunk_a: list[pa.RecordBatch] = []
-    chunk_b: list[pa.RecordBatch] = []
-    rows = 0
+    chunks = _Chunks(identity, counts, sink)
     while x is not None or y is not None:
-        if x is not None and y is not None and x.key_group == y.key_group and _same_block(x, y):
-            counts.unchanged += x.entry.entries
-            counts.skipped += 1
-            x, y = next(side_a, None), next(side_b, None)
-            continue
-        counts.compared += 1
-        if y is None or (x is not None and x.key_group <= y.key_group):
-            assert x is not None
-            same = y is not None and y.key_group == x.key_group
-            block_a = x.read()
-            if same:
-                assert y is not None
-                block_b = y.read()
-                if not _compare_aligned(block_a, block_b, identity, counts, sink):
-                    chunk_a.append(block_a)
-                    chunk_b.append(block_b)
-                    rows += block_a.num_rows + block_b.num_rows
-                y = next(side_b, None)
+        if x is not None and y is not None and x.key_group == y.key_group:
+            if _same_block(x, y):
+                counts.unchanged += x.entry.entries
+                counts.skipped += 1
             else:
-                chunk_a.append(block_a)
-                rows += block_a.num_rows
+                counts.compared += 1
+                chunks.add_pair(x.read(), y.read())
+            x, y = next(side_a, None), next(side_b, None)
+        elif y is None or (x is not None and x.key_group < y.key_group):
+            assert x is not None
+            counts.compared += 1
+            chunks.add(x.read(), None)
             x = next(side_a, None)
         else:
-            chunk_b.append(y.read())
-            rows += y.entry.entries
+            counts.compared += 1
+            chunks.add(None, y.read())
             y = next(side_b, None)
-        if rows >= CHUNK_ROWS:
-            join_chunk(_concat(chunk_a), _concat(chunk_b), identity, counts, sink)
-            chunk_a, chunk_b, rows = [], [], 0
-    if chunk_a or chunk_b:
-        join_chunk(_concat(chunk_a), _concat(chunk_b), identity, counts, sink)
+    chunks.flush()
 
 
-def _compare_aligned(a: pa.RecordBatch, b: pa.RecordBatch, identity: list[str], counts: _Counts,
-                     sink: DifferenceSink | None) -> bool:
-    """Compare two blocks holding the same entries in the same order without a join.
+class _Chunks:
+    """Blocks waiting to be compared: aligned pairs (row by row) and the rest (a join)."""
 
-    Blocks are sorted by (key, namespace, user key); when both hold the same identities
-    (only values changed, the common case) they line up row by row. Returns False when
-    they do not, and the caller joins them instead.
-    """
+    def __init__(self, identity: list[str], counts: _Counts, sink: DifferenceSink | None) -> None:
+        self.identity, self.counts, self.sink = identity, counts, sink
+        self.aligned: tuple[list[pa.RecordBatch], list[pa.RecordBatch]] = ([], [])
+        self.joined: tuple[list[pa.RecordBatch], list[pa.RecordBatch]] = ([], [])
+        self.rows = 0
+
+    def add_pair(self, a: pa.RecordBatch, b: pa.RecordBatch) -> None:
+        if a.num_rows == b.num_rows and all(a.column(n).equals(b.column(n)) for n in self.identity):
+            self.aligned[0].append(a)
+            self.aligned[1].append(b)
+            self.rows += a.num_rows
+            self._maybe_flush()
+        else:
+            self.add(a, b)
+
+    def add(self, a: pa.RecordBatch | None, b: pa.RecordBatch | None) -> None:
+        for side, batch in ((0, a), (1, b)):
+            if batch is not None:
+                self.joined[side].append(batch)
+                self.rows += batch.num_rows
+        self._maybe_flush()
+
+    def _maybe_flush(self) -> None:
+        if self.rows >= CHUNK_ROWS:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.aligned[0]:
+            compare_rows(_concat(self.aligned[0]), _concat(self.aligned[1]), self.counts, self.sink)
+        if self.joined[0] or self.joined[1]:
+            join_chunk(_concat(self.joined[0]), _concat(self.joined[1]), self.identity, self.counts, self.sink)
+        self.aligned, self.joined, self.rows = ([], []), ([], []), 0
+
+
+def compare_rows(a: pa.Table, b: pa.Table, counts: _Counts, sink: DifferenceSink | None) -> None:
+    """Compare two tables holding the same identities in the same order (no join needed)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    if a.num_rows != b.num_rows or a.num_rows < ALIGNED_MIN_ROWS:
-        return False
-    for name in identity:
-        if not a.column(name).equals(b.column(name)):
-            return False
     changed = pc.not_equal(a.column("value"), b.column("value"))
     n_changed = pc.sum(changed.cast(pa.int64())).as_py() or 0
     counts.changed += n_changed
@@ -519,7 +533,6 @@ def _compare_aligned(a: pa.RecordBatch, b: pa.RecordBatch, identity: list[str], 
             "value_a": rows.column("value"), "value_b": b.filter(changed).column("value"),
             "key_hash": rows.column("key_hash"),
         }))
-    return True
 
 
 # ---------------------------------------------------------------- keyed state, different max parallelism

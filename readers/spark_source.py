@@ -17,7 +17,8 @@ Options (all optional):
 * ``trustPickle`` — ``true`` allows decoding pickle-serialized state (runs code).
 * ``storageOptions`` — JSON object passed to fsspec in the driver and in every executor
   (``{"client_kwargs": {"endpoint_url": ...}}`` for an S3-compatible server).
-* ``numPartitions`` — how many read tasks (default: from the state size, at least 8).
+* ``numPartitions`` — how many read tasks; ``minPartitions`` — at least this many (default:
+  from the state size, at least 8; :func:`read_state` asks for two per core).
 * ``keyType``, ``userKeyType``, ``valueType`` — read a column as this declared type
   (``json`` turns any value into JSON text).
 * ``raw`` — ``true``: serialized bytes instead of typed columns (the diff engine joins on them).
@@ -550,9 +551,13 @@ class StatekitReader(DataSourceReader):
         return _conform(batch, target)
 
     def _decoder(self) -> TypedDecoder:
-        assert self.plan.types is not None
-        return TypedDecoder(self.plan.descriptor, self.plan.operator.key_serializer, self.plan.types,
-                            trust_pickle=self.plan.trust_pickle, source=self.plan.url)
+        decoder: TypedDecoder | None = getattr(self, "_decoder_cache", None)
+        if decoder is None:
+            assert self.plan.types is not None
+            decoder = TypedDecoder(self.plan.descriptor, self.plan.operator.key_serializer, self.plan.types,
+                                   trust_pickle=self.plan.trust_pickle, source=self.plan.url)
+            self._decoder_cache = decoder
+        return decoder
 
     def _read_operator(self, reader: SavepointReader, partition: KeyGroupSlice, target: pa.Schema) -> Iterator[pa.RecordBatch]:
         file = self.plan.operator.subtasks[partition.subtask].file_of(self.plan.state)

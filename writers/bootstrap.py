@@ -25,6 +25,7 @@ defaults to what the Arrow schema says; a declared primitive type casts the colu
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import posixpath
 import threading
@@ -592,9 +593,10 @@ def bootstrap_savepoint(
 
 def _bootstrap_with_spark(arguments: dict[str, Any]) -> Any:
     try:
-        from statekit.writers import spark_bootstrap  # type: ignore[attr-defined, unused-ignore]
+        importlib.import_module("pyspark")
+        spark_bootstrap = importlib.import_module("statekit.writers.spark_bootstrap")
     except ImportError:
-        raise BadInputError("--engine spark needs the Spark bootstrap (statekit[spark])") from None
+        raise BadInputError("--engine spark needs PySpark: pip install 'statekit[spark]'") from None
     function = spark_bootstrap.bootstrap_with_spark
     parameters = inspect.signature(function).parameters
     if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):

@@ -99,7 +99,6 @@ def test_small_chunks_give_the_same_counts(base: dict[str, str], monkeypatch: py
 
 
 def test_blocks_with_the_same_keys_are_compared_row_by_row(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(diff_module, "ALIGNED_MIN_ROWS", 0)
     monkeypatch.setattr(diff_module, "join_chunk", None)  # the join must not be needed
     a = write(tmp_path / "a", counts(0, 300))
     b = write(tmp_path / "b", counts(0, 300, changed=range(0, 300, 3)))

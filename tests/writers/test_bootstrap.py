@@ -200,8 +200,8 @@ def test_null_keys_and_unreadable_input_are_named(tmp_path: Path) -> None:
 
 def test_spark_engine_without_the_spark_bootstrap(inputs: dict[str, str], tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "statekit.writers.spark_bootstrap", None)
-    with pytest.raises(BadInputError, match=r"^--engine spark needs the Spark bootstrap \(statekit\[spark\]\)$"):
+    monkeypatch.setitem(sys.modules, "pyspark", None)  # as if PySpark were not installed
+    with pytest.raises(BadInputError, match=r"^--engine spark needs PySpark: pip install 'statekit\[spark\]'$"):
         bootstrap_savepoint(inputs=[inputs["csv"]], output=str(tmp_path / "out"), uid="op", state="s",
                             key_column="user", value_columns=["n"], engine="spark")
 
