@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The README walkthrough: install statekit into .venv, run the word count job on the mini
-# runtime, take a savepoint when its input ends, then list, inspect and verify it. Output goes to ./demo-out/.
+# runtime, take a savepoint when its input ends, list, inspect and verify it, rescale it offline,
+# diff it against the rescaled copy, and inspect a real Flink savepoint. Output goes to ./demo-out/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh ""
@@ -40,5 +41,17 @@ reader = SavepointReader.read(sys.argv[1])
 counts = sorted(((e.value, e.key) for e in reader.read_keyed_state("counter", "count")), reverse=True)
 print("top words:", ", ".join(f"{w}={c}" for c, w in counts[:5]))
 PY
+echo; echo "== 4. Rescale the savepoint offline to parallelism 3 (whole key-group blocks, no decoding)"
+step statekit rescale "$savepoint" -p 3 -o "$out/savepoints/rescaled-p3"
+step statekit inspect "$out/savepoints/rescaled-p3"
+
+echo; echo "== 5. Diff the original and the rescaled copy: same state, different layout (exit 0 = equal)"
+step statekit diff "$savepoint" "$out/savepoints/rescaled-p3"
+
+echo; echo "== 6. A real Apache Flink 2.3 savepoint, read without a JVM"
+step statekit inspect tests/golden/flink-2.3/hashmap/savepoints/savepoint-962f67-bfc4c25148ed
+step statekit keygroup hello --flink --key-type string --max-parallelism 128 -p 2
+
 echo
 echo "Demo finished: everything above ran against $out"
+echo "Export to Parquet through Spark needs the spark extra: see docs/SPARK.md"
