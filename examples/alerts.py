@@ -3,7 +3,10 @@
 Two streams: *rules* (a category and its spending limit) are broadcast to every subtask
 and kept in broadcast state ``limits``; *payments* ``(account, category, amount)`` are keyed
 by account, and a KeyedBroadcastProcessFunction keeps each account's spending per category
-(keyed MapState ``spent``) and emits an alert when the limit is crossed. Alerts go to a
+(keyed MapState ``spent``) and emits an alert when the limit is crossed. Rules and payments
+race (as in Flink, nothing orders the two inputs): a rule that arrives late alerts, through
+``ctx.apply_to_keyed_state``, every account already over it, so each (account, category)
+that ends over its limit alerts exactly once whatever the interleaving. Alerts go to a
 buffering sink that collects them in operator ListState ``buffer`` (even-split on rescale)
 and writes them in batches of ``--batch`` lines.
 
@@ -33,6 +36,7 @@ from statekit.runtime.functions import (
 from statekit.runtime.state import ListStateDescriptor, MapStateDescriptor
 
 LIMITS = MapStateDescriptor("limits", "int", key_type="string")
+SPENT = MapStateDescriptor("spent", "int", key_type="string")
 RULES = [("food", 300), ("travel", 1200), ("games", 100), ("books", 250)]
 
 
@@ -47,11 +51,22 @@ class SpendingLimits(KeyedBroadcastProcessFunction):
     """Tracks spending per account and category; alerts when a broadcast limit is crossed."""
 
     def open(self, ctx: RuntimeContext) -> None:
-        self.spent = ctx.get_map_state(MapStateDescriptor("spent", "int", key_type="string"))
+        self.spent = ctx.get_map_state(SPENT)
 
     def process_broadcast_element(self, value: tuple[str, int], ctx: Any, out: Any) -> None:
         category, limit = value
-        ctx.get_broadcast_state(LIMITS).put(category, limit)
+        limits = ctx.get_broadcast_state(LIMITS)
+        known = limits.get(category)
+        limits.put(category, limit)
+        if known is not None:
+            return  # a replayed or changed rule does not alert again
+
+        def alert_if_over(account: str, spent: Any) -> None:
+            total = spent.get(category)
+            if total is not None and total > limit:
+                out.collect(f"{account}\t{category}\t{total}\t{limit}")
+
+        ctx.apply_to_keyed_state(SPENT, alert_if_over)
 
     def process_element(self, value: tuple[str, str, int], ctx: Any, out: Any) -> None:
         account, category, amount = value

@@ -49,6 +49,8 @@ from statekit.runtime.state import (
     ReadOnlyBroadcastState,
     ReducingState,
     ReducingStateDescriptor,
+    State,
+    StateDescriptorBase,
     ValueState,
     ValueStateDescriptor,
 )
@@ -461,6 +463,25 @@ class _ProcessContext:
     def get_broadcast_state(self, descriptor: MapStateDescriptor) -> ReadOnlyBroadcastState:
         state = self._op.operator_state.get_broadcast_state(descriptor)
         return state if self._writable else _ReadOnly(state)
+
+    def apply_to_keyed_state(self, descriptor: StateDescriptorBase, function: Callable[[Any, State], None]) -> None:
+        """Call ``function(key, state)`` for every key of this subtask that has ``descriptor`` state.
+
+        Only on the broadcast side of a keyed stream (Flink's ``applyToKeyedState``); the
+        state handle is scoped to each key in turn and the current key is restored after.
+        """
+        op = self._op
+        backend = op.keyed_backend
+        if not self._writable or backend is None:
+            raise BadInputError(f"operator {op.ctx.uid!r}: apply_to_keyed_state needs the broadcast side of a keyed stream")
+        state = backend.get_state(descriptor)
+        previous = backend.current_key
+        try:
+            for key in backend.keys(descriptor.name):
+                backend.current_key = key
+                function(key, state)
+        finally:
+            backend.current_key = previous
 
 
 class _ReadOnly(ReadOnlyBroadcastState):
