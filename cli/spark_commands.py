@@ -55,7 +55,10 @@ def _spark_options(func: Any) -> Any:
 @catch_exception
 def export(path: str, output: str, operator: str | None, state: str | None, fmt: str, include_expired: bool,
            master: str, conf: tuple[str, ...], trust_pickle: bool, verbose: bool, **_: Any) -> None:
-    """Export state to Parquet through Spark, Hive-partitioned by operator_uid and state_name."""
+    """Export state to Parquet through Spark, Hive-partitioned by operator_uid and state_name.
+
+    PATH is a statekit snapshot or an Apache Flink canonical savepoint (its keyed state).
+    """
     from statekit.writers.export import export_savepoint
 
     out = get_output()
@@ -116,6 +119,8 @@ def _export(console: Console, r: Any) -> None:
         table.add_row(s.operator_uid, s.state_name, s.kind, "?" if s.rows is None else f"{s.rows:,}",
                       "?" if s.files is None else str(s.files), s.path)
     console.print(table)
+    for uid, name, why in r.skipped:
+        console.print(f"[yellow]skipped[/] {uid}/{name}: {why}", soft_wrap=True)
 
 
 @renderer("SavepointDiff")

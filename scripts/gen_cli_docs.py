@@ -45,7 +45,10 @@ def _help(path: list[str], command: click.Command, parent: click.Context) -> str
 
 
 def render() -> str:
-    root = click.Context(cli, info_name="statekit", max_content_width=96, terminal_width=96)
+    # as cli.make_context would: click caches each command's help option on first use, so a
+    # context without the group's settings would render "--help" or "-h, --help" by test order
+    root = click.Context(cli, info_name="statekit", max_content_width=96, terminal_width=96,
+                         help_option_names=cli.context_settings["help_option_names"])
     parts = [INTRO, "## statekit\n", "```", cli.get_help(root), "```\n"]
     for name in sorted(COMMANDS):
         command = cli.get_command(root, name)

@@ -59,6 +59,7 @@ class ExportResult:
     master: str
     states: tuple[ExportedState, ...]
     seconds: float
+    skipped: tuple[tuple[str, str, str], ...] = ()
 
     @property
     def rows(self) -> int | None:
@@ -67,7 +68,8 @@ class ExportResult:
 
     def to_json(self) -> dict[str, Any]:
         return {"source": self.source, "output": self.output, "format": self.format, "master": self.master,
-                "rows": self.rows, "seconds": round(self.seconds, 3), "states": [s.to_json() for s in self.states]}
+                "rows": self.rows, "seconds": round(self.seconds, 3), "states": [s.to_json() for s in self.states],
+                "skipped": [{"operator_uid": uid, "state_name": name, "reason": why} for uid, name, why in self.skipped]}
 
 
 def selected_states(reader: SavepointReader, operator: str | None, state: str | None) -> list[tuple[str, str, str]]:
@@ -120,6 +122,13 @@ def export_savepoint(
     if fmt not in FORMATS:
         raise BadInputError(f"unsupported export format {fmt!r} (supported: {', '.join(FORMATS)})")
     started = time.monotonic()
+    from statekit.readers.flink_dispatch import flink_snapshot_path
+
+    flink_path = flink_snapshot_path(path, storage_options=storage_options)
+    if flink_path is not None:
+        return _export_flink(flink_path, output, operator=operator, state=state, master=master, conf=conf,
+                             fmt=fmt, storage_options=storage_options, verbose=verbose, progress=progress,
+                             started=started)
     reader = SavepointReader.read(path, trust_pickle=trust_pickle, storage_options=storage_options)
     states = selected_states(reader, operator, state)
     from statekit.readers.spark_session import OutputDir, get_spark, spark_errors
@@ -136,6 +145,23 @@ def export_savepoint(
             advance(f"{uid}/{name}", 1)
     return ExportResult(reader.path, target.url, fmt, str(spark.sparkContext.master), tuple(exported),
                         time.monotonic() - started)
+
+
+def _export_flink(path: str, output: str, *, operator: str | None, state: str | None, master: str,
+                  conf: Mapping[str, str] | None, fmt: str, storage_options: dict[str, Any] | None, verbose: bool,
+                  progress: ProgressFactory | None, started: float) -> ExportResult:
+    from statekit.readers.flink.snapshot import open_flink_snapshot
+    from statekit.readers.spark_session import OutputDir, get_spark, spark_errors
+    from statekit.writers.flink_export import export_flink_states, plan_flink_export
+
+    snapshot = open_flink_snapshot(path, storage_options=storage_options)
+    plan = plan_flink_export(snapshot, operator, state)
+    spark = get_spark(master, conf, verbose)
+    target = OutputDir.for_url(spark, output)
+    with spark_errors(verbose), target.staged() as staging, _progress(progress, len(plan.states)) as advance:
+        exported = export_flink_states(spark, snapshot, plan, target, staging, storage_options, advance)
+    return ExportResult(snapshot.path, target.url, fmt, str(spark.sparkContext.master), tuple(exported),
+                        time.monotonic() - started, plan.skipped)
 
 
 @contextmanager

@@ -9,7 +9,13 @@ Entry points:
     * keys: :func:`assign_to_key_group_flink` and Java ``hashCode`` helpers.
 """
 
-from statekit.readers.flink.entries import FlinkEntryCounts, count_savepoint_entries
+from statekit.readers.flink.entries import (
+    FlinkEntryCounts,
+    FlinkKeyedEntry,
+    count_savepoint_entries,
+    decodable_states,
+    read_savepoint_entries,
+)
 from statekit.readers.flink.keygroups import (
     assign_key_to_operator_flink,
     assign_to_key_group_flink,
@@ -61,6 +67,9 @@ __all__ = [
     "dispose_flink_snapshot",
     "count_savepoint_entries",
     "FlinkEntryCounts",
+    "read_savepoint_entries",
+    "decodable_states",
+    "FlinkKeyedEntry",
     "assign_to_key_group_flink",
     "assign_key_to_operator_flink",
     "flink_murmur_hash",

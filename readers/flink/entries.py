@@ -12,19 +12,48 @@ information. At each non-zero key-group offset::
 A key starts with the key group itself (1 byte when max parallelism <= 128, else 2), with
 the 0x80 flag cleared; a mismatch with the key group of the offset is reported as damage.
 An offset of 0 means the key group is empty.
+
+Decoding (:func:`read_savepoint_entries`) follows the RocksDB composite key, which the
+unified format shares::
+
+    key   = key-group prefix | key | [key length] | namespace | [namespace length] | [user key]
+    value = value                                  (value, reducing, aggregating state)
+          | element (',' element)*                 (list state)
+          | null flag boolean | value              (map state, one entry per user key)
+
+The bracketed lengths are written only when both the key and the namespace serializers have
+a variable length (one byte per 8 bits, least significant first). Key groups are read one
+at a time with ranged reads, so memory stays bounded by the largest key group.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from statekit.readers.flink.cursor import ByteCursor
-from statekit.readers.flink.model import FlinkOperatorState, KeyedHandleKind, KeyedStateHandle
-from statekit.readers.flink.state_meta import read_keyed_backend_meta
+from statekit.readers.flink.model import FlinkOperatorState, KeyedHandleKind, KeyedStateHandle, StreamHandle
+from statekit.readers.flink.serializers import (
+    FlinkSerializer,
+    flink_serializer,
+    read_list_delimited,
+    unsupported_class,
+)
+from statekit.readers.flink.state_meta import FlinkStateMeta, KeyedBackendMeta, SerializerInfo, read_keyed_backend_meta
 from statekit.readers.flink.storage import FlinkSnapshot, read_stream_bytes
-from statekit.statefmt.errors import BadInputError, CorruptStateError
+from statekit.statefmt.errors import BadInputError, CorruptStateError, StateNotFoundError
 
-__all__ = ["FlinkEntryCounts", "count_savepoint_entries"]
+__all__ = [
+    "FlinkEntryCounts",
+    "count_savepoint_entries",
+    "FlinkKeyedEntry",
+    "FlinkStateDecoder",
+    "flink_state_decoder",
+    "read_savepoint_entries",
+    "decodable_states",
+    "keyed_backend_header",
+]
 
 END_OF_KEY_GROUP_MARK = 0xFFFF
 META_FOLLOWS = 0x80
@@ -59,54 +88,6 @@ def _key_group_of(key: bytes, prefix: int) -> int:
     return (value << 8 | key[1]) if prefix == 2 else value
 
 
-def _count_key_group(
-    cur: ByteCursor, key_group: int, names: tuple[str, ...], prefix: int, counts: FlinkEntryCounts
-) -> None:
-    state_id = cur.u16("state id")
-    while True:
-        if state_id >= len(names):
-            raise cur.error(f"key group {key_group}: unknown state id {state_id}")
-        name = names[state_id]
-        key_at = cur.pos
-        key = cur.take(cur.count("key length"), "key")
-        value_length = cur.count("value length")
-        cur.skip(value_length, "value")
-        if len(key) < prefix or _key_group_of(key, prefix) != key_group:
-            raise cur.error(f"key in key group {key_group} has a wrong key-group prefix", at=key_at)
-        groups = counts.per_key_group.setdefault(name, {})
-        groups[key_group] = groups.get(key_group, 0) + 1
-        counts.bytes_per_state[name] = counts.bytes_per_state.get(name, 0) + len(key) + value_length
-        if key[0] & META_FOLLOWS:
-            marker = cur.u16("state id or end-of-key-group mark")
-            if marker == END_OF_KEY_GROUP_MARK:
-                return
-            state_id = marker
-
-
-def _count_handle(
-    snapshot: FlinkSnapshot, op: FlinkOperatorState, handle: KeyedStateHandle, counts: FlinkEntryCounts
-) -> None:
-    if handle.kind is not KeyedHandleKind.SAVEPOINT_KEY_GROUPS or handle.delegate is None:
-        raise BadInputError(
-            f"entry counts need a canonical savepoint; {op.label} has a {handle.kind.value} handle",
-            path=snapshot.path,
-        )
-    source = handle.delegate.path or handle.delegate.name or "<inline>"
-    data = read_stream_bytes(snapshot, handle.delegate)
-    meta = read_keyed_backend_meta(data, source=source)
-    if meta.compressed:
-        raise BadInputError("compressed (snappy) key groups are not supported", path=source)
-    if not meta.states:
-        raise CorruptStateError(meta.problem or "no state meta information", path=source)
-    names = tuple(state.name for state in meta.states)
-    prefix = _prefix_bytes(op.max_parallelism)
-    for key_group, offset in zip(handle.key_group_range, handle.key_group_offsets):
-        if offset == 0:
-            continue
-        cur = ByteCursor(data, source=source, pos=offset, error=CorruptStateError)
-        _count_key_group(cur, key_group, names, prefix, counts)
-
-
 def count_savepoint_entries(snapshot: FlinkSnapshot, uid_or_id: str) -> FlinkEntryCounts:
     """Count the keyed entries of one operator of a canonical savepoint.
 
@@ -121,7 +102,256 @@ def count_savepoint_entries(snapshot: FlinkSnapshot, uid_or_id: str) -> FlinkEnt
     """
     op = snapshot.metadata.operator(uid_or_id)
     counts = FlinkEntryCounts(op.label)
-    for subtask in op.subtasks:
-        if subtask.managed_keyed_state is not None:
-            _count_handle(snapshot, op, subtask.managed_keyed_state, counts)
+    prefix = _prefix_bytes(op.max_parallelism)
+    for stream in _keyed_streams(snapshot, op, purpose="entry counts"):
+        names = tuple(state.name for state in stream.meta.states)
+        for key_group, offset, length in stream.ranges():
+            data = read_stream_bytes(snapshot, stream.delegate, offset=offset, length=length)
+            for name, key, value, _ in _key_group_entries(data, key_group, names, prefix, stream.source, offset):
+                groups = counts.per_key_group.setdefault(name, {})
+                groups[key_group] = groups.get(key_group, 0) + 1
+                counts.bytes_per_state[name] = counts.bytes_per_state.get(name, 0) + len(key) + len(value)
     return counts
+
+
+# ----------------------------------------------------------------------------- decoding
+
+DECODABLE_KINDS = ("value", "list", "map", "reducing", "aggregating")
+
+
+@dataclass(frozen=True)
+class FlinkKeyedEntry:
+    """One decoded entry of a canonical savepoint (one per user key for map state)."""
+
+    key_group: int
+    key: Any
+    namespace: Any
+    user_key: Any
+    value: Any
+    subtask: int
+
+
+@dataclass(frozen=True)
+class FlinkStateDecoder:
+    """How to decode one state of one operator: its serializers and the Spark schema."""
+
+    state: str
+    kind: str
+    key: FlinkSerializer
+    namespace: FlinkSerializer
+    value: FlinkSerializer
+    user_key: FlinkSerializer | None
+    element: FlinkSerializer | None
+    ambiguous_key: bool
+
+    @property
+    def spark_schema(self) -> str:
+        """The DDL schema of the exported rows (``statekit export`` columns)."""
+        user_key = self.user_key.spark_type if self.user_key else "string"
+        return (f"key {self.key.spark_type}, namespace {self.namespace.spark_type}, user_key {user_key}, "
+                f"value {self.value.spark_type}, key_group int, subtask int")
+
+
+def _serializer_info(state: FlinkStateMeta, role: str) -> SerializerInfo | None:
+    return next((ser for ser in state.serializers if ser.key == role), None)
+
+
+def _decoder_part(info: SerializerInfo | None, what: str, state: str, source: str) -> FlinkSerializer:
+    serializer = flink_serializer(info.tree if info else None)
+    if serializer is None:
+        cls = unsupported_class(info.tree if info else None)
+        raise BadInputError(f"state {state!r}: cannot decode the {what} serializer {cls}", path=source)
+    return serializer
+
+
+def flink_state_decoder(meta: KeyedBackendMeta, state: str, *, source: str) -> FlinkStateDecoder:
+    """The decoder of ``state`` from a keyed backend header.
+
+    Raises:
+        StateNotFoundError: No state of that name.
+        BadInputError: A kind or serializer that cannot be decoded (names the class).
+    """
+    found = next((s for s in meta.states if s.name == state), None)
+    if found is None:
+        names = ", ".join(s.name for s in meta.states) or "none"
+        raise StateNotFoundError(f"no keyed state {state!r} (states: {names})", path=source)
+    if found.kind not in DECODABLE_KINDS:
+        raise BadInputError(f"state {state!r}: {found.kind} state cannot be decoded", path=source)
+    if found.problem:
+        raise BadInputError(f"state {state!r}: {found.problem}", path=source)
+    key = _decoder_part(meta.key_serializer, "key", state, source)
+    namespace = _decoder_part(_serializer_info(found, "NAMESPACE_SERIALIZER"), "namespace", state, source)
+    value = _decoder_part(_serializer_info(found, "VALUE_SERIALIZER"), "value", state, source)
+    user_key = element = None
+    if found.kind == "map":
+        if not value.name.startswith("Map<"):
+            raise BadInputError(f"state {state!r}: map state without a MapSerializer", path=source)
+        tree = _serializer_info(found, "VALUE_SERIALIZER")
+        assert tree is not None and tree.tree is not None
+        user_key, value = (_decoder_part(SerializerInfo("", c.snapshot_class, (), c), "map", state, source)
+                           for c in tree.tree.children)
+    elif found.kind == "list":
+        if not value.name.startswith("List<"):
+            raise BadInputError(f"state {state!r}: list state without a ListSerializer", path=source)
+        tree = _serializer_info(found, "VALUE_SERIALIZER")
+        assert tree is not None and tree.tree is not None
+        child = tree.tree.children[0]
+        element = _decoder_part(SerializerInfo("", child.snapshot_class, (), child), "list element", state, source)
+    ambiguous = key.fixed_length is None and namespace.fixed_length is None
+    return FlinkStateDecoder(state, found.kind, key, namespace, value, user_key, element, ambiguous)
+
+
+def _skip_length(cur: ByteCursor) -> None:
+    for _ in range(5):  # RocksDBKeySerializationUtils.writeVariableIntBytes: at least one byte
+        if cur.u8("length byte") == 0:
+            return
+
+
+def _decode(decoder: FlinkStateDecoder, key_group: int, key: bytes, value: bytes, prefix: int,
+            where: str, subtask: int) -> FlinkKeyedEntry:
+    kc = ByteCursor(key, source=where, pos=prefix, error=CorruptStateError)
+    k = decoder.key.read(kc)
+    if decoder.ambiguous_key:
+        _skip_length(kc)
+    ns = decoder.namespace.read(kc)
+    if decoder.ambiguous_key:
+        _skip_length(kc)
+    user_key = decoder.user_key.read(kc) if decoder.user_key else None
+    if kc.remaining:
+        raise kc.error(f"{kc.remaining} key bytes left after the key")
+    vc = ByteCursor(value, source=where, error=CorruptStateError)
+    v: Any
+    if decoder.kind == "list":
+        assert decoder.element is not None
+        v = read_list_delimited(vc, decoder.element, len(value)) if value else []
+    elif decoder.kind == "map":
+        v = None if vc.boolean("map value null flag") else decoder.value.read(vc)
+    else:
+        v = decoder.value.read(vc)
+    if vc.remaining:
+        raise vc.error(f"{vc.remaining} value bytes left after the value")
+    return FlinkKeyedEntry(key_group, k, ns, user_key, v, subtask)
+
+
+def _key_group_entries(
+    data: bytes, key_group: int, names: tuple[str, ...], prefix: int, source: str, base: int
+) -> Iterator[tuple[str, bytes, bytes, int]]:
+    """(state name, key, value, file offset) of every entry of one key group's bytes."""
+    cur = ByteCursor(data, source=source, error=CorruptStateError)
+    state_id = cur.u16("state id")
+    while True:
+        if state_id >= len(names):
+            raise CorruptStateError(f"key group {key_group}: unknown state id {state_id} "
+                                    f"at byte offset {base + cur.pos - 2}", path=source)
+        at = base + cur.pos
+        key = cur.take(cur.count("key length"), "key")
+        value = cur.take(cur.count("value length"), "value")
+        if len(key) < prefix or _key_group_of(key, prefix) != key_group:
+            raise CorruptStateError(f"key in key group {key_group} has a wrong key-group prefix "
+                                    f"at byte offset {at}", path=source)
+        yield names[state_id], key, value, at
+        if key[0] & META_FOLLOWS:
+            marker = cur.u16("state id or end-of-key-group mark")
+            if marker == END_OF_KEY_GROUP_MARK:
+                return
+            state_id = marker
+
+
+@dataclass(frozen=True)
+class _KeyedStream:
+    snapshot: FlinkSnapshot
+    subtask: int
+    handle: KeyedStateHandle
+    source: str
+    meta: KeyedBackendMeta
+
+    @property
+    def delegate(self) -> StreamHandle:
+        """The stream holding the key groups."""
+        assert self.handle.delegate is not None
+        return self.handle.delegate
+
+    def ranges(self) -> list[tuple[int, int, int | None]]:
+        """(key group, offset, length or None for "to the end") of every non-empty key group."""
+        starts = sorted((offset, kg) for kg, offset in zip(self.handle.key_group_range, self.handle.key_group_offsets)
+                        if offset)
+        return [(kg, offset, (starts[i + 1][0] - offset) if i + 1 < len(starts) else None)
+                for i, (offset, kg) in enumerate(starts)]
+
+
+def _keyed_streams(snapshot: FlinkSnapshot, op: FlinkOperatorState, purpose: str = "decoding state"
+                   ) -> Iterator[_KeyedStream]:
+    for subtask in op.subtasks:
+        handle = subtask.managed_keyed_state
+        if handle is None:
+            continue
+        if handle.kind is not KeyedHandleKind.SAVEPOINT_KEY_GROUPS or handle.delegate is None:
+            raise BadInputError(
+                f"{purpose} needs a canonical savepoint; {op.label} has a {handle.kind.value} handle",
+                path=snapshot.path,
+            )
+        source = handle.delegate.path or handle.delegate.name or "<inline>"
+        first = min((o for o in handle.key_group_offsets if o), default=None)
+        head = read_stream_bytes(snapshot, handle.delegate, length=first)
+        meta = read_keyed_backend_meta(head, source=source)
+        if meta.compressed:
+            raise BadInputError("compressed (snappy) key groups are not supported", path=source)
+        if not meta.states:
+            raise CorruptStateError(meta.problem or "no state meta information", path=source)
+        yield _KeyedStream(snapshot, subtask.index, handle, source, meta)
+
+
+def keyed_backend_header(snapshot: FlinkSnapshot, uid_or_id: str) -> tuple[KeyedBackendMeta, str] | None:
+    """The keyed backend header of the operator's first keyed stream and its file, if any."""
+    op = snapshot.metadata.operator(uid_or_id)
+    for stream in _keyed_streams(snapshot, op):
+        return stream.meta, stream.source
+    return None
+
+
+def decodable_states(snapshot: FlinkSnapshot, uid_or_id: str) -> list[tuple[str, str, str | None]]:
+    """(state name, kind, reason it cannot be decoded or ``None``) of one operator's keyed states."""
+    op = snapshot.metadata.operator(uid_or_id)
+    for stream in _keyed_streams(snapshot, op):
+        out: list[tuple[str, str, str | None]] = []
+        for state in stream.meta.states:
+            try:
+                flink_state_decoder(stream.meta, state.name, source=stream.source)
+                out.append((state.name, state.kind, None))
+            except BadInputError as exc:
+                reason = str(exc).removeprefix(f"{stream.source}: ").removeprefix(f"state {state.name!r}: ")
+                out.append((state.name, state.kind, reason))
+        return out
+    return []
+
+
+def read_savepoint_entries(
+    snapshot: FlinkSnapshot, uid_or_id: str, state: str, *, key_groups: Iterable[int] | None = None
+) -> Iterator[FlinkKeyedEntry]:
+    """Decode the entries of one keyed state of a canonical savepoint, key group by key group.
+
+    Args:
+        snapshot: An opened canonical savepoint.
+        uid_or_id: The operator's uid or operator id.
+        state: The state name.
+        key_groups: Only these key groups (default: all).
+
+    Raises:
+        StateNotFoundError: No such operator or state.
+        BadInputError: Not a canonical savepoint, or a serializer that cannot be decoded.
+        CorruptStateError: Damaged bytes (names the file and byte offset).
+    """
+    op = snapshot.metadata.operator(uid_or_id)
+    wanted = None if key_groups is None else set(key_groups)
+    prefix = _prefix_bytes(op.max_parallelism)
+    for stream in _keyed_streams(snapshot, op):
+        decoder = flink_state_decoder(stream.meta, state, source=stream.source)
+        names = tuple(s.name for s in stream.meta.states)
+        for key_group, offset, length in stream.ranges():
+            if wanted is not None and key_group not in wanted:
+                continue
+            data = read_stream_bytes(snapshot, stream.delegate, offset=offset, length=length)
+            for name, key, value, at in _key_group_entries(data, key_group, names, prefix, stream.source, offset):
+                if name == state:
+                    where = f"{stream.source} (state {state!r}, key group {key_group}, entry at byte offset {at})"
+                    yield _decode(decoder, key_group, key, value, prefix, where, stream.subtask)

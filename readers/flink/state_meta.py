@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from statekit.readers.flink.cursor import ByteCursor, decode_modified_utf8
 from statekit.statefmt.errors import CorruptStateError
 
-__all__ = ["SerializerInfo", "FlinkStateMeta", "KeyedBackendMeta", "read_keyed_backend_meta"]
+__all__ = ["SerializerNode", "SerializerInfo", "FlinkStateMeta", "KeyedBackendMeta", "read_keyed_backend_meta"]
 
 PROXY_VERSION = 6
 SNAPSHOT_PROXY_VERSION = 2
@@ -74,12 +74,28 @@ class _Unskippable(Exception):
 
 
 @dataclass(frozen=True)
+class SerializerNode:
+    """A serializer snapshot class and its nested snapshots (a composite's fields, in order)."""
+
+    snapshot_class: str
+    children: tuple[SerializerNode, ...] = ()
+
+    def descendants(self) -> tuple[str, ...]:
+        """The classes of every nested snapshot, depth first."""
+        return tuple(name for child in self.children for name in (child.snapshot_class, *child.descendants()))
+
+
+@dataclass(frozen=True)
 class SerializerInfo:
-    """One serializer snapshot: its role key, snapshot class and nested snapshot classes."""
+    """One serializer snapshot: its role key, snapshot class and nested snapshot classes.
+
+    ``nested`` lists every nested class depth first; ``tree`` keeps their structure.
+    """
 
     key: str
     snapshot_class: str | None
     nested: tuple[str, ...] = ()
+    tree: SerializerNode | None = None
 
     @property
     def short_name(self) -> str:
@@ -142,7 +158,7 @@ def _skip_outer(cur: ByteCursor, class_name: str, outer_version: int) -> None:
         raise _Unskippable(f"composite snapshot {class_name} has an unknown outer snapshot")
 
 
-def _versioned_snapshot(cur: ByteCursor, depth: int) -> tuple[str, tuple[str, ...]]:
+def _versioned_snapshot(cur: ByteCursor, depth: int) -> SerializerNode:
     if depth > MAX_SNAPSHOT_DEPTH:
         raise cur.error("serializer snapshots nested too deeply")
     class_name = cur.utf("serializer snapshot class")
@@ -152,28 +168,25 @@ def _versioned_snapshot(cur: ByteCursor, depth: int) -> tuple[str, tuple[str, ..
             cur.utf("legacy serializer class name")
         elif version < 2:
             raise _Unskippable(f"{class_name} snapshot version {version}")
-        return class_name, ()
+        return SerializerNode(class_name)
     if version >= 3 and cur.peek_i32() == COMPOSITE_MAGIC:
         cur.i32("composite snapshot magic")
         _skip_outer(cur, class_name, cur.i32("outer snapshot version"))
-        nested = _nested_snapshots(cur, depth)
-        return class_name, nested
+        return SerializerNode(class_name, _nested_snapshots(cur, depth))
     raise _Unskippable(f"cannot skip serializer snapshot {class_name} (version {version})")
 
 
-def _nested_snapshots(cur: ByteCursor, depth: int) -> tuple[str, ...]:
+def _nested_snapshots(cur: ByteCursor, depth: int) -> tuple[SerializerNode, ...]:
     at = cur.pos
     if cur.i32("nested snapshots magic") != NESTED_MAGIC:
         raise cur.error("wrong nested serializer snapshots magic number", at=at)
     version_at = cur.pos
     if cur.i32("nested snapshots version") != 1:
         raise _Unskippable(f"nested serializer snapshots version at byte offset {version_at}")
-    names: list[str] = []
-    for _ in range(cur.count("number of nested serializer snapshots", min_item_size=6)):
-        name, inner = _versioned_snapshot(cur, depth + 1)
-        names.append(name)
-        names.extend(inner)
-    return tuple(names)
+    return tuple(
+        _versioned_snapshot(cur, depth + 1)
+        for _ in range(cur.count("number of nested serializer snapshots", min_item_size=6))
+    )
 
 
 def _serializer(cur: ByteCursor, key: str) -> SerializerInfo:
@@ -181,8 +194,8 @@ def _serializer(cur: ByteCursor, key: str) -> SerializerInfo:
     proxy_version = cur.i32("serializer snapshot proxy version")
     if proxy_version != SNAPSHOT_PROXY_VERSION:
         raise _Unskippable(f"serializer snapshot format {proxy_version} at byte offset {at}")
-    class_name, nested = _versioned_snapshot(cur, 0)
-    return SerializerInfo(key, class_name, nested)
+    tree = _versioned_snapshot(cur, 0)
+    return SerializerInfo(key, tree.snapshot_class, tree.descendants(), tree)
 
 
 def _kind(backend_type: str, options: dict[str, str]) -> str:

@@ -1,0 +1,70 @@
+"""``statekit export`` on an Apache Flink canonical savepoint (the golden Flink 2.3 ones)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pyarrow.dataset as ds
+import pytest
+from click.testing import CliRunner
+
+from statekit.cli.main import cli
+
+pytestmark = pytest.mark.spark
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "flink-2.3"
+SAVEPOINT = GOLDEN / "hashmap" / "savepoints" / "savepoint-962f67-bfc4c25148ed"
+CHECKPOINT = GOLDEN / "hashmap" / "checkpoints" / "962f676fad747434cac50f82ef230c8d" / "chk-4"
+
+
+def test_export_writes_typed_decoded_rows_and_names_what_it_skipped(spark: Any, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    result = CliRunner().invoke(cli, ["export", str(SAVEPOINT), "-o", str(out), "--master", "local[2]", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert [(s["operator_uid"], s["state_name"], s["kind"], s["rows"]) for s in report["states"]] == [
+        ("running-count", "python-state-count", "list", 1000)]
+    assert {s["state_name"] for s in report["skipped"]} == {
+        "_timer_state/processing_user-timers", "_timer_state/event_user-timers"}
+    table = ds.dataset(out / "operator_uid=running-count" / "state_name=python-state-count",
+                       format="parquet").to_table()
+    assert str(table.schema.field("key").type) == "struct<f0: string>"
+    assert str(table.schema.field("value").type) == "list<element: binary>"
+    counts = {row["key"]["f0"]: int.from_bytes(row["value"][0], "big") for row in table.to_pylist()}
+    assert counts == {f"key-{i}": 9 if i < 303 else 8 for i in range(1000)}
+    assert {row["key_group"] for row in table.to_pylist()} <= set(range(128))
+    assert not [p for p in os.listdir(tmp_path) if p.startswith(".")]
+
+
+def test_bad_requests_exit_2_with_one_line_and_leave_no_output(spark: Any, tmp_path: Path) -> None:
+    runner = CliRunner()
+    cases = [
+        (["export", str(SAVEPOINT), "--state", "_timer_state/event_user-timers"], "timers state cannot be decoded"),
+        (["export", str(SAVEPOINT), "--state", "nope"], "no keyed state named 'nope'"),
+        (["export", str(SAVEPOINT), "--operator", "nope"], "nope"),
+        (["export", str(CHECKPOINT)], "needs a canonical savepoint"),
+    ]
+    for args, message in cases:
+        out = tmp_path / "out"
+        result = runner.invoke(cli, [*args, "-o", str(out), "--master", "local[2]"])
+        assert result.exit_code == 2, (args, result.output)
+        assert message in result.output and "Traceback" not in result.output
+        assert len(result.output.strip().splitlines()) == 1
+        assert not out.exists()
+
+
+def test_a_damaged_state_file_fails_the_export_atomically(spark: Any, tmp_path: Path) -> None:
+    target = tmp_path / "sp"
+    shutil.copytree(SAVEPOINT, target)
+    (state_file,) = [p for p in target.iterdir() if p.name != "_metadata"]
+    data = state_file.read_bytes()
+    state_file.write_bytes(data[: len(data) * 3 // 4])
+    out = tmp_path / "out"
+    result = CliRunner().invoke(cli, ["export", str(target), "-o", str(out), "--master", "local[2]"])
+    assert result.exit_code == 2, result.output
+    assert "truncated" in result.output and state_file.name in result.output
+    assert not out.exists() and not [p for p in os.listdir(tmp_path) if p.startswith(".")]

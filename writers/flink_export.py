@@ -1,0 +1,122 @@
+"""Export the keyed state of an Apache Flink canonical savepoint to Parquet through Spark.
+
+Same layout and columns as a statekit export (``OUT/operator_uid=<uid>/state_name=<state>/``;
+``key``, ``namespace``, ``user_key``, ``value``, ``key_group``, ``subtask``), typed from
+the Flink serializer snapshots (:mod:`statekit.readers.flink.serializers`): a PyFlink key
+``Row<String>`` becomes ``struct<f0:string>``, a list of ``byte[]`` ``array<binary>``.
+
+Each Spark task opens the savepoint itself and decodes a slice of key groups with ranged
+reads, so neither the driver nor an executor holds more than one key group's bytes. States
+that cannot be decoded (timers, unsupported serializers, operators without keyed state in
+canonical form) are skipped with their reason when the whole savepoint is exported, and
+are an error when asked for by ``--state``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from statekit.readers.diff import hive_partition_dir
+from statekit.statefmt.errors import BadInputError, StateNotFoundError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from statekit.readers.flink.storage import FlinkSnapshot
+    from statekit.writers.export import ExportedState
+
+__all__ = ["FlinkExportPlan", "plan_flink_export", "write_flink_state", "export_flink_states"]
+
+
+@dataclass(frozen=True)
+class FlinkExportPlan:
+    """What to export: (uid, state, kind, spark schema, key groups) and what is skipped why."""
+
+    states: tuple[tuple[str, str, str, str, tuple[int, ...]], ...]
+    skipped: tuple[tuple[str, str, str], ...]
+
+
+def plan_flink_export(snapshot: FlinkSnapshot, operator: str | None, state: str | None) -> FlinkExportPlan:
+    """Choose the decodable keyed states (driver side: reads only ``_metadata`` and headers).
+
+    Raises:
+        StateNotFoundError: Unknown operator or state.
+        BadInputError: A state asked for by name cannot be decoded, or nothing can be.
+    """
+    from statekit.readers.flink.entries import decodable_states, flink_state_decoder, keyed_backend_header
+
+    ops = [snapshot.metadata.operator(operator)] if operator else list(snapshot.metadata.operators)
+    chosen: list[tuple[str, str, str, str, tuple[int, ...]]] = []
+    skipped: list[tuple[str, str, str]] = []
+    for op in ops:
+        label = op.uid or op.label
+        if not any(sub.managed_keyed_state is not None for sub in op.subtasks):
+            continue
+        try:
+            states = decodable_states(snapshot, label)
+        except BadInputError as exc:
+            if operator:
+                raise
+            skipped.append((label, "*", str(exc)))
+            continue
+        header = keyed_backend_header(snapshot, label)
+        for name, kind, reason in states:
+            if state not in (None, name):
+                continue
+            if reason is not None:
+                if state:
+                    raise BadInputError(f"cannot export {label}/{name}: {reason}", path=snapshot.path)
+                skipped.append((label, name, reason))
+                continue
+            assert header is not None
+            decoder = flink_state_decoder(header[0], name, source=header[1])
+            key_groups = tuple(range(op.max_parallelism))
+            chosen.append((label, name, kind, decoder.spark_schema, key_groups))
+    if state and not chosen:
+        where = f"operator {operator!r}" if operator else "any operator"
+        raise StateNotFoundError(f"no keyed state named {state!r} in {where}", path=snapshot.path)
+    if not chosen:
+        reasons = "; ".join(f"{uid}/{name}: {why}" for uid, name, why in skipped) or "no keyed state"
+        raise BadInputError(f"nothing to export from this Flink savepoint ({reasons})", path=snapshot.path)
+    return FlinkExportPlan(tuple(chosen), tuple(skipped))
+
+
+def _decode_slice(path: str, uid: str, state: str, storage_options: dict[str, Any] | None,
+                  key_groups: list[int]) -> Iterator[tuple[Any, ...]]:
+    """Executor side: the rows of ``key_groups`` of one state."""
+    from statekit.readers.flink.entries import read_savepoint_entries
+    from statekit.readers.flink.snapshot import open_flink_snapshot
+
+    snapshot = open_flink_snapshot(path, storage_options=storage_options)
+    for e in read_savepoint_entries(snapshot, uid, state, key_groups=key_groups):
+        yield (e.key, e.namespace, e.user_key, e.value, e.key_group, e.subtask)
+
+
+def write_flink_state(spark: SparkSession, path: str, storage_options: dict[str, Any] | None,
+                      uid: str, state: str, schema: str, key_groups: tuple[int, ...], target: str) -> None:
+    """Decode one state on the executors and write it as Parquet to ``target``."""
+    tasks = max(1, min(len(key_groups), spark.sparkContext.defaultParallelism))
+    slices = [list(key_groups[i::tasks]) for i in range(tasks)]  # key groups spread: hot ranges share out
+    rows = spark.sparkContext.parallelize(slices, max(1, len(slices))).flatMap(
+        functools.partial(_decode_slice, path, uid, state, storage_options))
+    spark.createDataFrame(rows, schema=schema).write.mode("errorifexists").parquet(target)
+
+
+def export_flink_states(spark: SparkSession, snapshot: FlinkSnapshot, plan: FlinkExportPlan, target: Any,
+                        staging: str, storage_options: dict[str, Any] | None,
+                        advance: Any) -> list[ExportedState]:
+    """Write every planned state under ``staging``; the caller publishes it."""
+    from statekit.writers.export import ExportedState
+
+    exported: list[ExportedState] = []
+    for uid, name, kind, schema, key_groups in plan.states:
+        relative = hive_partition_dir(uid, name)
+        write_flink_state(spark, snapshot.path, storage_options, uid, name, schema, key_groups,
+                          target.join(staging, relative))
+        exported.append(ExportedState(uid, name, kind, relative, *target.count(staging, relative)))
+        advance(f"{uid}/{name}", 1)
+    return exported
+
