@@ -105,3 +105,17 @@ def test_a_truncated_state_file_is_an_error_not_a_traceback(flink_golden: Any, t
     state_file.write_bytes(data[: int(len(data) * keep)])
     with pytest.raises(CorruptStateError, match="truncated"):
         list(read_savepoint_entries(open_flink_snapshot(str(target)), "running-count", STATE))
+
+
+def test_pyflink_row_string_keys_land_in_the_documented_key_groups(flink_golden: Any) -> None:
+    """docs/FLINK.md: a PyFlink Row<String> key's group is murmur(String.hashCode + 62) % M."""
+    from statekit.readers.flink.keygroups import compute_key_group_for_key_hash, java_hash_code
+
+    def row_hash(text: str) -> int:
+        value = (java_hash_code(text, "string") + 62) & 0xFFFFFFFF
+        return value - (1 << 32) if value >= 1 << 31 else value
+
+    for name in SAVEPOINTS:
+        entries = list(read_savepoint_entries(open_flink_snapshot(str(flink_golden[name])), "running-count", STATE))
+        assert len(entries) == 1000
+        assert all(compute_key_group_for_key_hash(row_hash(e.key["f0"]), 128) == e.key_group for e in entries)
