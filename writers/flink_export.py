@@ -33,9 +33,9 @@ __all__ = ["FlinkExportPlan", "plan_flink_export", "write_flink_state", "export_
 
 @dataclass(frozen=True)
 class FlinkExportPlan:
-    """What to export: (uid, state, kind, spark schema, key groups) and what is skipped why."""
+    """What to export: (uid, state, kind, Spark schema, max parallelism), and what is skipped why."""
 
-    states: tuple[tuple[str, str, str, str, tuple[int, ...]], ...]
+    states: tuple[tuple[str, str, str, str, int], ...]
     skipped: tuple[tuple[str, str, str], ...]
 
 
@@ -46,10 +46,10 @@ def plan_flink_export(snapshot: FlinkSnapshot, operator: str | None, state: str 
         StateNotFoundError: Unknown operator or state.
         BadInputError: A state asked for by name cannot be decoded, or nothing can be.
     """
-    from statekit.readers.flink.entries import decodable_states, flink_state_decoder, keyed_backend_header
+    from statekit.readers.flink.entries import decodable_states
 
     ops = [snapshot.metadata.operator(operator)] if operator else list(snapshot.metadata.operators)
-    chosen: list[tuple[str, str, str, str, tuple[int, ...]]] = []
+    chosen: list[tuple[str, str, str, str, int]] = []
     skipped: list[tuple[str, str, str]] = []
     for op in ops:
         label = op.uid or op.label
@@ -62,19 +62,15 @@ def plan_flink_export(snapshot: FlinkSnapshot, operator: str | None, state: str 
                 raise
             skipped.append((label, "*", str(exc)))
             continue
-        header = keyed_backend_header(snapshot, label)
-        for name, kind, reason in states:
-            if state not in (None, name):
+        for support in states:
+            if state not in (None, support.name):
                 continue
-            if reason is not None:
+            if support.decoder is None:
                 if state:
-                    raise BadInputError(f"cannot export {label}/{name}: {reason}", path=snapshot.path)
-                skipped.append((label, name, reason))
+                    raise BadInputError(f"cannot export {label}/{support.name}: {support.reason}", path=snapshot.path)
+                skipped.append((label, support.name, support.reason or "cannot be decoded"))
                 continue
-            assert header is not None
-            decoder = flink_state_decoder(header[0], name, source=header[1])
-            key_groups = tuple(range(op.max_parallelism))
-            chosen.append((label, name, kind, decoder.spark_schema, key_groups))
+            chosen.append((label, support.name, support.kind, support.decoder.spark_schema, op.max_parallelism))
     if state and not chosen:
         where = f"operator {operator!r}" if operator else "any operator"
         raise StateNotFoundError(f"no keyed state named {state!r} in {where}", path=snapshot.path)
@@ -96,11 +92,11 @@ def _decode_slice(path: str, uid: str, state: str, storage_options: dict[str, An
 
 
 def write_flink_state(spark: SparkSession, path: str, storage_options: dict[str, Any] | None,
-                      uid: str, state: str, schema: str, key_groups: tuple[int, ...], target: str) -> None:
+                      uid: str, state: str, schema: str, max_parallelism: int, target: str) -> None:
     """Decode one state on the executors and write it as Parquet to ``target``."""
-    tasks = max(1, min(len(key_groups), spark.sparkContext.defaultParallelism))
-    slices = [list(key_groups[i::tasks]) for i in range(tasks)]  # key groups spread: hot ranges share out
-    rows = spark.sparkContext.parallelize(slices, max(1, len(slices))).flatMap(
+    tasks = max(1, min(max_parallelism, spark.sparkContext.defaultParallelism))
+    slices = [list(range(i, max_parallelism, tasks)) for i in range(tasks)]  # spread: hot ranges share out
+    rows = spark.sparkContext.parallelize(slices, tasks).flatMap(
         functools.partial(_decode_slice, path, uid, state, storage_options))
     spark.createDataFrame(rows, schema=schema).write.mode("errorifexists").parquet(target)
 
@@ -112,9 +108,9 @@ def export_flink_states(spark: SparkSession, snapshot: FlinkSnapshot, plan: Flin
     from statekit.writers.export import ExportedState
 
     exported: list[ExportedState] = []
-    for uid, name, kind, schema, key_groups in plan.states:
+    for uid, name, kind, schema, max_parallelism in plan.states:
         relative = hive_partition_dir(uid, name)
-        write_flink_state(spark, snapshot.path, storage_options, uid, name, schema, key_groups,
+        write_flink_state(spark, snapshot.path, storage_options, uid, name, schema, max_parallelism,
                           target.join(staging, relative))
         exported.append(ExportedState(uid, name, kind, relative, *target.count(staging, relative)))
         advance(f"{uid}/{name}", 1)

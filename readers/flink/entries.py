@@ -35,13 +35,15 @@ from typing import Any
 from statekit.readers.flink.cursor import ByteCursor
 from statekit.readers.flink.model import FlinkOperatorState, KeyedHandleKind, KeyedStateHandle, StreamHandle
 from statekit.readers.flink.serializers import (
+    LIST_CLASS,
+    MAP_CLASS,
     FlinkSerializer,
     flink_serializer,
     read_list_delimited,
     unsupported_class,
 )
-from statekit.readers.flink.state_meta import FlinkStateMeta, KeyedBackendMeta, SerializerInfo, read_keyed_backend_meta
-from statekit.readers.flink.storage import FlinkSnapshot, read_stream_bytes
+from statekit.readers.flink.state_meta import FlinkStateMeta, KeyedBackendMeta, SerializerNode, read_keyed_backend_meta
+from statekit.readers.flink.storage import FlinkSnapshot, read_stream_bytes, read_stream_ranges
 from statekit.statefmt.errors import BadInputError, CorruptStateError, StateNotFoundError
 
 __all__ = [
@@ -52,7 +54,7 @@ __all__ = [
     "flink_state_decoder",
     "read_savepoint_entries",
     "decodable_states",
-    "keyed_backend_header",
+    "FlinkStateSupport",
 ]
 
 END_OF_KEY_GROUP_MARK = 0xFFFF
@@ -105,8 +107,7 @@ def count_savepoint_entries(snapshot: FlinkSnapshot, uid_or_id: str) -> FlinkEnt
     prefix = _prefix_bytes(op.max_parallelism)
     for stream in _keyed_streams(snapshot, op, purpose="entry counts"):
         names = tuple(state.name for state in stream.meta.states)
-        for key_group, offset, length in stream.ranges():
-            data = read_stream_bytes(snapshot, stream.delegate, offset=offset, length=length)
+        for key_group, offset, data in stream.key_groups(snapshot):
             for name, key, value, _ in _key_group_entries(data, key_group, names, prefix, stream.source, offset):
                 groups = counts.per_key_group.setdefault(name, {})
                 groups[key_group] = groups.get(key_group, 0) + 1
@@ -152,15 +153,15 @@ class FlinkStateDecoder:
                 f"value {self.value.spark_type}, key_group int, subtask int")
 
 
-def _serializer_info(state: FlinkStateMeta, role: str) -> SerializerInfo | None:
-    return next((ser for ser in state.serializers if ser.key == role), None)
+def _serializer_tree(state: FlinkStateMeta, role: str) -> SerializerNode | None:
+    return next((ser.tree for ser in state.serializers if ser.key == role), None)
 
 
-def _decoder_part(info: SerializerInfo | None, what: str, state: str, source: str) -> FlinkSerializer:
-    serializer = flink_serializer(info.tree if info else None)
+def _decoder_part(node: SerializerNode | None, what: str, state: str, source: str) -> FlinkSerializer:
+    serializer = flink_serializer(node)
     if serializer is None:
-        cls = unsupported_class(info.tree if info else None)
-        raise BadInputError(f"state {state!r}: cannot decode the {what} serializer {cls}", path=source)
+        raise BadInputError(f"state {state!r}: cannot decode the {what} serializer {unsupported_class(node)}",
+                            path=source)
     return serializer
 
 
@@ -179,24 +180,23 @@ def flink_state_decoder(meta: KeyedBackendMeta, state: str, *, source: str) -> F
         raise BadInputError(f"state {state!r}: {found.kind} state cannot be decoded", path=source)
     if found.problem:
         raise BadInputError(f"state {state!r}: {found.problem}", path=source)
-    key = _decoder_part(meta.key_serializer, "key", state, source)
-    namespace = _decoder_part(_serializer_info(found, "NAMESPACE_SERIALIZER"), "namespace", state, source)
-    value = _decoder_part(_serializer_info(found, "VALUE_SERIALIZER"), "value", state, source)
+    key = _decoder_part(meta.key_serializer.tree if meta.key_serializer else None, "key", state, source)
+    namespace = _decoder_part(_serializer_tree(found, "NAMESPACE_SERIALIZER"), "namespace", state, source)
+    value_tree = _serializer_tree(found, "VALUE_SERIALIZER")
+    value = _decoder_part(value_tree, "value", state, source)
+    assert value_tree is not None  # else _decoder_part raised
     user_key = element = None
-    if found.kind == "map":
-        if not value.name.startswith("Map<"):
-            raise BadInputError(f"state {state!r}: map state without a MapSerializer", path=source)
-        tree = _serializer_info(found, "VALUE_SERIALIZER")
-        assert tree is not None and tree.tree is not None
-        user_key, value = (_decoder_part(SerializerInfo("", c.snapshot_class, (), c), "map", state, source)
-                           for c in tree.tree.children)
-    elif found.kind == "list":
-        if not value.name.startswith("List<"):
-            raise BadInputError(f"state {state!r}: list state without a ListSerializer", path=source)
-        tree = _serializer_info(found, "VALUE_SERIALIZER")
-        assert tree is not None and tree.tree is not None
-        child = tree.tree.children[0]
-        element = _decoder_part(SerializerInfo("", child.snapshot_class, (), child), "list element", state, source)
+    if found.kind in ("map", "list"):
+        container = MAP_CLASS if found.kind == "map" else LIST_CLASS
+        if value_tree.snapshot_class != container:
+            raise BadInputError(f"state {state!r}: {found.kind} state whose value serializer is "
+                                f"{value_tree.snapshot_class}, not {container}", path=source)
+        # the container decoded, so its children do: map = (user key, value), list = (element,)
+        children = [_decoder_part(child, found.kind, state, source) for child in value_tree.children]
+        if found.kind == "map":
+            user_key, value = children
+        else:
+            (element,) = children
     ambiguous = key.fixed_length is None and namespace.fixed_length is None
     return FlinkStateDecoder(state, found.kind, key, namespace, value, user_key, element, ambiguous)
 
@@ -259,7 +259,6 @@ def _key_group_entries(
 
 @dataclass(frozen=True)
 class _KeyedStream:
-    snapshot: FlinkSnapshot
     subtask: int
     handle: KeyedStateHandle
     source: str
@@ -271,16 +270,20 @@ class _KeyedStream:
         assert self.handle.delegate is not None
         return self.handle.delegate
 
-    def ranges(self) -> list[tuple[int, int, int | None]]:
-        """(key group, offset, length or None for "to the end") of every non-empty key group."""
+    def key_groups(self, snapshot: FlinkSnapshot, wanted: set[int] | None = None) -> Iterator[tuple[int, int, bytes]]:
+        """(key group, file offset, bytes) of every non-empty (wanted) key group, one open for all."""
         starts = sorted((offset, kg) for kg, offset in zip(self.handle.key_group_range, self.handle.key_group_offsets)
                         if offset)
-        return [(kg, offset, (starts[i + 1][0] - offset) if i + 1 < len(starts) else None)
-                for i, (offset, kg) in enumerate(starts)]
+        spans = [(kg, offset, (starts[i + 1][0] - offset) if i + 1 < len(starts) else None)
+                 for i, (offset, kg) in enumerate(starts) if wanted is None or kg in wanted]
+        data = read_stream_ranges(snapshot, self.delegate, [(offset, length) for _, offset, length in spans])
+        for (key_group, offset, _), chunk in zip(spans, data):
+            yield key_group, offset, chunk
 
 
-def _keyed_streams(snapshot: FlinkSnapshot, op: FlinkOperatorState, purpose: str = "decoding state"
-                   ) -> Iterator[_KeyedStream]:
+def _keyed_streams(snapshot: FlinkSnapshot, op: FlinkOperatorState, purpose: str = "decoding state",
+                   wanted: set[int] | None = None) -> Iterator[_KeyedStream]:
+    """The canonical keyed streams of ``op`` (only those holding a ``wanted`` key group)."""
     for subtask in op.subtasks:
         handle = subtask.managed_keyed_state
         if handle is None:
@@ -290,6 +293,8 @@ def _keyed_streams(snapshot: FlinkSnapshot, op: FlinkOperatorState, purpose: str
                 f"{purpose} needs a canonical savepoint; {op.label} has a {handle.kind.value} handle",
                 path=snapshot.path,
             )
+        if wanted is not None and wanted.isdisjoint(handle.key_group_range):
+            continue
         source = handle.delegate.path or handle.delegate.name or "<inline>"
         first = min((o for o in handle.key_group_offsets if o), default=None)
         head = read_stream_bytes(snapshot, handle.delegate, length=first)
@@ -298,29 +303,35 @@ def _keyed_streams(snapshot: FlinkSnapshot, op: FlinkOperatorState, purpose: str
             raise BadInputError("compressed (snappy) key groups are not supported", path=source)
         if not meta.states:
             raise CorruptStateError(meta.problem or "no state meta information", path=source)
-        yield _KeyedStream(snapshot, subtask.index, handle, source, meta)
+        yield _KeyedStream(subtask.index, handle, source, meta)
 
 
-def keyed_backend_header(snapshot: FlinkSnapshot, uid_or_id: str) -> tuple[KeyedBackendMeta, str] | None:
-    """The keyed backend header of the operator's first keyed stream and its file, if any."""
+@dataclass(frozen=True)
+class FlinkStateSupport:
+    """One keyed state of an operator: its decoder, or why it cannot be decoded."""
+
+    name: str
+    kind: str
+    decoder: FlinkStateDecoder | None
+    reason: str | None
+
+
+def decodable_states(snapshot: FlinkSnapshot, uid_or_id: str) -> list[FlinkStateSupport]:
+    """Every keyed state of one operator, with its decoder or the reason there is none.
+
+    Reads the keyed backend header of the operator's first keyed stream (every subtask
+    writes the same states and serializers).
+    """
     op = snapshot.metadata.operator(uid_or_id)
     for stream in _keyed_streams(snapshot, op):
-        return stream.meta, stream.source
-    return None
-
-
-def decodable_states(snapshot: FlinkSnapshot, uid_or_id: str) -> list[tuple[str, str, str | None]]:
-    """(state name, kind, reason it cannot be decoded or ``None``) of one operator's keyed states."""
-    op = snapshot.metadata.operator(uid_or_id)
-    for stream in _keyed_streams(snapshot, op):
-        out: list[tuple[str, str, str | None]] = []
+        out: list[FlinkStateSupport] = []
         for state in stream.meta.states:
             try:
-                flink_state_decoder(stream.meta, state.name, source=stream.source)
-                out.append((state.name, state.kind, None))
+                out.append(FlinkStateSupport(state.name, state.kind,
+                                             flink_state_decoder(stream.meta, state.name, source=stream.source), None))
             except BadInputError as exc:
                 reason = str(exc).removeprefix(f"{stream.source}: ").removeprefix(f"state {state.name!r}: ")
-                out.append((state.name, state.kind, reason))
+                out.append(FlinkStateSupport(state.name, state.kind, None, reason))
         return out
     return []
 
@@ -344,13 +355,10 @@ def read_savepoint_entries(
     op = snapshot.metadata.operator(uid_or_id)
     wanted = None if key_groups is None else set(key_groups)
     prefix = _prefix_bytes(op.max_parallelism)
-    for stream in _keyed_streams(snapshot, op):
+    for stream in _keyed_streams(snapshot, op, wanted=wanted):
         decoder = flink_state_decoder(stream.meta, state, source=stream.source)
         names = tuple(s.name for s in stream.meta.states)
-        for key_group, offset, length in stream.ranges():
-            if wanted is not None and key_group not in wanted:
-                continue
-            data = read_stream_bytes(snapshot, stream.delegate, offset=offset, length=length)
+        for key_group, offset, data in stream.key_groups(snapshot, wanted):
             for name, key, value, at in _key_group_entries(data, key_group, names, prefix, stream.source, offset):
                 if name == state:
                     where = f"{stream.source} (state {state!r}, key group {key_group}, entry at byte offset {at})"

@@ -87,24 +87,20 @@ def read_java_string(cur: ByteCursor) -> str | None:
     return units.decode("utf-16-be", "replace")  # pairs combine; a lone surrogate becomes U+FFFD
 
 
-def _simple(name: str, spark: str, length: int, read: Callable[[ByteCursor], Any]) -> FlinkSerializer:
-    return FlinkSerializer(name, spark, length, read)
-
-
 def _char(cur: ByteCursor) -> str:
     return chr(cur.u16("char"))
 
 
 _SIMPLE: dict[str, FlinkSerializer] = {
     "String": FlinkSerializer("String", "string", None, read_java_string),
-    "Long": _simple("Long", "bigint", 8, lambda cur: cur.i64("long")),
-    "Int": _simple("Integer", "int", 4, lambda cur: cur.i32("int")),
-    "Short": _simple("Short", "smallint", 2, lambda cur: cur.i16("short")),
-    "Byte": _simple("Byte", "tinyint", 1, lambda cur: cur.i8("byte")),
-    "Boolean": _simple("Boolean", "boolean", 1, lambda cur: cur.boolean("boolean")),
-    "Double": _simple("Double", "double", 8, lambda cur: _F64.unpack(cur.take(8, "double"))[0]),
-    "Float": _simple("Float", "float", 4, lambda cur: _F32.unpack(cur.take(4, "float"))[0]),
-    "Char": _simple("Character", "string", 2, _char),
+    "Long": FlinkSerializer("Long", "bigint", 8, lambda cur: cur.i64("long")),
+    "Int": FlinkSerializer("Integer", "int", 4, lambda cur: cur.i32("int")),
+    "Short": FlinkSerializer("Short", "smallint", 2, lambda cur: cur.i16("short")),
+    "Byte": FlinkSerializer("Byte", "tinyint", 1, lambda cur: cur.i8("byte")),
+    "Boolean": FlinkSerializer("Boolean", "boolean", 1, lambda cur: cur.boolean("boolean")),
+    "Double": FlinkSerializer("Double", "double", 8, lambda cur: _F64.unpack(cur.take(8, "double"))[0]),
+    "Float": FlinkSerializer("Float", "float", 4, lambda cur: _F32.unpack(cur.take(4, "float"))[0]),
+    "Char": FlinkSerializer("Character", "string", 2, _char),
 }
 _SIMPLE_CLASSES = {_BASE + f"{name}Serializer${name}SerializerSnapshot": ser for name, ser in _SIMPLE.items()}
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import posixpath
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +39,7 @@ __all__ = [
     "referenced_files",
     "resolve_absolute",
     "read_stream_bytes",
+    "read_stream_ranges",
 ]
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):(.*)$")
@@ -247,15 +249,30 @@ def read_stream_bytes(
         UnsafePathError: A relative path that escapes the snapshot directory.
         BadInputError: A handle without bytes or an unknown filesystem.
     """
+    return next(read_stream_ranges(snapshot, handle, [(offset, length)]))
+
+
+def read_stream_ranges(
+    snapshot: FlinkSnapshot, handle: StreamHandle, ranges: Iterable[tuple[int, int | None]]
+) -> Iterator[bytes]:
+    """The bytes of each ``(offset, length or None for "to the end")`` range, one open for all.
+
+    Raises:
+        As :func:`read_stream_bytes`.
+    """
     if handle.kind is StreamHandleKind.BYTE_STREAM:
         data = handle.data or b""
-        return data[offset:] if length is None else data[offset : offset + length]
+        for offset, length in ranges:
+            yield data[offset:] if length is None else data[offset : offset + length]
+        return
     if handle.kind is StreamHandleKind.KEY_GROUPS and handle.delegate is not None:
-        return read_stream_bytes(snapshot, handle.delegate, offset=offset, length=length)
+        yield from read_stream_ranges(snapshot, handle.delegate, ranges)
+        return
     ref = _ref(snapshot, handle, "data", "?", None)
     if ref.resolved is None:
         raise BadInputError(ref.problem or "cannot resolve state file", path=ref.location)
     location = ref.resolved
     with location.io.open_input(location.path) as stream:
-        stream.seek(offset)
-        return bytes(stream.read() if length is None else stream.read(length))
+        for offset, length in ranges:
+            stream.seek(offset)
+            yield bytes(stream.read() if length is None else stream.read(length))

@@ -41,6 +41,9 @@ class _Progress:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
+        self.reset()
+
+    def reset(self) -> None:
         self.payments = 0
         self.rules = 0
         self.lines: list[str] = []
@@ -110,7 +113,7 @@ def _expected_alerts() -> set[tuple[str, str]]:
 @pytest.mark.parametrize("backend", ["hashmap", pytest.param("rocksdb", marks=pytest.mark.skipif(
     importlib.util.find_spec("rocksdict") is None, reason="rocksdict is not installed"))])
 def test_every_pair_over_its_limit_alerts_once_whatever_arrives_first(order: str, backend: str) -> None:
-    PROGRESS.__init__()  # type: ignore[misc]
+    PROGRESS.reset()
     parallelism = 2
     payments = [alerts.payment(i) for i in range(PAYMENTS)]
     if order == "rules-first":
@@ -153,7 +156,7 @@ def test_apply_to_keyed_state_outside_the_broadcast_side_fails_the_job() -> None
 
 
 def test_apply_to_keyed_state_visits_every_key_and_restores_the_current_key() -> None:
-    PROGRESS.__init__()  # type: ignore[misc]
+    PROGRESS.reset()
     seen: list[tuple[Any, Any]] = []
 
     class Probe(KeyedBroadcastProcessFunction):

@@ -59,8 +59,11 @@ def test_entries_agree_with_the_counts_per_key_group(flink_golden: Any) -> None:
 def test_decodable_states_name_what_cannot_be_decoded(flink_golden: Any) -> None:
     snapshot = open_flink_snapshot(str(flink_golden["hashmap/savepoint"]))
     states = decodable_states(snapshot, "running-count")
-    assert states[0] == (STATE, "list", None)
-    assert [(n, k, r) for n, k, r in states[1:]] == [
+    assert (states[0].name, states[0].kind, states[0].reason) == (STATE, "list", None)
+    assert states[0].decoder is not None
+    assert states[0].decoder.spark_schema == (
+        "key struct<f0:string>, namespace string, user_key string, value array<binary>, key_group int, subtask int")
+    assert [(s.name, s.kind, s.reason) for s in states[1:] if s.decoder is None] == [
         ("_timer_state/processing_user-timers", "timers", "timers state cannot be decoded"),
         ("_timer_state/event_user-timers", "timers", "timers state cannot be decoded"),
     ]
