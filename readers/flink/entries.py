@@ -201,9 +201,19 @@ def flink_state_decoder(meta: KeyedBackendMeta, state: str, *, source: str) -> F
     return FlinkStateDecoder(state, found.kind, key, namespace, value, user_key, element, ambiguous)
 
 
-def _skip_length(cur: ByteCursor) -> None:
-    for _ in range(5):  # RocksDBKeySerializationUtils.writeVariableIntBytes: at least one byte
-        if cur.u8("length byte") == 0:
+def _skip_length(cur: ByteCursor, start: int) -> None:
+    """Skip the length of the bytes since ``start``, checking it.
+
+    ``RocksDBKeySerializationUtils.writeVariableIntBytes``: the length's bytes, least
+    significant first, until the rest is zero (at least one byte).
+    """
+    at = cur.pos
+    expected = length = at - start
+    while True:
+        if cur.u8("length suffix") != length & 0xFF:
+            raise cur.error(f"length suffix does not match the {expected} bytes before it", at=at)
+        length >>= 8
+        if not length:
             return
 
 
@@ -212,10 +222,11 @@ def _decode(decoder: FlinkStateDecoder, key_group: int, key: bytes, value: bytes
     kc = ByteCursor(key, source=where, pos=prefix, error=CorruptStateError)
     k = decoder.key.read(kc)
     if decoder.ambiguous_key:
-        _skip_length(kc)
+        _skip_length(kc, prefix)
+    namespace_at = kc.pos
     ns = decoder.namespace.read(kc)
     if decoder.ambiguous_key:
-        _skip_length(kc)
+        _skip_length(kc, namespace_at)
     user_key = decoder.user_key.read(kc) if decoder.user_key else None
     if kc.remaining:
         raise kc.error(f"{kc.remaining} key bytes left after the key")

@@ -122,3 +122,93 @@ def test_pyflink_row_string_keys_land_in_the_documented_key_groups(flink_golden:
         entries = list(read_savepoint_entries(open_flink_snapshot(str(flink_golden[name])), "running-count", STATE))
         assert len(entries) == 1000
         assert all(compute_key_group_for_key_hash(row_hash(e.key["f0"]), 128) == e.key_group for e in entries)
+
+
+# --------------------------------------------------------------- synthetic headers and entries
+
+_BASE = "org.apache.flink.api.common.typeutils.base."
+
+
+def _node(name: str, *children: Any) -> Any:
+    from statekit.readers.flink.state_meta import SerializerNode
+
+    cls = {"List": _BASE + "ListSerializerSnapshot", "Map": _BASE + "MapSerializerSnapshot",
+           "Kryo": "org.apache.flink.api.java.typeutils.runtime.kryo.KryoSerializerSnapshot",
+           "Void": "org.apache.flink.runtime.state.VoidNamespaceSerializer$VoidNamespaceSerializerSnapshot",
+           }.get(name, _BASE + f"{name}Serializer${name}SerializerSnapshot")
+    return SerializerNode(cls, tuple(children))
+
+
+def _meta(kind: str, key: Any, namespace: Any, value: Any) -> Any:
+    from statekit.readers.flink.state_meta import FlinkStateMeta, KeyedBackendMeta, SerializerInfo
+
+    def info(role: str, node: Any) -> SerializerInfo:
+        return SerializerInfo(role, node.snapshot_class, node.descendants(), node)
+
+    state = FlinkStateMeta("s", kind, "key-value", {"KEYED_STATE_TYPE": kind.upper()},
+                           (info("NAMESPACE_SERIALIZER", namespace), info("VALUE_SERIALIZER", value)))
+    return KeyedBackendMeta(6, False, info("KEY_SERIALIZER", key), (state,), None)
+
+
+def _java_string(text: str) -> bytes:
+    assert text.isascii() and len(text) < 127
+    return bytes([len(text) + 1]) + text.encode()
+
+
+def test_map_state_with_variable_key_and_namespace_decodes_the_length_suffixes() -> None:
+    import struct
+
+    from statekit.readers.flink.entries import _decode, flink_state_decoder
+
+    meta = _meta("map", _node("String"), _node("String"), _node("Map", _node("Int"), _node("Long")))
+    decoder = flink_state_decoder(meta, "s", source="f")
+    assert decoder.ambiguous_key and decoder.user_key is not None and decoder.user_key.name == "Integer"
+    assert decoder.spark_schema.startswith("key string, namespace string, user_key int, value bigint")
+    # prefix | key | key length | namespace | namespace length | user key
+    key = b"\x05" + _java_string("user") + b"\x05" + _java_string("ns") + b"\x03" + struct.pack(">i", 7)
+    entry = _decode(decoder, 5, key, b"\x00" + struct.pack(">q", 99), 1, "f", 0)
+    assert (entry.key, entry.namespace, entry.user_key, entry.value) == ("user", "ns", 7, 99)
+    assert _decode(decoder, 5, key, b"\x01", 1, "f", 0).value is None  # null map value
+    with pytest.raises(CorruptStateError, match="f: 2 key bytes left after the key"):
+        _decode(decoder, 5, key + b"\x00\x00", b"\x01", 1, "f", 0)
+
+
+def test_fixed_length_namespace_means_no_length_suffix() -> None:
+    import struct
+
+    from statekit.readers.flink.entries import _decode, flink_state_decoder
+
+    decoder = flink_state_decoder(_meta("value", _node("String"), _node("Void"), _node("Long")), "s", source="f")
+    assert not decoder.ambiguous_key
+    entry = _decode(decoder, 0, b"\x00" + _java_string("k") + b"\x00", struct.pack(">q", -3), 1, "f", 1)
+    assert (entry.key, entry.namespace, entry.value, entry.subtask) == ("k", None, -3, 1)
+
+
+def test_headers_that_cannot_be_decoded_name_the_serializer() -> None:
+    from statekit.readers.flink.entries import flink_state_decoder
+
+    kryo = _meta("value", _node("String"), _node("Void"), _node("Kryo"))
+    with pytest.raises(BadInputError, match="f: state 's': cannot decode the value serializer .*KryoSerializerSnapshot"):
+        flink_state_decoder(kryo, "s", source="f")
+    not_a_list = _meta("list", _node("String"), _node("Void"), _node("Long"))
+    with pytest.raises(BadInputError, match="list state whose value serializer is .*LongSerializer.*not .*ListSerializer"):
+        flink_state_decoder(not_a_list, "s", source="f")
+    not_a_map = _meta("map", _node("String"), _node("Void"), _node("List", _node("Long")))
+    with pytest.raises(BadInputError, match="map state whose value serializer is .*ListSerializer"):
+        flink_state_decoder(not_a_map, "s", source="f")
+    with pytest.raises(StateNotFoundError, match="no keyed state 'x' \\(states: s\\)"):
+        flink_state_decoder(not_a_map, "x", source="f")
+
+
+def test_a_wrong_length_suffix_is_damage_and_long_keys_take_two_suffix_bytes() -> None:
+    import struct
+
+    from statekit.readers.flink.entries import _decode, flink_state_decoder
+
+    decoder = flink_state_decoder(_meta("value", _node("String"), _node("String"), _node("Long")), "s", source="f")
+    long_key = b"\x81\x02" + b"k" * 256  # StringValue length 257 -> 256 chars: 258 key bytes
+    key = b"\x00" + long_key + bytes([258 & 0xFF, 258 >> 8]) + _java_string("n") + b"\x02"
+    assert _decode(decoder, 0, key, struct.pack(">q", 1), 1, "f", 0).key == "k" * 256
+    bad = b"\x00" + _java_string("k") + b"\x07" + _java_string("n") + b"\x02"
+    with pytest.raises(CorruptStateError, match="length suffix does not match the 2 bytes before it at byte offset 3"):
+        _decode(decoder, 0, bad, struct.pack(">q", 1), 1, "f", 0)
