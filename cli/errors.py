@@ -1,7 +1,8 @@
 """The one place that maps errors to exit codes and one-line messages.
 
 Exit codes: 0 success; 1 a failed check (verify found damage, diff found differences,
-a job failed); 2 bad input (missing or malformed paths, bad options, damaged sources);
+a job failed); 2 bad input (missing or malformed paths, bad options, damaged sources) or
+an environment failure (disk full, permission denied: any OSError);
 3 internal error (a bug: please report it with --verbose output); 130 interrupted.
 """
 
@@ -15,7 +16,7 @@ from typing import Any, TypeVar
 
 import click
 
-from statekit.statefmt.errors import StatekitError
+from statekit.statefmt.errors import EXIT_BAD_INPUT, StatekitError
 
 __all__ = ["catch_exception", "EXIT_INTERNAL", "EXIT_INTERRUPTED"]
 
@@ -43,6 +44,11 @@ def _fail(message: str, code: int) -> None:
     sys.exit(code)
 
 
+def _os_error_line(exc: OSError) -> str:
+    cause = exc.strerror or str(exc) or type(exc).__name__
+    return f"{exc.filename}: {cause}" if exc.filename else cause
+
+
 def catch_exception(func: F) -> F:
     """Turn every exception of a command into its exit code and a one-line message."""
 
@@ -58,6 +64,8 @@ def catch_exception(func: F) -> F:
             _fail("interrupted", EXIT_INTERRUPTED)
         except BrokenPipeError:
             sys.exit(0)
+        except OSError as exc:  # the environment, not statekit: disk full, permissions, name too long
+            _fail(_os_error_line(exc), EXIT_BAD_INPUT)
         except Exception as exc:  # noqa: BLE001 - the last line of defence
             _fail(
                 f"internal error: {type(exc).__name__}: {exc} (a bug in statekit; rerun with --verbose for the traceback)",

@@ -6,16 +6,18 @@ print the savepoint path, each alone on stdout; Flink's human messages go to std
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import click
 
 from statekit.cli.errors import catch_exception
-from statekit.cli.options import common_options
+from statekit.cli.options import common_options, trust_pickle_option
 from statekit.cli.output import get_output
-from statekit.cli.render import human_age, renderer
+from statekit.cli.render import _e, human_age, renderer
 
 __all__ = ["run", "list_jobs", "savepoint", "stop", "cancel"]
 
@@ -31,7 +33,10 @@ __all__ = ["run", "list_jobs", "savepoint", "stop", "cancel"]
 @click.option("--state-backend", type=click.Choice(["hashmap", "rocksdb"]), help="Keyed state backend.")
 @click.option("--savepoint-on-finish", metavar="DIR", help="Take a savepoint into DIR when a bounded job ends.")
 @click.option("-d", "--detached", is_flag=True, help="Run in the background: print the job id and return.")
-@click.option("--job-id", hidden=True)
+@click.option("--job-id", metavar="ID",
+              help="Job id (32 lower-case hex chars; default: new). Reusing a crashed job's id takes over its "
+                   "registration and continues its checkpoint ids; a running job's id is refused.")
+@trust_pickle_option
 @click.option("--log-file", hidden=True)
 @click.argument("job_file", metavar="JOB.py")
 @click.argument("job_args", nargs=-1, type=click.UNPROCESSED, metavar="[JOB ARGS]...")
@@ -40,7 +45,8 @@ __all__ = ["run", "list_jobs", "savepoint", "stop", "cancel"]
 def run(job_file: str, job_args: tuple[str, ...], parallelism: int | None, max_parallelism: int | None,
         restore_path: str | None, allow_non_restored_state: bool, checkpoint_dir: str | None,
         checkpoint_interval: str | None, state_backend: str | None, savepoint_on_finish: str | None,
-        detached: bool, job_id: str | None, log_file: str | None, **_: Any) -> None:
+        detached: bool, job_id: str | None, trust_pickle: bool, log_file: str | None, verbose: bool,
+        **_: Any) -> None:
     """Run JOB.py on the mini runtime; options go before JOB.py, the job's own arguments after it.
 
     \b
@@ -48,23 +54,29 @@ def run(job_file: str, job_args: tuple[str, ...], parallelism: int | None, max_p
     The first Ctrl-C / SIGTERM cancels the job (exit 130 / 143).
     --detached: prints the job id once the job runs; its output goes to
     $STATEKIT_HOME/jobs/<id>/job.log.
+    --trust-pickle applies to the snapshot given with -s; the job's own checkpoints
+    (restarts after a task failure) are always trusted.
+    --verbose: engine logs, and a failing task's traceback (else one line per failure).
     """
     from statekit.runtime.control import parse_duration, run_job, submit_detached
     from statekit.runtime.run_options import RunOptions
 
     if job_file.startswith("-"):
         raise click.UsageError(f"No such option: {job_file} (options go before JOB.py)")
+    verbose = _verbose(verbose)
     options = RunOptions(
         parallelism=parallelism, max_parallelism=max_parallelism, restore_path=restore_path,
         allow_non_restored_state=allow_non_restored_state, checkpoint_dir=checkpoint_dir,
         checkpoint_interval_ms=None if checkpoint_interval is None else parse_duration(checkpoint_interval, what="checkpoint interval"),
         state_backend=state_backend, savepoint_on_finish=savepoint_on_finish, job_id=job_id, job_args=job_args,
+        trust_pickle=trust_pickle,
     )
     if detached:
-        result = submit_detached(job_file, options)
+        result = submit_detached(job_file, options, verbose=verbose)
         click.echo(f"Job has been submitted with JobID {result.job_id} (log: {result.log_path})", err=True)
     else:
-        result = run_job(job_file, options, log_path=log_file, on_submitted=_submitted)
+        with _engine_logs(verbose):
+            result = run_job(job_file, options, log_path=log_file, on_submitted=_submitted)
     get_output().show(result)
     if result.signal is not None:
         sys.exit(128 + result.signal)
@@ -72,6 +84,33 @@ def run(job_file: str, job_args: tuple[str, ...], parallelism: int | None, max_p
 
 def _submitted(job_id: str, name: str) -> None:
     click.echo(f"Job has been submitted with JobID {job_id} ({name})", err=True)
+
+
+def _verbose(local: bool) -> bool:
+    """``--verbose`` given after the command or before it (``statekit --verbose run``)."""
+    root = click.get_current_context().find_root().obj
+    return local or bool(isinstance(root, dict) and root.get("verbose"))
+
+
+@contextlib.contextmanager
+def _engine_logs(verbose: bool) -> Iterator[None]:
+    """With ``verbose``: engine logs of ``statekit.*`` (DEBUG and up, tracebacks of failing tasks) on stderr."""
+    if not verbose:
+        yield
+        return
+    import logging
+
+    logger = logging.getLogger("statekit")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    saved = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(saved)
 
 
 @click.command("list")
@@ -143,9 +182,9 @@ def _run_result(console: Any, r: Any) -> None:
     if r.detached:
         console.print(r.job_id)
     elif r.state == "CANCELED":
-        console.print(f"Job with JobID {r.job_id} was cancelled.")
+        console.print(f"Job with JobID {_e(r.job_id)} was cancelled.")
     else:
-        console.print(f"Job with JobID {r.job_id} has finished.\nJob Runtime: {r.duration_ms} ms")
+        console.print(f"Job with JobID {_e(r.job_id)} has finished.\nJob Runtime: {_e(r.duration_ms)} ms")
 
 
 @renderer("SavepointResult")
@@ -158,7 +197,7 @@ def _savepoint_result(console: Any, r: Any) -> None:
 
 @renderer("CancelResult")
 def _cancel_result(console: Any, r: Any) -> None:
-    console.print(f"Cancelled job {r.job_id}." if r.job_state == "CANCELED" else f"Job {r.job_id} is {r.job_state}.")
+    console.print(f"Cancelled job {_e(r.job_id)}." if r.job_state == "CANCELED" else f"Job {_e(r.job_id)} is {_e(r.job_state)}.")
 
 
 @renderer("JobList")
@@ -181,10 +220,10 @@ def _job_list(console: Any, r: Any) -> None:
     for job in r.jobs:
         state = f"[{styles.get(job.status, 'white')}]{job.status}[/]"
         if job.crash_reason:
-            state += f" ({job.crash_reason})"
+            state += f" ({_e(job.crash_reason)})"
         elif job.failure:
-            state += f" ({job.failure})"
+            state += f" ({_e(job.failure)})"
         end = job.end_time_ms if job.end_time_ms is not None else (None if job.status == "CRASHED" else now_ms)
         uptime = human_age((end - job.start_time_ms) / 1000) if end is not None else "-"
-        table.add_row(job.job_id, job.name, state, str(job.pid), uptime)
+        table.add_row(_e(job.job_id), _e(job.name), state, str(job.pid), uptime)
     console.print(table)

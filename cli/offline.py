@@ -61,11 +61,34 @@ def verify(path: str, **_: Any) -> None:
 
 @click.command()
 @click.argument("path")
-@click.option("--dry-run", is_flag=True, help="List what would be deleted, delete nothing.")
+@click.option("--dry-run", is_flag=True, help="List exactly the files a real run would delete; delete nothing.")
+@click.option("--force", is_flag=True,
+              help="Also dispose a staging folder that changed in the last 10 minutes (only when no savepoint "
+                   "or command is still writing it).")
 @common_options
 @catch_exception
-def dispose(path: str, dry_run: bool, **_: Any) -> None:
-    """Delete a checkpoint or savepoint directory (refuses anything else)."""
+def dispose(path: str, dry_run: bool, force: bool, **_: Any) -> None:
+    """Delete a checkpoint or savepoint directory, and nothing it cannot account for.
+
+    PATH is a statekit or Apache Flink snapshot directory or its _metadata, an incomplete
+    chk-N, or the hidden staging folder a killed savepoint left behind
+    (.savepoint-*.inprogress-*, listed as incomplete by `checkpoints list`). A job directory
+    is refused.
+
+    Deleted: _metadata first, then the files it names inside the directory and the engine's
+    own temp files (statekit .NAME.HEX.tmp, Flink ._metadata.inprogress.UUID), then the
+    folders left empty, one by one (never a recursive delete). Without _metadata only statekit
+    state and temp files qualify. A Flink checkpoint's files in the job's shared/ go only when
+    no other checkpoint of the job references them (statekit's shared/ files are kept); files
+    outside the snapshot and shared/ are never deleted.
+
+    Refused with exit 2, deleting nothing: a directory holding any other file (the message
+    names the first and the count), a symbolic link or special file inside it, or a PATH that
+    is a symbolic link (give the real path).
+
+    A staging folder that changed in the last 10 minutes may still be written by a running
+    savepoint or command: it is refused unless --force.
+    """
     from statekit.readers.flink_dispatch import dispose_any
 
-    get_output().show(dispose_any(path, dry_run=dry_run))
+    get_output().show(dispose_any(path, dry_run=dry_run, force=force))

@@ -12,7 +12,7 @@ from rich.table import Table
 from statekit.cli.errors import catch_exception
 from statekit.cli.options import common_options, trust_pickle_option
 from statekit.cli.output import get_output
-from statekit.cli.render import renderer
+from statekit.cli.render import _e, renderer
 from statekit.statefmt.errors import BadInputError
 
 __all__ = ["export", "diff", "parse_conf"]
@@ -110,31 +110,31 @@ def diff(a: str, b: str, operator: str | None, state: str | None, keys: bool, li
 @renderer("ExportResult")
 def _export(console: Console, r: Any) -> None:
     rows = "?" if r.rows is None else f"{r.rows:,}"
-    console.print(f"[green]exported[/] {len(r.states)} state(s), {rows} rows in {r.seconds:.1f} s on {r.master}\n"
-                  f"from: {r.source}\nto:   {r.output}", soft_wrap=True)
+    console.print(f"[green]exported[/] {_e(len(r.states))} state(s), {_e(rows)} rows in {r.seconds:.1f} s on {_e(r.master)}\n"
+                  f"from: {_e(r.source)}\nto:   {_e(r.output)}", soft_wrap=True)
     table = Table(show_header=True)
     for column in ("operator", "state", "kind", "rows", "files", "path"):
         table.add_column(column, justify="right" if column in ("rows", "files") else "left")
     for s in r.states:
-        table.add_row(s.operator_uid, s.state_name, s.kind, "?" if s.rows is None else f"{s.rows:,}",
-                      "?" if s.files is None else str(s.files), s.path)
+        table.add_row(_e(s.operator_uid), _e(s.state_name), _e(s.kind), "?" if s.rows is None else f"{s.rows:,}",
+                      "?" if s.files is None else str(s.files), _e(s.path))
     console.print(table)
     for uid, name, why in r.skipped:
-        console.print(f"[yellow]skipped[/] {uid}/{name}: {why}", soft_wrap=True)
+        console.print(f"[yellow]skipped[/] {_e(uid)}/{_e(name)}: {_e(why)}", soft_wrap=True)
 
 
 @renderer("SavepointDiff")
 def _diff(console: Console, r: Any) -> None:
     verdict = "[green]EQUAL[/]" if r.equal else "[red]DIFFERENT[/]"
-    console.print(f"{verdict} (engine {r.engine})\nA: {r.a}\nB: {r.b}", soft_wrap=True)
+    console.print(f"{verdict} (engine {_e(r.engine)})\nA: {_e(r.a)}\nB: {_e(r.b)}", soft_wrap=True)
     if r.structural:
         table = Table(title="Structure", title_justify="left")
         for column in ("change", "operator", "state", "field", "A", "B"):
             table.add_column(column)
         for c in r.structural:
             label = f"{c.change} (layout)" if c.layout else c.change
-            table.add_row(label, c.operator_uid, c.state_name or "-", c.field or "-",
-                          "-" if c.a is None else str(c.a), "-" if c.b is None else str(c.b))
+            table.add_row(_e(label), _e(c.operator_uid), _e(c.state_name or "-"), _e(c.field or "-"),
+                          "-" if c.a is None else _e(c.a), "-" if c.b is None else _e(c.b))
         console.print(table)
     if r.states:
         table = Table(title="Data", title_justify="left")
@@ -145,21 +145,21 @@ def _diff(console: Console, r: Any) -> None:
         for column in counts:
             table.add_column(column, justify="right")
         for s in r.states:
-            table.add_row(f"{s.operator_uid}/{s.state_name}", s.kind, f"{s.status}: {s.reason}" if s.reason else s.status,
+            table.add_row(_e(f"{s.operator_uid}/{s.state_name}"), _e(s.kind), _e(f"{s.status}: {s.reason}" if s.reason else s.status),
                           f"{s.only_in_a:,}", f"{s.only_in_b:,}", f"{s.changed:,}", f"{s.unchanged:,}",
                           f"{s.key_groups_skipped:,}")
         console.print(table)
     for s in r.states:
         if s.examples:
-            table = Table(title=f"Differences in {s.operator_uid}/{s.state_name} (first {len(s.examples)})",
+            table = Table(title=_e(f"Differences in {s.operator_uid}/{s.state_name} (first {len(s.examples)})"),
                           title_justify="left")
             for column in ("change", "key", "namespace", "user key", "value in A", "value in B"):
                 table.add_column(column)
             for e in s.examples:
-                table.add_row(e.change, *(_cell(v) for v in (e.key, e.namespace, e.user_key, e.value_a, e.value_b)))
+                table.add_row(_e(e.change), *(_e(_cell(v)) for v in (e.key, e.namespace, e.user_key, e.value_a, e.value_b)))
             console.print(table)
     if r.output:
-        console.print(f"differences written to {r.output}", soft_wrap=True)
+        console.print(f"differences written to {_e(r.output)}", soft_wrap=True)
 
 
 def _cell(value: Any) -> str:

@@ -11,7 +11,7 @@ from rich.table import Table
 from statekit.cli.errors import catch_exception
 from statekit.cli.options import common_options
 from statekit.cli.output import get_output
-from statekit.cli.render import human_bytes, renderer
+from statekit.cli.render import _e, human_bytes, renderer
 from statekit.statefmt.errors import BadInputError
 
 __all__ = ["rescale", "modify", "bootstrap"]
@@ -76,16 +76,16 @@ def rescale(path: str, parallelism: int | None, max_parallelism: int | None, ope
 @renderer("RescaleReport")
 def _rescale_report(console: Console, r: Any) -> None:
     if r.dry_run:
-        console.print(f"[bold]Rescale plan[/] for {r.source} (dry run: nothing written)", soft_wrap=True)
+        console.print(f"[bold]Rescale plan[/] for {_e(r.source)} (dry run: nothing written)", soft_wrap=True)
     else:
-        console.print(f"[green]Rescaled[/] {r.source} -> {r.output} in {r.elapsed_s:.2f} s "
+        console.print(f"[green]Rescaled[/] {_e(r.source)} -> {_e(r.output)} in {r.elapsed_s:.2f} s "
                       f"({human_bytes(r.bytes_read)} read, {human_bytes(r.bytes_written)} written)", soft_wrap=True)
     for op in r.operators:
         p_old, p_new = op.old_parallelism, op.parallelism
         m_old, m_new = op.old_max_parallelism, op.max_parallelism
         change = f"parallelism {p_old} -> {p_new}" if p_old != p_new else f"parallelism {p_new}"
         change += f", max parallelism {m_old} -> {m_new}" if m_old != m_new else f", max parallelism {m_new}"
-        console.print(f"operator [bold]{op.uid}[/]: {op.action}, {change}", soft_wrap=True)
+        console.print(f"operator [bold]{_e(op.uid)}[/]: {_e(op.action)}, {_e(change)}", soft_wrap=True)
         if op.keyed_states:
             estimated = " (estimated)" if op.bytes_estimated else ""
             table = Table(show_edge=False, pad_edge=False)
@@ -96,10 +96,10 @@ def _rescale_report(console: Console, r: Any) -> None:
                 table.add_row(str(s.index), f"{kg.start}-{kg.end}", str(s.key_groups), human_bytes(s.bytes),
                               str(s.entries))
             console.print(table)
-            console.print(f"  keyed states {', '.join(op.keyed_states)}: {human_bytes(op.bytes)}, "
-                          f"{op.entries} entries, skew {op.skew:.2f} (largest subtask / mean)", soft_wrap=True)
+            console.print(f"  keyed states {_e(', '.join(op.keyed_states))}: {human_bytes(op.bytes)}, "
+                          f"{_e(op.entries)} entries, skew {op.skew:.2f} (largest subtask / mean)", soft_wrap=True)
         for s in op.operator_states:
-            console.print(f"  {s.kind} state {s.name}: elements per subtask {list(s.elements)}", soft_wrap=True)
+            console.print(f"  {_e(s.kind)} state {_e(s.name)}: elements per subtask {_e(list(s.elements))}", soft_wrap=True)
 
 
 # ---------------------------------------------------------------- modify
@@ -139,21 +139,21 @@ def modify(path: str, output: str | None, remove_operators: tuple[str, ...], ren
 @renderer("ModifyReport")
 def _modify_report(console: Console, r: Any) -> None:
     if r.dry_run:
-        console.print(f"[bold]Modify plan[/] for {r.source} (dry run: nothing written)", soft_wrap=True)
+        console.print(f"[bold]Modify plan[/] for {_e(r.source)} (dry run: nothing written)", soft_wrap=True)
     else:
-        console.print(f"[green]Wrote[/] {r.output} from {r.source} in {r.elapsed_s:.2f} s", soft_wrap=True)
+        console.print(f"[green]Wrote[/] {_e(r.output)} from {_e(r.source)} in {r.elapsed_s:.2f} s", soft_wrap=True)
     for uid in r.removed_operators:
-        console.print(f"  removed operator {uid}", soft_wrap=True)
+        console.print(f"  removed operator {_e(uid)}", soft_wrap=True)
     for uid, state in r.removed_states:
-        console.print(f"  removed state {uid}/{state}", soft_wrap=True)
+        console.print(f"  removed state {_e(uid)}/{_e(state)}", soft_wrap=True)
     for old, new in r.renamed:
-        console.print(f"  renamed {old} -> {new}", soft_wrap=True)
+        console.print(f"  renamed {_e(old)} -> {_e(new)}", soft_wrap=True)
     table = Table(show_edge=False, pad_edge=False)
     for column in ("uid", "was", "parallelism", "max parallelism", "states", "files", "bytes"):
         table.add_column(column)
     for op in r.operators:
-        table.add_row(op.uid, op.renamed_from or "", str(op.parallelism), str(op.max_parallelism),
-                      ", ".join(op.states) or "-", str(op.files), human_bytes(op.bytes))
+        table.add_row(_e(op.uid), _e(op.renamed_from or ""), str(op.parallelism), str(op.max_parallelism),
+                      _e(", ".join(op.states) or "-"), str(op.files), human_bytes(op.bytes))
     console.print(table)
 
 
@@ -223,12 +223,12 @@ def bootstrap(inputs: tuple[str, ...], input_format: str | None, uid: str, state
 
 @renderer("BootstrapReport")
 def _bootstrap_report(console: Console, r: Any) -> None:
-    console.print(f"[green]Bootstrapped[/] {r.uid}/{r.state} ({r.kind}) into {r.output} in {r.elapsed_s:.2f} s: "
-                  f"{r.rows_read} rows -> {r.entries} entries, {human_bytes(r.bytes)}", soft_wrap=True)
-    console.print(f"  parallelism {r.parallelism}, max parallelism {r.max_parallelism}, "
-                  f"value type {r.value_type or 'any'} ({r.value_serializer})", soft_wrap=True)
+    console.print(f"[green]Bootstrapped[/] {_e(r.uid)}/{_e(r.state)} ({_e(r.kind)}) into {_e(r.output)} in {r.elapsed_s:.2f} s: "
+                  f"{_e(r.rows_read)} rows -> {_e(r.entries)} entries, {human_bytes(r.bytes)}", soft_wrap=True)
+    console.print(f"  parallelism {_e(r.parallelism)}, max parallelism {_e(r.max_parallelism)}, "
+                  f"value type {_e(r.value_type or 'any')} ({_e(r.value_serializer)})", soft_wrap=True)
     if r.copied_operators:
-        console.print(f"  copied from {r.from_savepoint}: {', '.join(r.copied_operators)}", soft_wrap=True)
+        console.print(f"  copied from {_e(r.from_savepoint)}: {_e(', '.join(r.copied_operators))}", soft_wrap=True)
     table = Table(show_edge=False, pad_edge=False)
     for column in ("subtask", "key groups", "bytes", "entries"):
         table.add_column(column, justify="left" if column == "key groups" else "right")

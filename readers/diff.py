@@ -264,11 +264,18 @@ def _state_pairs(uid: str, op_a: OperatorMetadata | None, op_b: OperatorMetadata
     return pairs
 
 
-def state_entries(op: OperatorMetadata | None, descriptor: StateDescriptor | None) -> int:
-    """Entries of a state by its metadata (broadcast state: one subtask's copy)."""
-    if op is None or descriptor is None:
+def state_entries(reader: SavepointReader | None, op: OperatorMetadata | None,
+                  descriptor: StateDescriptor | None) -> int:
+    """Entries of a state counted from its files' indexes, each checked against the count
+    ``_metadata`` records (broadcast state: one subtask's copy)."""
+    if reader is None or op is None or descriptor is None:
         return 0
-    counts = [f.entries for st in op.subtasks for f in st.files if f.state == descriptor.name]
+    counts = []
+    for subtask in op.subtasks:
+        file = subtask.file_of(descriptor.name)
+        if file is not None:
+            with reader.open_subtask_file(op, subtask, file) as state_file:
+                counts.append(state_file.entries)
     if descriptor.kind is StateKind.BROADCAST:
         return counts[0] if counts else 0
     return sum(counts)
@@ -431,9 +438,9 @@ def _blocks(reader: SavepointReader | None, op: OperatorMetadata | None, state: 
         return
     for subtask in op.subtasks:
         file = subtask.file_of(state)
-        if file is None or file.entries == 0:
+        if file is None:
             continue
-        with reader.open_file(file) as state_file:
+        with reader.open_subtask_file(op, subtask, file) as state_file:
             for entry in state_file.index:
                 def read(kg: int = entry.key_group, f: Any = state_file) -> pa.RecordBatch:
                     batch: pa.RecordBatch = f.read_block(kg)
@@ -625,7 +632,7 @@ def _operator_elements(reader: SavepointReader | None, op: OperatorMetadata | No
         file = subtask.file_of(descriptor.name)
         if file is None:
             continue
-        with reader.open_file(file) as state_file:
+        with reader.open_subtask_file(op, subtask, file) as state_file:
             for _, batch in state_file.iter_blocks():
                 out.extend(zip(batch.column("key").to_pylist(), batch.column("value").to_pylist()))
         if descriptor.kind is StateKind.BROADCAST:
@@ -756,8 +763,8 @@ def _compare(ra: SavepointReader, rb: SavepointReader, pair: StatePair, keys: bo
     status = status_of(pair)
     kind = pair.descriptor.kind.value
     if status != "compared" and not decode_needed(keys, out):
-        return StateDiff(pair.uid, pair.name, kind, status, only_in_a=state_entries(pair.op_a, pair.a),
-                         only_in_b=state_entries(pair.op_b, pair.b))
+        return StateDiff(pair.uid, pair.name, kind, status, only_in_a=state_entries(ra, pair.op_a, pair.a),
+                         only_in_b=state_entries(rb, pair.op_b, pair.b))
     counts = _Counts()
     max_p = (pair.op_a or pair.op_b).max_parallelism  # type: ignore[union-attr]
     with out.state_writer(pair.uid, pair.name) as writer:

@@ -55,7 +55,7 @@ Progress = Callable[[str, int], None]
 
 
 def _head(io: FileIO, path: str, size: int = 8) -> bytes:
-    with io.open_input(path) as stream:
+    with io.open_input(io.check_inside(path, posixpath.dirname(path))) as stream:
         return bytes(stream.read(size))
 
 
@@ -240,14 +240,19 @@ def list_any(url: str) -> Any:
 
 
 def _with_incomplete_engines(rows: list[SnapshotListing]) -> list[SnapshotListing]:
-    """Incomplete rows (no ``_metadata``) take the engine of their complete siblings."""
+    """Incomplete rows (no ``_metadata``) take the engine of their complete siblings.
+
+    A staging folder (``.<name>.inprogress-<hex>``) is statekit's whatever its siblings are.
+    """
+    from statekit.readers.inventory import is_in_progress_dir
+
     engines: dict[str, set[str]] = {}
     for row in rows:
         if row.status != "incomplete":
             engines.setdefault(posixpath.dirname(row.path), set()).add(row.engine)
     out = []
     for row in rows:
-        if row.status == "incomplete":
+        if row.status == "incomplete" and not is_in_progress_dir(posixpath.basename(row.path)):
             found = engines.get(posixpath.dirname(row.path), set())
             row = replace(row, engine=next(iter(found)) if len(found) == 1 else "unknown")
         out.append(row)
@@ -492,26 +497,44 @@ class FlinkDisposal:
         }
 
 
-def dispose_any(url: str, *, dry_run: bool = False) -> Any:
+def dispose_any(url: str, *, dry_run: bool = False, force: bool = False) -> Any:
     """Dispose of a statekit or Flink snapshot (only the directory or ``_metadata`` named).
 
+    Nothing is opened before the path is checked: a snapshot path that is itself a
+    symbolic link, or a ``_metadata`` that is one, is refused first.
+
+    Args:
+        url: A snapshot directory, its ``_metadata``, or a statekit staging folder.
+        dry_run: Only report what would be deleted: exactly what a real run deletes.
+        force: Dispose a statekit staging folder (``.<name>.inprogress-<hex>``) even though it
+            changed within the last 10 minutes; Flink snapshots are never staged.
+
     Raises:
-        StatekitError: Some deletions failed (the message names the first); ``_metadata``
-            went first, so the snapshot is no longer complete: rerun to finish.
+        BadInputError: A symbolic link, or a file the snapshot cannot account for: nothing
+            is deleted.
+        StatekitError: A deletion failed part-way (the message names it and what is left).
     """
+    from statekit.readers.inventory import refuse_linked_path
+
+    io, path = FileIO.for_path(url)
+    refuse_linked_path(io, path)
+    refuse_linked_path(io, posixpath.join(path, layout.METADATA_FILE))
     flink = flink_snapshot_path(url, allow_job_dir=False)
     if flink is None:
         from statekit.writers.disposal import dispose_snapshot
 
-        return dispose_snapshot(url, dry_run=dry_run)
+        return dispose_snapshot(url, dry_run=dry_run, force=force)
     from statekit.readers.flink import dispose_flink_snapshot
 
     result = dispose_flink_snapshot(flink, dry_run)
     if result.failed:
-        path, reason = result.failed[0]
+        where, reason = result.failed[0]
+        done = len(result.deleted)
+        if done == 0:
+            raise StatekitError(f"dispose failed, nothing deleted: {where}: {reason}", path=result.plan.snapshot)
         raise StatekitError(
-            f"dispose incomplete: {len(result.failed)} deletion(s) failed, first {path}: {reason}; "
-            "_metadata was deleted first, so nothing restores from it any more: delete the rest by hand",
+            f"dispose incomplete: deleted {done} file(s), then {where}: {reason}; _metadata went first, "
+            "so nothing restores from what is left: delete the rest by hand",
             path=result.plan.snapshot,
         )
     return FlinkDisposal(result)

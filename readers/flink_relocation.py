@@ -81,7 +81,7 @@ def _read_source(path: str, storage_options: dict[str, Any] | None) -> tuple[str
         if not io.isfile(fs_path):
             raise NotACheckpointError(
                 "no _metadata here: give a Flink snapshot directory or its _metadata", path=path)
-    return io.url(fs_path), io.read_bytes(fs_path)
+    return io.url(fs_path), io.read_bytes(fs_path, limit=layout.MAX_METADATA_BYTES)
 
 
 def _common_directory(paths: list[str]) -> str:

@@ -129,7 +129,7 @@ def _inspect_state(reader: SavepointReader, uid: str, descriptor: StateDescripto
         file = subtask.file_of(descriptor.name)
         per_subtask.append({"subtask": subtask.index, "bytes": file.size if file else 0, "entries": file.entries if file else 0})
         if file and skew and descriptor.keyed:
-            with reader.open_file(file) as state_file:
+            with reader.open_subtask_file(op, subtask, file) as state_file:
                 for entry in state_file.index:
                     group_bytes[entry.key_group] = entry.length
     return StateInspection(

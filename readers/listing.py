@@ -3,6 +3,10 @@
 Recognises a checkpoint root (``<root>/<job-id>/chk-N``), a job directory (``chk-N``
 inside), a savepoint directory (``savepoint-*`` inside) or a single snapshot. Reads only
 ``_metadata`` files and directory listings (no state, no pyarrow).
+
+A savepoint's hidden staging folder (``.savepoint-*.inprogress-<hex>``, left behind when the
+process writing it was killed) is listed as ``incomplete`` whatever it holds: it never
+became a savepoint. Its age is the time since anything in it last changed.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from statekit.readers.inventory import IN_PROGRESS_IDLE_S, is_in_progress_savepoint, take_inventory
 from statekit.readers.snapshot import is_flink_metadata_bytes
 from statekit.statefmt import layout
 from statekit.statefmt.errors import NotACheckpointError, PathNotFoundError, StatekitError
@@ -65,7 +70,7 @@ def list_checkpoints(url: str, storage_options: dict[str, Any] | None = None) ->
 
 
 def _snapshot_dirs(io: FileIO, root: str) -> list[tuple[FileInfo, str]]:
-    if io.isfile(posixpath.join(root, layout.METADATA_FILE)):
+    if io.isfile(posixpath.join(root, layout.METADATA_FILE)) or is_in_progress_savepoint(posixpath.basename(root)):
         return [(io.info(root), "")]
     found: list[tuple[FileInfo, str]] = []
     children = [c for c in io.list_dir(root) if c.is_dir]
@@ -82,10 +87,13 @@ def _snapshot_dirs(io: FileIO, root: str) -> list[tuple[FileInfo, str]]:
 
 
 def _is_snapshot_name(name: str) -> bool:
-    return layout.parse_checkpoint_dir_name(name) is not None or name.startswith(layout.SAVEPOINT_DIR_PREFIX)
+    return (layout.parse_checkpoint_dir_name(name) is not None or name.startswith(layout.SAVEPOINT_DIR_PREFIX)
+            or is_in_progress_savepoint(name))
 
 
 def _describe(io: FileIO, info: FileInfo, job_id: str, now: float) -> CheckpointListing:
+    if is_in_progress_savepoint(info.name):
+        return _describe_in_progress(io, info, now)
     checkpoint_id = layout.parse_checkpoint_dir_name(info.name)
     kind = "checkpoint" if checkpoint_id is not None else "savepoint" if info.name.startswith(layout.SAVEPOINT_DIR_PREFIX) else "unknown"
     size = io.du(info.path)
@@ -96,10 +104,10 @@ def _describe(io: FileIO, info: FileInfo, job_id: str, now: float) -> Checkpoint
 
     if not io.isfile(metadata_path):
         return unread("incomplete", "no _metadata", age=now - info.mtime if info.mtime else None)
-    data = io.read_bytes(metadata_path)
-    if is_flink_metadata_bytes(data[:4]):
-        return unread("flink", "Apache Flink snapshot", fmt="flink")
     try:
+        data = io.read_bytes(io.check_inside(metadata_path, info.path), limit=layout.MAX_METADATA_BYTES)
+        if is_flink_metadata_bytes(data[:4]):
+            return unread("flink", "Apache Flink snapshot", fmt="flink")
         md = parse_metadata(data, source=io.url(metadata_path))
     except StatekitError as exc:
         return unread("damaged", str(exc))
@@ -114,3 +122,16 @@ def _describe(io: FileIO, info: FileInfo, job_id: str, now: float) -> Checkpoint
         created_at_ms=md.created_at_ms,
         age_s=max(0.0, now - md.created_at_ms / 1000),
     )
+
+
+def _describe_in_progress(io: FileIO, info: FileInfo, now: float) -> CheckpointListing:
+    inventory = take_inventory(io, info.path)
+    idle = inventory.idle_seconds(now)
+    # the short texts fit the table's status column; `statekit dispose` explains the rest
+    if idle is not None and idle < IN_PROGRESS_IDLE_S:
+        problem = "in-progress savepoint (may still be written)"
+    else:
+        problem = "abandoned in-progress savepoint"
+    return CheckpointListing(path=io.url(info.path), job_id="", checkpoint_id=None, status="incomplete",
+                             kind="savepoint", format="", size=sum(f.size for f in inventory.files),
+                             created_at_ms=None, age_s=idle, problem=problem)

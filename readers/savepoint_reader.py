@@ -22,6 +22,7 @@ from statekit.statefmt.metadata import (
     StateDescriptor,
     StateFile,
     StateKind,
+    SubtaskState,
 )
 from statekit.statefmt.statefile import IndexEntry, StateFileReader
 
@@ -77,7 +78,7 @@ class SavepointReader:
 
     @contextmanager
     def open_file(self, file: StateFile) -> Iterator[StateFileReader]:
-        """Open one state file, checking its size against the metadata."""
+        """Open one state file, checking its size and entry count against the metadata."""
         path = self.snapshot.file_path(file.path)
         url = self.snapshot.io.url(path)
         with self.snapshot.io.open_input(path) as stream:
@@ -87,7 +88,23 @@ class SavepointReader:
                     f"size {size} differs from the {file.size} bytes recorded in _metadata (truncated or replaced)",
                     path=url,
                 )
-            yield StateFileReader(stream, size, path=url)
+            reader = StateFileReader(stream, size, path=url)
+            if reader.entries != file.entries:
+                raise CorruptStateError(
+                    f"its index holds {reader.entries} entries, _metadata records {file.entries}", path=url
+                )
+            yield reader
+
+    @contextmanager
+    def open_subtask_file(self, op: OperatorMetadata, subtask: SubtaskState, file: StateFile) -> Iterator[StateFileReader]:
+        """Open a subtask's file of one state, checked to be of the state's kind (keyed or
+        operator) and, for keyed state, to hold only blocks of the subtask's key-group range."""
+        with self.open_file(file) as reader:
+            if op.state(file.state).keyed:
+                _check_groups_in_range(reader, subtask.key_group_range)
+            else:
+                _check_kind(reader, layout.FILE_KIND_OPERATOR)
+            yield reader
 
     def _subtask_files(self, uid: str, state: str) -> Iterator[tuple[int, KeyGroupRange, StateFile]]:
         op = self.operator(uid)

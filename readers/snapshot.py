@@ -16,9 +16,11 @@ from statekit.statefmt.errors import (
     MetadataError,
     NotACheckpointError,
     PathNotFoundError,
+    UnsafePathError,
 )
 from statekit.statefmt.fileio import FileIO
 from statekit.statefmt.metadata import CheckpointMetadata, parse_metadata
+from statekit.statefmt.paths import SHARED_PREFIX
 
 __all__ = ["Snapshot", "open_snapshot", "locate_snapshot_dir", "is_statekit_metadata", "is_flink_metadata_bytes"]
 
@@ -37,8 +39,30 @@ class Snapshot:
     def url(self) -> str:
         return self.io.url(self.directory)
 
-    def file_path(self, relative: str) -> str:
+    def file_path_unchecked(self, relative: str) -> str:
+        """Where ``relative`` points, for messages only: never open what this returns."""
         return posixpath.normpath(posixpath.join(self.directory, relative))
+
+    def file_path(self, relative: str) -> str:
+        """The path of a file ``_metadata`` names, checked to stay where it may be.
+
+        A file lies inside the snapshot directory once symlinks are resolved; only a ``chk-N``
+        of a native incremental checkpoint may name ``../shared/...`` (its job's ``shared/``).
+
+        Raises:
+            UnsafePathError: the path (or a symlink on it) leads elsewhere.
+        """
+        path = self.file_path_unchecked(relative)
+        root = self.directory
+        if relative.startswith(SHARED_PREFIX):
+            if layout.parse_checkpoint_dir_name(posixpath.basename(self.directory)) is None:
+                raise UnsafePathError(
+                    f"{relative!r} names a job's shared/ directory, but this is not a chk-N "
+                    "checkpoint directory (savepoints are self-contained)",
+                    path=self.url,
+                )
+            root = posixpath.join(posixpath.dirname(self.directory), layout.SHARED_DIR)
+        return self.io.check_inside(path, root)
 
 
 def is_statekit_metadata(head: bytes) -> bool:
@@ -60,8 +84,11 @@ def locate_snapshot_dir(io: FileIO, path: str, *, allow_job_dir: bool = True) ->
         raise NotACheckpointError(
             "is a file, not a checkpoint or savepoint directory (nor its _metadata)", path=url
         )
-    if io.isfile(posixpath.join(path, layout.METADATA_FILE)):
+    metadata = posixpath.join(path, layout.METADATA_FILE)
+    if io.isfile(metadata):
         return path
+    if io.exists(metadata):
+        raise NotACheckpointError("_metadata is not a regular file (a directory, FIFO or device)", path=io.url(metadata))
     name = posixpath.basename(path)
     if layout.parse_checkpoint_dir_name(name) is not None or name.startswith(layout.SAVEPOINT_DIR_PREFIX):
         raise IncompleteCheckpointError(
@@ -90,8 +117,8 @@ def latest_complete_checkpoint(io: FileIO, job_dir: str) -> str | None:
 
 
 def read_metadata(io: FileIO, directory: str) -> CheckpointMetadata:
-    path = posixpath.join(directory, layout.METADATA_FILE)
-    data = io.read_bytes(path)
+    path = io.check_inside(posixpath.join(directory, layout.METADATA_FILE), directory)
+    data = io.read_bytes(path, limit=layout.MAX_METADATA_BYTES)
     if is_flink_metadata_bytes(data[:4]):
         raise MetadataError(
             "this is an Apache Flink _metadata file; statekit reads it with the Flink commands "

@@ -102,8 +102,8 @@ class _SparkDiff:
             return StateDiff(pair.uid, pair.name, kind, "incomparable", reason=reason)
         status = status_of(pair)
         if status != "compared" and not self.decode:
-            return StateDiff(pair.uid, pair.name, kind, status, only_in_a=state_entries(pair.op_a, pair.a),
-                             only_in_b=state_entries(pair.op_b, pair.b))
+            return StateDiff(pair.uid, pair.name, kind, status, only_in_a=state_entries(self.ra, pair.op_a, pair.a),
+                             only_in_b=state_entries(self.rb, pair.op_b, pair.b))
         if not pair.keyed:
             return self._operator_state(pair, status)
         return self._keyed_state(pair, status)

@@ -560,10 +560,11 @@ class StatekitReader(DataSourceReader):
         return decoder
 
     def _read_operator(self, reader: SavepointReader, partition: KeyGroupSlice, target: pa.Schema) -> Iterator[pa.RecordBatch]:
-        file = self.plan.operator.subtasks[partition.subtask].file_of(self.plan.state)
+        subtask = self.plan.operator.subtasks[partition.subtask]
+        file = subtask.file_of(self.plan.state)
         if file is None:
             return
-        with reader.open_file(file) as state_file:
+        with reader.open_subtask_file(self.plan.operator, subtask, file) as state_file:
             blocks = list(state_file.iter_blocks())
         for _, batch in blocks:
             if self.plan.raw:

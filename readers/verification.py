@@ -12,7 +12,7 @@ from typing import Any
 
 from statekit.readers.snapshot import open_snapshot
 from statekit.statefmt import layout
-from statekit.statefmt.errors import CorruptStateError, PathNotFoundError
+from statekit.statefmt.errors import CorruptStateError, PathNotFoundError, StatekitError
 from statekit.statefmt.statefile import verify_state_stream
 
 __all__ = ["Damage", "VerifyReport", "verify_snapshot"]
@@ -64,24 +64,31 @@ def verify_snapshot(
         for op in snapshot.metadata.operators for subtask in op.subtasks for file in subtask.files
     }
     for file in snapshot.metadata.files():
-        path = snapshot.file_path(file.path)
-        shown = snapshot.io.url(path)
+        shown = snapshot.io.url(snapshot.file_path_unchecked(file.path))
         report.files += 1
         kind, key_groups = checks[id(file)]
         try:
+            path = snapshot.file_path(file.path)
             with snapshot.io.open_input(path) as stream:
                 problems, blocks = verify_state_stream(stream, shown, file.size, file.checksum,
-                                                       kind=kind, key_groups=key_groups)
+                                                       kind=kind, key_groups=key_groups, entries=file.entries)
             report.blocks += blocks
         except PathNotFoundError:
             problems = [CorruptStateError("missing: named in _metadata but not present", path=shown)]
+        except StatekitError as exc:  # unsafe symlink, not a regular file
+            problems = [CorruptStateError(_cause_of(exc, shown), path=shown)]
         except OSError as exc:
-            problems = [CorruptStateError(f"cannot be read: {exc}", path=shown)]
+            problems = [CorruptStateError(f"cannot be read: {exc.strerror or exc}", path=shown)]
         report.bytes += file.size
         report.damage.extend(Damage(shown, p.key_group, _cause(p)) for p in problems)
         if on_file:
             on_file(shown, file.size)
     return report
+
+
+def _cause_of(error: StatekitError, shown: str) -> str:
+    text = str(error)
+    return text[len(shown) + 2:] if text.startswith(shown + ": ") else text
 
 
 def _cause(error: CorruptStateError) -> str:

@@ -35,6 +35,7 @@ from statekit.runtime.registry import (
     CRASHED,
     JobEntry,
     JobRegistry,
+    check_job_id,
     current_process_entry,
     new_job_id,
 )
@@ -218,8 +219,17 @@ def validate_run(job_file: str, options: RunOptions) -> None:
 
     Raises:
         PathNotFoundError: The job file (or a local restore path) does not exist.
-        BadInputError: A bad parallelism, state backend, interval or restore path.
+        BadInputError: A bad job id, parallelism, state backend, interval, restore path, or
+            an in-memory savepoint-on-finish directory.
+        JobError: The job id is registered by a job that still runs.
     """
+    if options.job_id is not None:
+        check_job_id(options.job_id)
+        JobRegistry().check_available(options.job_id)
+    if options.savepoint_on_finish is not None:
+        from statekit.runtime.rest import check_savepoint_target
+
+        check_savepoint_target(options.savepoint_on_finish)
     if not os.path.isfile(job_file):
         raise PathNotFoundError("job file not found; pass the path of a Python job script", path=job_file)
     from statekit.statefmt.keygroups import UPPER_BOUND_MAX_PARALLELISM, check_parallelism
@@ -412,7 +422,7 @@ def _signals_to(handler: Callable[[int, FrameType | None], None] | None) -> Iter
             signal.signal(signum, previous)
 
 
-def _run_argv(job_file: str, options: RunOptions, log_path: str) -> list[str]:
+def _run_argv(job_file: str, options: RunOptions, log_path: str, verbose: bool = False) -> list[str]:
     """The attached ``statekit run`` command a detached submission starts in the background."""
     argv = [sys.executable, "-m", "statekit.cli.main", "run", "--job-id", str(options.job_id), "--log-file", log_path]
     if options.parallelism is not None:
@@ -431,14 +441,22 @@ def _run_argv(job_file: str, options: RunOptions, log_path: str) -> list[str]:
         argv += ["--state-backend", options.state_backend]
     if options.savepoint_on_finish is not None:
         argv += ["--savepoint-on-finish", _absolute(options.savepoint_on_finish)]
+    if options.trust_pickle:
+        argv.append("--trust-pickle")
+    if verbose:
+        argv.append("--verbose")
     return [*argv, os.path.abspath(job_file), *options.job_args]
 
 
-def submit_detached(job_file: str, options: RunOptions, *, startup_timeout: float = STARTUP_TIMEOUT_S) -> RunResult:
+def submit_detached(job_file: str, options: RunOptions, *, startup_timeout: float = STARTUP_TIMEOUT_S,
+                    verbose: bool = False) -> RunResult:
     """Start ``statekit run`` for the job in a background process; return once the job runs.
 
     The background process logs to ``STATEKIT_HOME/jobs/<job_id>/job.log`` and survives
     the caller (its own session). A bounded job that already finished also counts as submitted.
+    Only the entry the background process registered counts: a stale entry of an earlier
+    run under the same job id (a crashed job being restarted) is not mistaken for it.
+    ``verbose`` passes ``--verbose`` on (tracebacks of failing tasks go to the log).
 
     Raises:
         JobFailedError: The process died (or the job failed) before the job ran; the
@@ -455,12 +473,12 @@ def submit_detached(job_file: str, options: RunOptions, *, startup_timeout: floa
     log_path = str(registry.log_path(job_id))
     with open(log_path, "ab") as log:
         process = subprocess.Popen(
-            _run_argv(job_file, options, log_path), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True, close_fds=True,
+            _run_argv(job_file, options, log_path, verbose), stdin=subprocess.DEVNULL, stdout=log,
+            stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
         )
     deadline = time.monotonic() + startup_timeout
     while True:
-        entry = _try_get(registry, job_id)
+        entry = _own_entry(registry, job_id, process.pid)
         if entry is not None and entry.status in ("RUNNING", "FINISHED", "CANCELED") and (
             entry.port is not None or entry.status != "RUNNING"
         ):
@@ -474,7 +492,7 @@ def submit_detached(job_file: str, options: RunOptions, *, startup_timeout: floa
             raise error(f"job {job_id} failed: {entry.failure or 'see the log'}; {_log_tail(log_path)}")
         code = process.poll()
         if code is not None:
-            entry = _try_get(registry, job_id)
+            entry = _own_entry(registry, job_id, process.pid)
             if entry is not None and entry.status in ("FINISHED", "CANCELED"):
                 return RunResult(job_id=job_id, name=entry.name, state=entry.status, detached=True, log_path=log_path)
             error = BadInputError if code == 2 else JobFailedError
@@ -491,6 +509,12 @@ def _try_get(registry: JobRegistry, job_id: str) -> JobEntry | None:
         return registry.get(job_id)
     except JobError:
         return None
+
+
+def _own_entry(registry: JobRegistry, job_id: str, pid: int) -> JobEntry | None:
+    """The entry of ``job_id`` once process ``pid`` registered it (an older one is ignored)."""
+    entry = _try_get(registry, job_id)
+    return entry if entry is not None and entry.pid == pid else None
 
 
 def _log_tail(log_path: str) -> str:
@@ -632,6 +656,7 @@ def trigger_savepoint(reference: str, target_dir: str | None, *, cancel_job: boo
     Returns:
         The savepoint's location.
     """
+    _check_target(target_dir)
     entry = running_job(reference)
     body = {"target-directory": None if target_dir is None else _absolute(target_dir), "cancel-job": cancel_job}
     return _savepoint_operation(entry, "savepoints", body, "cancel" if cancel_job else "savepoint", timeout)
@@ -646,9 +671,18 @@ def stop_job(reference: str, savepoint_path: str | None, *, drain: bool = False,
         drain: Let sources end (end of input: timers fire, windows flush) before the savepoint.
         timeout: Seconds to wait for the savepoint and for the job's end.
     """
+    _check_target(savepoint_path)
     entry = running_job(reference)
     body = {"targetDirectory": None if savepoint_path is None else _absolute(savepoint_path), "drain": drain}
     return _savepoint_operation(entry, "stop", body, "stop", timeout)
+
+
+def _check_target(target_dir: str | None) -> None:
+    """Refuse a savepoint target that would vanish with the job (``memory://``), before any request."""
+    if target_dir is not None:
+        from statekit.runtime.rest import check_savepoint_target
+
+        check_savepoint_target(target_dir)
 
 
 def _savepoint_operation(entry: JobEntry, endpoint: str, body: dict[str, Any], operation: str,

@@ -9,8 +9,12 @@ Protocol (Flink's asynchronous barrier snapshotting):
     3. *complete* when every task acknowledged: build the metadata and publish
        ``_metadata`` last (``commit_metadata``), dispose checkpoints beyond
        ``num_retained``, then mail every task *notify complete* (sinks commit).
-    A checkpoint that times out or is declined is aborted: its directory is removed, and
-    consecutive failures beyond ``tolerable_failed`` fail the job.
+    A checkpoint that cannot be started (its directory cannot be created: storage gone,
+    unwritable, full), times out or is declined is aborted: its directory is removed, and
+    consecutive failed checkpoints beyond ``tolerable_failed`` fail the job (which then
+    restarts per its strategy). Savepoints and the final checkpoint of a finishing job are
+    never counted: their failure reaches whoever asked for them (the final checkpoint is
+    retried by the job master, which fails the job when it cannot be taken).
 """
 
 from __future__ import annotations
@@ -92,6 +96,7 @@ class PendingCheckpoint:
     last_ack_ms: int = 0
     state_size: int = 0
     done: bool = False
+    barrier_sent: bool = True
 
     @property
     def is_savepoint(self) -> bool:
@@ -144,10 +149,15 @@ class CheckpointCoordinator:
     # ------------------------------------------------------------ attempts
 
     def attach(self, execution: ExecutionView) -> None:
-        """A new execution attempt is running: barriers go to its sources."""
+        """A new execution attempt is running: barriers go to its sources.
+
+        Consecutive checkpoint failures start again from zero: those of an earlier attempt
+        already failed it.
+        """
         with self._wakeup:
             self._execution = execution
             self._last_trigger = time.monotonic()
+            self._consecutive_failures = 0
             self._wakeup.notify_all()
 
     def detach(self, reason: str) -> None:
@@ -203,36 +213,47 @@ class CheckpointCoordinator:
                     ))
                     return refused
             checkpoint_id = self._next_id
-            while self.storage.is_complete(checkpoint_id):
-                checkpoint_id += 1
-            self._next_id = checkpoint_id + 1
-            location: CheckpointStorageLocation | None
+            location: CheckpointStorageLocation | None = None
+            error: Exception | None = None
             try:
+                while self.storage.is_complete(checkpoint_id):
+                    checkpoint_id += 1
                 if is_savepoint:
                     assert target_dir is not None
                     location = self.storage.savepoint_location(target_dir, checkpoint_id)
                 else:
                     location = self.storage.checkpoint_location(checkpoint_id)
-            except Exception as exc:  # noqa: BLE001 - reported through the future
-                what = "savepoint" if is_savepoint else "checkpoint"
-                failed: concurrent.futures.Future[str] = concurrent.futures.Future()
-                failed.set_exception(exc if isinstance(exc, StatekitError) else JobError(
-                    f"cannot create the {what} directory for {what} {checkpoint_id}: {exc}"))
-                return failed
+            except Exception as exc:  # noqa: BLE001 - a failed checkpoint, reported through the future
+                error = exc
+            self._next_id = checkpoint_id + 1
+            self._last_trigger = time.monotonic()
             options = CheckpointOptions(is_savepoint=is_savepoint, location=location, stop=stop, drain=drain, final=final)
             now_ms = int(time.time() * 1000)
             pending = PendingCheckpoint(
                 checkpoint_id, options, location, now_ms,
                 time.monotonic() + self.config.timeout_ms / 1000.0, len(execution.tasks), execution,
+                barrier_sent=error is None,
             )
-            self._pending[checkpoint_id] = pending
-            self._last_trigger = time.monotonic()
-            barrier = Barrier(checkpoint_id, now_ms, options)
-            for task in execution.source_tasks:
-                task.mail(TriggerCheckpoint(barrier))
-            self._wakeup.notify_all()
-        log.debug("triggered %s %d", "savepoint" if is_savepoint else "checkpoint", checkpoint_id)
+            if error is None:
+                self._pending[checkpoint_id] = pending
+                barrier = Barrier(checkpoint_id, now_ms, options)
+                for task in execution.source_tasks:
+                    task.mail(TriggerCheckpoint(barrier))
+                self._wakeup.notify_all()
+        if error is not None:
+            self._not_started(pending, error)
+        else:
+            log.debug("triggered %s %d", "savepoint" if is_savepoint else "checkpoint", checkpoint_id)
         return pending.future
+
+    def _not_started(self, pending: PendingCheckpoint, error: Exception) -> None:
+        """The snapshot's directory could not be created: a failed checkpoint like any other."""
+        what = "savepoint" if pending.is_savepoint else "checkpoint"
+        reason = f"cannot create the {what} directory: {' '.join(str(error).split())}"
+        if not isinstance(error, StatekitError):
+            error = JobError(f"cannot create the {what} directory for {what} {pending.checkpoint_id}: "
+                             f"{' '.join(str(error).split())}")
+        self._abort(pending, reason, count=True, error=error)
 
     # ------------------------------------------------------------ acknowledge
 
@@ -370,7 +391,8 @@ class CheckpointCoordinator:
                 task.mail(NotifyCheckpointComplete(pending.checkpoint_id))
         pending.future.set_result(url)
 
-    def _abort(self, pending: PendingCheckpoint, reason: str, *, count: bool) -> None:
+    def _abort(self, pending: PendingCheckpoint, reason: str, *, count: bool, error: Exception | None = None) -> None:
+        """Fail ``pending``; ``count``: it counts against ``tolerable_failed`` (periodic checkpoints only)."""
         with self._wakeup:
             if pending.done:
                 return
@@ -382,7 +404,7 @@ class CheckpointCoordinator:
             self._history.appendleft(entry)
             self._latest["failed"] = entry
             exceeded = False
-            if count and not pending.is_savepoint:
+            if count and not pending.is_savepoint and not pending.options.final:
                 self._consecutive_failures += 1
                 exceeded = self._consecutive_failures > self.config.tolerable_failed
             execution = self._execution if pending.execution is self._execution else None
@@ -391,7 +413,7 @@ class CheckpointCoordinator:
         log.warning("%s %d aborted: %s", what, pending.checkpoint_id, reason)
         if pending.location is not None:
             pending.location.discard()
-        if execution is not None:
+        if execution is not None and pending.barrier_sent:
             for task in execution.tasks:
                 task.mail(NotifyCheckpointAborted(pending.checkpoint_id))
         if exceeded and self._on_tolerable_exceeded is not None:
@@ -399,7 +421,7 @@ class CheckpointCoordinator:
                 f"exceeded the tolerable number of failed checkpoints ({self.config.tolerable_failed}); "
                 f"last: {what} {pending.checkpoint_id} {reason}"
             ))
-        pending.future.set_exception(JobError(f"{what} {pending.checkpoint_id} failed: {reason}"))
+        pending.future.set_exception(error or JobError(f"{what} {pending.checkpoint_id} failed: {reason}"))
 
     def _dispose(self, url: str) -> None:
         from statekit.writers.disposal import dispose_snapshot
@@ -450,11 +472,7 @@ class CheckpointCoordinator:
             for p in expired:
                 self._abort(p, f"expired after {self.config.timeout_ms} ms", count=True)
             if trigger:
-                future = self.trigger()
-                if future.done() and future.exception() is not None:
-                    log.warning("could not trigger a checkpoint: %s", future.exception())
-                    with self._wakeup:
-                        self._last_trigger = time.monotonic()
+                self.trigger()  # a failure is counted and logged by trigger itself
 
     # ------------------------------------------------------------ statistics
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import queue
-import re
 import shutil
 import sys
 import tempfile
@@ -33,6 +32,7 @@ from statekit.runtime.graph import JobGraph, build_job_graph
 from statekit.runtime.job import JobHandle, JobStatus, JobVertex
 from statekit.runtime.mails import Resume, Terminate
 from statekit.runtime.operators import OperatorContext, Output, StreamOperator
+from statekit.runtime.registry import check_job_id
 from statekit.runtime.restart_strategy import RestartStrategy, fixed_delay_restart, no_restart
 from statekit.runtime.restore import RestorePlan
 from statekit.runtime.run_options import RunOptions, get_run_options, notify_job_listeners
@@ -44,8 +44,9 @@ __all__ = ["JobMaster", "Execution", "JobExecutionResult", "execute", "execute_a
 
 log = logging.getLogger("statekit.runtime")
 
-_JOB_ID = re.compile(r"^[0-9a-f]{32}$")
 _JOIN_TIMEOUT_S = 10.0
+FINAL_CHECKPOINT_ATTEMPTS = 3
+FINAL_CHECKPOINT_RETRY_DELAY_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -108,9 +109,7 @@ class JobMaster:
         self.env = env
         self.options = options
         self.job_name = job_name
-        self.job_id = options.job_id or new_job_id()
-        if not _JOB_ID.match(self.job_id):
-            raise BadInputError(f"job id {self.job_id!r} must be 32 lower-case hex characters")
+        self.job_id = check_job_id(options.job_id or new_job_id())
         self.backend = options.state_backend or env.state_backend
         if self.backend not in ("hashmap", "rocksdb"):
             raise BadInputError(f"unknown state backend {self.backend!r}; use hashmap or rocksdb")
@@ -130,7 +129,7 @@ class JobMaster:
         )
         self.initial_restore = (
             RestorePlan.open(options.restore_path, allow_non_restored_state=options.allow_non_restored_state,
-                             trust_pickle=env.trust_pickle, storage_options=env.storage_options)
+                             trust_pickle=env.trust_pickle or options.trust_pickle, storage_options=env.storage_options)
             if options.restore_path else None
         )
         self.graph: JobGraph = build_job_graph(
@@ -271,10 +270,15 @@ class JobMaster:
             restore = self._restore_for_restart()
 
     def _restore_for_restart(self) -> RestorePlan | None:
+        """The latest checkpoint this job completed, else what it started from.
+
+        The job wrote that checkpoint itself, in this process, so its pickle-serialized
+        state is trusted; a snapshot from a path keeps the trust the user gave.
+        """
         latest = self.coordinator.latest_completed
         if latest is None:
             return self.initial_restore
-        return RestorePlan.open(latest, trust_pickle=self.env.trust_pickle, storage_options=self.env.storage_options)
+        return RestorePlan.open(latest, trust_pickle=True, storage_options=self.env.storage_options)
 
     def _cleanup_cancelled(self) -> None:
         from statekit.runtime.checkpoint_config import ExternalizedCheckpointCleanup
@@ -315,9 +319,14 @@ def _unrecoverable(error: BaseException) -> bool:
 
 
 def _describe(error: BaseException) -> str:
+    """One line: the message of a StatekitError, else ``Type: message``."""
     if isinstance(error, StatekitError):
-        return str(error)
-    return f"{type(error).__name__}: {error}"
+        return _one_line(str(error))
+    return f"{type(error).__name__}: {_one_line(str(error))}"
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
 
 
 class Execution:
@@ -404,7 +413,9 @@ class Execution:
 
     def task_failed(self, task: Task, error: BaseException) -> None:
         if not self.cancelled.is_set():
-            log.warning("task %s failed: %s", task.name, _describe(error), exc_info=not isinstance(error, StatekitError))
+            # one line; the traceback only when DEBUG is on for the logger (statekit run --verbose)
+            log.warning("task %s failed: %s: %s", task.name, type(error).__name__, _one_line(str(error)),
+                        exc_info=error if log.isEnabledFor(logging.DEBUG) else None)
         self.post("failed", task, error)
 
     def task_finished(self, task: Task) -> None:
@@ -490,7 +501,8 @@ class Execution:
 
         def finish() -> None:
             try:
-                coordinator.trigger(final=True).result()
+                if not self._final_checkpoint():
+                    return
                 if savepoint_dir:
                     path = coordinator.trigger(is_savepoint=True, target_dir=savepoint_dir).result()
                     self.master.final_savepoint = path
@@ -501,6 +513,34 @@ class Execution:
                 self.fail(exc if isinstance(exc, StatekitError) else JobFailedError(f"final checkpoint failed: {exc}"))
 
         threading.Thread(target=finish, name="final-checkpoint", daemon=True).start()
+
+    def _final_checkpoint(self) -> bool:
+        """Take the final checkpoint (sinks commit on it), retried a bounded number of times.
+
+        Returns False when the attempt ended meanwhile (failed or cancelled: nothing to do).
+
+        Raises:
+            JobFailedError: Every attempt failed; the output since the last completed
+                checkpoint is not committed, so the job must not finish.
+        """
+        coordinator = self.master.coordinator
+        for attempt in range(1, FINAL_CHECKPOINT_ATTEMPTS + 1):
+            try:
+                coordinator.trigger(final=True).result()
+                return True
+            except StatekitError as error:
+                if self.cancelled.is_set():
+                    return False
+                if attempt == FINAL_CHECKPOINT_ATTEMPTS:
+                    raise JobFailedError(
+                        f"final checkpoint failed {attempt} times, last: {_one_line(str(error))}; "
+                        "output since the last completed checkpoint is not committed") from error
+                log.warning("job %s: final checkpoint failed (attempt %d of %d): %s; retrying in %g s",
+                            self.master.job_id, attempt, FINAL_CHECKPOINT_ATTEMPTS, _one_line(str(error)),
+                            FINAL_CHECKPOINT_RETRY_DELAY_S)
+                if self.cancelled.wait(FINAL_CHECKPOINT_RETRY_DELAY_S):
+                    return False
+        return False
 
     def _terminate_sources(self) -> None:
         for task in self.source_tasks:
@@ -530,7 +570,11 @@ class Execution:
                 result.set_result(future.result())
                 return
             self._stopping = False
-            if not drain:
+            if drain:
+                # the sources already ended their input: this attempt cannot resume, it fails
+                # over (restart per the strategy, from the latest completed checkpoint), as Flink's
+                self.fail(JobFailedError(f"stop-with-savepoint (drain) failed: {_one_line(str(error))}"))
+            else:
                 for task in self.source_tasks:
                     task.mail(Resume())
                 coordinator.start_periodic()

@@ -9,6 +9,7 @@ last job the script executed. ``python -m statekit.runtime.launcher [OPTIONS] JO
 from __future__ import annotations
 
 import argparse
+import logging
 import runpy
 import sys
 import threading
@@ -87,6 +88,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--state-backend", choices=("hashmap", "rocksdb"))
     parser.add_argument("--savepoint-on-finish")
     parser.add_argument("--job-id")
+    parser.add_argument("--trust-pickle", action="store_true")
+    parser.add_argument("-v", "--verbose", action="store_true")
     parser.add_argument("job_file")
     parser.add_argument("job_args", nargs=argparse.REMAINDER)
     return parser
@@ -106,7 +109,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         savepoint_on_finish=args.savepoint_on_finish,
         job_id=args.job_id,
         job_args=tuple(args.job_args),
+        trust_pickle=args.trust_pickle,
     )
+    if args.verbose:
+        logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        logging.getLogger("statekit").setLevel(logging.DEBUG)
     try:
         status = run_job_file(args.job_file, options)
     except StatekitError as error:

@@ -9,16 +9,26 @@ Layout under ``STATEKIT_HOME`` (environment variable; default ``~/.statekit``)::
 Invariants: an entry is written only by the job's own process; a reader never sees a
 partial ``job.json`` (temp file + fsync + rename); an entry whose process is gone (or whose
 pid now belongs to another process) is reported as CRASHED, never as running.
+
+Ownership: a job belongs to the user who owns its directory; only that user reads its
+token and controls it (a uid check, so that it holds for root too). Registering under a
+job id whose owner process is gone takes the stale registration over; a live owner keeps
+it. The home, ``jobs/`` and every job directory are private (0700): a directory of the
+calling user with group or other permission bits is tightened when a job registers, one
+that belongs to another user or is a shared sticky directory (``/tmp``) is refused.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import json
+import logging
 import os
 import re
 import secrets
+import stat
 import tempfile
 import threading
 import time
@@ -27,10 +37,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from statekit.statefmt.errors import JobError
+from statekit.statefmt.errors import BadInputError, JobError
 
 __all__ = [
     "CRASHED",
+    "JOB_ID_FORMAT",
+    "check_job_id",
     "ACTIVE_STATES",
     "TERMINAL_STATES",
     "JobEntry",
@@ -52,7 +64,25 @@ CRASHED = "CRASHED"
 ACTIVE_STATES = frozenset({"CREATED", "RUNNING", "CANCELLING", "RESTARTING"})
 TERMINAL_STATES = frozenset({"FINISHED", "FAILED", "CANCELED", CRASHED})
 
-_JOB_ID = re.compile(r"^[0-9a-f]{32}$")
+JOB_ID_FORMAT = "32 lower-case hex characters"
+_JOB_ID = re.compile(r"[0-9a-f]{32}")
+PRIVATE_MODE = 0o700
+
+log = logging.getLogger("statekit.runtime")
+
+
+def check_job_id(job_id: str) -> str:
+    """``job_id`` if it is a valid job id (exactly 32 lower-case hex characters, as Flink's JobID).
+
+    Every job id that enters statekit (``--job-id``, RunOptions, REST paths, registry
+    names) goes through here: it names directories, so nothing else may pass.
+
+    Raises:
+        BadInputError: Any other string (also with a trailing newline or path separators).
+    """
+    if not isinstance(job_id, str) or _JOB_ID.fullmatch(job_id) is None:
+        raise BadInputError(f"invalid job id {job_id!r}: expected {JOB_ID_FORMAT}")
+    return job_id
 
 
 def statekit_home() -> Path:
@@ -187,19 +217,31 @@ class JobRegistry:
 
     def job_dir(self, job_id: str) -> Path:
         """Directory of one job's entry, token and log."""
-        if not _JOB_ID.match(job_id):
-            raise JobError(f"invalid job id {job_id!r}: expected 32 hex characters")
-        return self.jobs_dir / job_id
+        return self.jobs_dir / check_job_id(job_id)
 
     def log_path(self, job_id: str) -> Path:
         """Where a detached job writes its output."""
         return self.job_dir(job_id) / LOG_FILE
 
     def prepare(self, job_id: str) -> Path:
-        """Create the job's directory (owner-only, as its parents under the home)."""
+        """Create the job's directory; the home, ``jobs/`` and it are private (0700).
+
+        Raises:
+            BadInputError: One of them belongs to another user or is a shared sticky
+                directory such as ``/tmp``.
+        """
         directory = self.job_dir(job_id)
         for path in (self.home, self.jobs_dir, directory):
-            path.mkdir(mode=0o700, exist_ok=True)
+            if path.exists() and not path.is_dir():
+                raise BadInputError(f"{path}: is not a directory; set {HOME_ENV} to a directory of your own")
+            try:
+                path.mkdir(mode=PRIVATE_MODE, exist_ok=True)
+            except OSError as error:
+                raise BadInputError(f"{path}: cannot create the job registry here ({error.strerror or error}); "
+                                    f"set {HOME_ENV} to a directory of your own") from None
+            if path == directory:
+                _require_owner(directory, job_id)
+            _make_private(path)
         return directory
 
     # -- writing (the job's own process) ---------------------------------------------------
@@ -207,19 +249,61 @@ class JobRegistry:
     def register(self, entry: JobEntry) -> str:
         """Create the entry and its token file; return the token.
 
+        A registration whose owner process is gone (a crashed job) is stale: it is taken
+        over. The check and the claim hold an exclusive lock on the job directory, so two
+        processes never both take over one job id.
+
         Raises:
-            JobError: A job with this id is already registered.
+            JobError: The job id is registered by a live process or by another user.
         """
         directory = self.prepare(entry.job_id)
         token = secrets.token_urlsafe(32)
-        try:
-            fd = os.open(directory / TOKEN_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            raise JobError(f"job {entry.job_id} is already registered in {self.jobs_dir}") from None
-        with os.fdopen(fd, "w") as out:
-            out.write(token)
-        self._write(entry)
+        with _locked(directory):
+            try:
+                fd = os.open(directory / TOKEN_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            except FileExistsError:
+                self._take_over(entry.job_id)
+                fd = os.open(directory / TOKEN_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as out:
+                out.write(token)
+            self._write(entry)
         return token
+
+    def check_available(self, job_id: str) -> None:
+        """Raise unless ``job_id`` is free or stale (as :meth:`register` would decide)."""
+        directory = self.job_dir(job_id)
+        if not (directory / TOKEN_FILE).exists():
+            return
+        _require_owner(directory, job_id)
+        if self._stale_owner(job_id) is None:
+            raise self._live(job_id)
+
+    def _take_over(self, job_id: str) -> None:
+        directory = self.job_dir(job_id)
+        _require_owner(directory, job_id)
+        reason = self._stale_owner(job_id)
+        if reason is None:
+            raise self._live(job_id)
+        log.info("job %s: taking over its stale registration (%s)", job_id, reason)
+        (directory / TOKEN_FILE).unlink()
+
+    def _stale_owner(self, job_id: str) -> str | None:
+        """Why the registration of ``job_id`` is stale, or ``None`` when its owner process lives."""
+        try:
+            entry = self._read(job_id)
+        except JobError:
+            return "its entry is missing or damaged"  # the owner died between token and entry
+        if process_alive(entry.pid, entry.pid_start):
+            return None
+        return f"process {entry.pid} is gone"
+
+    def _live(self, job_id: str) -> JobError:
+        try:
+            owner = f"process {self._read(job_id).pid}"
+        except JobError:
+            owner = "a live process"
+        return JobError(f"job {job_id} is already registered in {self.jobs_dir} by {owner}, which is still "
+                        f"running; stop it first or choose another job id")
 
     def update(self, job_id: str, **changes: Any) -> JobEntry:
         """Replace fields of an entry (atomically) and return the new entry."""
@@ -259,6 +343,8 @@ class JobRegistry:
             return JobEntry.from_json(json.loads(path.read_bytes()))
         except FileNotFoundError:
             raise JobError(f"no job {job_id} in the registry {self.jobs_dir}") from None
+        except PermissionError:
+            raise _foreign(path.parent, job_id) from None
         except (ValueError, TypeError) as error:
             raise JobError(f"{path}: damaged registry entry ({error}); delete {path.parent}") from None
 
@@ -267,29 +353,46 @@ class JobRegistry:
         return self.check(self._read(job_id))
 
     def token(self, job_id: str) -> str:
-        """The REST token of a job (readable only by the user who started it)."""
-        path = self.job_dir(job_id) / TOKEN_FILE
+        """The REST token of a job; only the user who owns the job's directory gets it.
+
+        Raises:
+            JobError: The job belongs to another user, or its token file is missing.
+        """
+        directory = self.job_dir(job_id)
+        _require_owner(directory, job_id)
+        path = directory / TOKEN_FILE
         try:
             return path.read_text().strip()
         except FileNotFoundError:
             raise JobError(f"{path}: token file missing; the job cannot be controlled") from None
         except PermissionError:
-            raise JobError(f"{path}: cannot read the token (the job belongs to another user)") from None
+            raise _foreign(directory, job_id) from None
 
     def entries(self) -> list[JobEntry]:
         """Every readable entry (liveness checked), oldest first."""
         return sorted((self.check(e) for e in self._iter_entries()), key=lambda e: (e.start_time_ms, e.job_id))
 
-    def _iter_entries(self) -> Iterator[JobEntry]:
-        if not self.jobs_dir.is_dir():
-            return
-        for child in self.jobs_dir.iterdir():
-            if not _JOB_ID.match(child.name) or not (child / ENTRY_FILE).is_file():
+    def _iter_entries(self, foreign: list[str] | None = None) -> Iterator[JobEntry]:
+        """Every readable entry; ids of entries another user keeps from us go to ``foreign``."""
+        try:
+            children = sorted(self.jobs_dir.iterdir()) if self.jobs_dir.is_dir() else []
+        except PermissionError:
+            raise JobError(f"{self.jobs_dir}: cannot read the job registry (it belongs to another user); "
+                           f"set {HOME_ENV} to a directory of your own") from None
+        for child in children:
+            if _JOB_ID.fullmatch(child.name) is None:
                 continue
             try:
-                yield self._read(child.name)
+                if not (child / ENTRY_FILE).is_file():
+                    continue
+                entry = self._read(child.name)
+            except (_ForeignJobError, PermissionError):
+                if foreign is not None:
+                    foreign.append(child.name)
+                continue
             except JobError:
                 continue
+            yield entry
 
     def find(self, reference: str) -> JobEntry:
         """The entry whose job id is ``reference`` or starts with it (unique prefix).
@@ -299,11 +402,15 @@ class JobRegistry:
         """
         wanted = reference.strip().lower()
         if not wanted or not re.fullmatch(r"[0-9a-f]{1,32}", wanted):
-            raise JobError(f"invalid job id {reference!r}: expected (a prefix of) 32 hex characters")
-        if len(wanted) == 32 and (self.jobs_dir / wanted / ENTRY_FILE).is_file():
+            raise JobError(f"invalid job id {reference!r}: expected (a prefix of) {JOB_ID_FORMAT}")
+        if len(wanted) == 32 and _exists(self.jobs_dir / wanted / ENTRY_FILE):
             return self.get(wanted)
-        matches = [e for e in self._iter_entries() if e.job_id.startswith(wanted)]
+        foreign: list[str] = []
+        matches = [e for e in self._iter_entries(foreign) if e.job_id.startswith(wanted)]
         if not matches:
+            others = [job_id for job_id in foreign if job_id.startswith(wanted)]
+            if len(others) == 1:
+                raise _foreign(self.jobs_dir / others[0], others[0])
             raise JobError(f"no job {reference} in the registry {self.jobs_dir} (`statekit list --all` shows known jobs)")
         if len(matches) > 1:
             ids = ", ".join(sorted(e.job_id for e in matches))
@@ -321,6 +428,65 @@ class JobRegistry:
         if process_start_ticks(entry.pid) is not None:
             reason = f"process {entry.pid} is gone (the pid now belongs to another process)"
         return dataclasses.replace(entry, status=CRASHED, crash_reason=reason)
+
+
+def _exists(path: Path) -> bool:
+    """Whether ``path`` exists; a directory we may not search counts (its owner decides)."""
+    try:
+        return path.exists()
+    except PermissionError:
+        return True
+
+
+class _ForeignJobError(JobError):
+    """A job of another user (its registry files are not ours to read or use)."""
+
+
+def _foreign(directory: Path, job_id: str) -> JobError:
+    try:
+        owner = f" (uid {directory.stat().st_uid})"
+    except OSError:
+        owner = ""
+    return _ForeignJobError(f"job {job_id} belongs to another user{owner}: only the user who started it can control it "
+                    f"({directory})")
+
+
+def _require_owner(directory: Path, job_id: str) -> None:
+    """Raise unless the calling user owns the job's directory (root included: uids decide)."""
+    try:
+        owner = directory.stat().st_uid
+    except FileNotFoundError:
+        raise JobError(f"no job {job_id} in the registry {directory.parent}") from None
+    except PermissionError:
+        raise _foreign(directory, job_id) from None
+    if owner != os.geteuid():
+        raise _foreign(directory, job_id)
+
+
+def _make_private(path: Path) -> None:
+    """Tighten a directory of ours to 0700; refuse one of another user or a shared sticky one."""
+    info = path.stat()
+    mode = stat.S_IMODE(info.st_mode)
+    if info.st_uid != os.geteuid():
+        raise BadInputError(f"{path}: belongs to another user (uid {info.st_uid}); the job registry keeps "
+                            f"tokens and must be private: set {HOME_ENV} to a directory of your own")
+    if mode & stat.S_ISVTX:
+        raise BadInputError(f"{path}: is a shared directory (mode {mode:04o}); the job registry keeps tokens "
+                            f"and must be private: set {HOME_ENV} to a directory of your own")
+    if mode & 0o077:
+        path.chmod(PRIVATE_MODE)
+        log.warning("%s was accessible by other users (mode %04o); tightened to %04o", path, mode, PRIVATE_MODE)
+
+
+@contextlib.contextmanager
+def _locked(directory: Path) -> Iterator[None]:
+    """An exclusive advisory lock on ``directory`` (released when the block ends)."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def current_process_entry(job_id: str, name: str, **fields: Any) -> JobEntry:

@@ -12,8 +12,15 @@ Endpoints (every request needs the job's token: ``Authorization: Bearer <token>`
     POST  /jobs/<id>/stop                       {"targetDirectory": DIR, "drain": false} -> 202 {"request-id"}
     PATCH /jobs/<id>   (also POST /jobs/<id>/cancel)   cancel -> 202 {}
 
-Errors are ``{"errors": ["one line"]}`` with the HTTP status (400, 401, 404, 405, 409, 413, 500).
-A completed operation is ``{"location": path}`` or ``{"failure-cause": {"class", "stack-trace"}}``.
+Errors are ``{"errors": ["one line"]}`` with the HTTP status (400, 401, 404, 405, 408, 409,
+413, 500, 503). A completed operation is ``{"location": path}`` or ``{"failure-cause":
+{"class", "stack-trace"}}``.
+
+Connections: every socket read or write times out after ``request_timeout`` seconds (an
+idle connection is closed without an answer); at most ``max_connections`` are open at
+once. A new connection beyond that closes the oldest one that has not yet sent a complete
+request, or, when every open connection is being answered, gets ``503``. So idle or slow
+clients, authenticated or not, never keep the API from answering.
 """
 
 from __future__ import annotations
@@ -21,7 +28,9 @@ from __future__ import annotations
 import concurrent.futures
 import hmac
 import json
+import logging
 import re
+import socket
 import threading
 import time
 import uuid
@@ -30,21 +39,54 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
-from statekit.statefmt.errors import StatekitError
+from statekit.runtime.registry import check_job_id
+from statekit.statefmt.errors import BadInputError, StatekitError
 
 if TYPE_CHECKING:
     from statekit.runtime.job import JobHandle
 
-__all__ = ["JobRestServer", "SavepointOutcomeListener", "LOCALHOST", "TOKEN_HEADER"]
+__all__ = [
+    "JobRestServer",
+    "SavepointOutcomeListener",
+    "LOCALHOST",
+    "TOKEN_HEADER",
+    "MAX_CONNECTIONS",
+    "REQUEST_TIMEOUT_S",
+    "check_savepoint_target",
+]
+
+log = logging.getLogger("statekit.runtime")
 
 LOCALHOST = "127.0.0.1"
 TOKEN_HEADER = "X-Statekit-Token"
 MAX_BODY_BYTES = 64 * 1024
+MAX_CONNECTIONS = 32
+REQUEST_TIMEOUT_S = 5.0
+EPHEMERAL_PROTOCOLS = frozenset({"memory"})
 
 SavepointOutcomeListener = Callable[[str, dict[str, Any]], None]
 
 _JOB_PATH = re.compile(r"^/jobs/([^/]+)(/.*)?$")
 _TRIGGER_PATH = re.compile(r"^/savepoints/([^/]+)$")
+_CONTENT_LENGTH = re.compile(r"[0-9]{1,18}")  # longer: malformed, 400 (as nginx answers a length past 64 bits)
+_PROTOCOL = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*)://")
+
+
+def check_savepoint_target(target: str) -> str:
+    """``target`` if a savepoint written there outlives the job; the REST API and CLI refuse others.
+
+    An in-memory filesystem (``memory://``) lives in the job's process: a savepoint there
+    vanishes with the job, so it is refused (also inside an fsspec chain ``a::memory://``).
+
+    Raises:
+        BadInputError: The target is on an in-memory filesystem.
+    """
+    for part in target.split("::"):
+        match = _PROTOCOL.match(part.strip())
+        if match is not None and match.group(1).lower() in EPHEMERAL_PROTOCOLS:
+            raise BadInputError(f"savepoint target {target} is an in-memory filesystem: a savepoint there "
+                                f"vanishes with the job's process; use a local directory or a durable URL (s3://...)")
+    return target
 
 
 class _HttpError(Exception):
@@ -78,6 +120,8 @@ class JobRestServer:
         on_savepoint: Called with ``(trigger_id, outcome)`` when a savepoint operation
             completes (outcome ``{"location": path}`` or ``{"failure-cause": {...}}``).
         port: 0 picks a free port.
+        max_connections: Connections open at once (see the module docstring).
+        request_timeout: Seconds a socket read or write may wait.
     """
 
     def __init__(
@@ -87,15 +131,15 @@ class JobRestServer:
         *,
         on_savepoint: SavepointOutcomeListener | None = None,
         port: int = 0,
+        max_connections: int = MAX_CONNECTIONS,
+        request_timeout: float = REQUEST_TIMEOUT_S,
     ) -> None:
         self.handle = handle
         self._token = token.encode()
         self._on_savepoint = on_savepoint
         self._triggers: dict[str, _Trigger] = {}
         self._changed = threading.Condition()
-        self._httpd = ThreadingHTTPServer((LOCALHOST, port), _Handler)
-        self._httpd.daemon_threads = True
-        self._httpd.app = self  # type: ignore[attr-defined]
+        self._httpd = _Server(self, port, max_connections=max_connections, request_timeout=request_timeout)
         self._thread: threading.Thread | None = None
 
     @property
@@ -170,6 +214,8 @@ class JobRestServer:
         if status.is_terminal:
             raise _HttpError(HTTPStatus.CONFLICT, f"Job {self.handle.job_id} is {status.value}; savepoints need a running job")
         try:
+            if target_dir is not None:
+                check_savepoint_target(target_dir)
             future = self.handle.trigger_savepoint(target_dir, stop=stop, drain=drain)
         except StatekitError as error:
             raise _HttpError(HTTPStatus.BAD_REQUEST, str(error)) from None
@@ -210,9 +256,96 @@ class JobRestServer:
         return {}
 
 
+class _Server(ThreadingHTTPServer):
+    """A thread per connection, at most ``max_connections`` connections open at once.
+
+    Invariant: ``_connections`` holds every open connection that counts against the bound,
+    oldest first, mapped to whether its request was received completely (then it is being
+    answered and is never closed to make room).
+    """
+
+    daemon_threads = True
+    request_queue_size = 64
+
+    def __init__(self, app: JobRestServer, port: int, *, max_connections: int, request_timeout: float) -> None:
+        self.app = app
+        self.max_connections = max(1, max_connections)
+        self.request_timeout = request_timeout
+        self._connections: dict[socket.socket, bool] = {}
+        self._connections_lock = threading.Lock()
+        super().__init__((LOCALHOST, port), _Handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._connections_lock:
+            admitted = self._make_room()
+            if admitted:
+                self._connections[request] = False
+        if not admitted:
+            _refuse_busy(request, self.max_connections)
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def _make_room(self) -> bool:
+        """Close the oldest connection still waiting for its request if the bound is reached."""
+        if len(self._connections) < self.max_connections:
+            return True
+        idle = next((conn for conn, answering in self._connections.items() if not answering), None)
+        if idle is None:
+            return False
+        del self._connections[idle]
+        try:
+            idle.shutdown(socket.SHUT_RDWR)  # its thread reads end-of-file and ends
+        except OSError:
+            pass
+        return True
+
+    def answering(self, request: socket.socket) -> None:
+        """The request on ``request`` was received completely: the connection is now busy."""
+        with self._connections_lock:
+            if request in self._connections:
+                self._connections[request] = True
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._connections_lock:
+            self._connections.pop(request, None)
+        super().shutdown_request(request)
+
+    def server_close(self) -> None:
+        """Stop listening and end every open connection (their threads then exit)."""
+        super().server_close()
+        with self._connections_lock:
+            open_connections, self._connections = list(self._connections), {}
+        for conn in open_connections:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A connection that broke (client gone, timeout) is not the job's business: no traceback."""
+        log.debug("REST connection from %s failed", client_address, exc_info=True)
+
+
+def _refuse_busy(request: socket.socket, limit: int) -> None:
+    body = json.dumps({"errors": [f"Service unavailable: {limit} requests are being answered; retry"]}).encode()
+    head = (f"HTTP/1.0 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode()
+    try:
+        request.settimeout(0.5)
+        request.sendall(head + body)
+    except OSError:
+        pass
+
+
 class _Handler(BaseHTTPRequestHandler):
     server_version = "statekit"
     sys_version = ""
+    server: _Server
+
+    def setup(self) -> None:
+        super().setup()
+        self.connection.settimeout(self.server.request_timeout)  # every read and write of this connection
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
         """Requests are not logged (the job's output belongs to the job)."""
@@ -233,9 +366,10 @@ class _Handler(BaseHTTPRequestHandler):
         self._serve("DELETE")
 
     def _serve(self, method: str) -> None:
-        app: JobRestServer = self.server.app  # type: ignore[attr-defined]
+        app = self.server.app
         try:
             if not app.authorized(self.headers):
+                self.server.answering(self.request)
                 self._reply(
                     HTTPStatus.UNAUTHORIZED,
                     {"errors": ["Unauthorized: send the job's token (Authorization: Bearer <token>); "
@@ -243,12 +377,38 @@ class _Handler(BaseHTTPRequestHandler):
                     {"WWW-Authenticate": 'Bearer realm="statekit"'},
                 )
                 return
+            self._raw_body = self._read_body()
+            self.server.answering(self.request)
             status, body = self._route(app, method, self.path.split("?", 1))
             self._reply(status, body)
         except _HttpError as error:
             self._reply(error.status, {"errors": [str(error)]})
         except Exception as error:  # noqa: BLE001 - a request must never kill the server
             self._reply(HTTPStatus.INTERNAL_SERVER_ERROR, {"errors": [f"Internal server error: {type(error).__name__}: {error}"]})
+
+    def _read_body(self) -> bytes:
+        """The request body, exactly ``Content-Length`` bytes (none without the header)."""
+        if self.headers.get("Transfer-Encoding") is not None:
+            raise _HttpError(HTTPStatus.BAD_REQUEST, "Transfer-Encoding is not supported; send a Content-Length")
+        values = self.headers.get_all("Content-Length") or []
+        if not values:
+            return b""
+        text = values[0].strip()
+        if len(values) > 1 or _CONTENT_LENGTH.fullmatch(text) is None:
+            shown = ", ".join(values)
+            raise _HttpError(HTTPStatus.BAD_REQUEST, f"bad Content-Length {shown!r}: expected one number of bytes")
+        length = int(text)
+        if length > MAX_BODY_BYTES:
+            raise _HttpError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"request body over {MAX_BODY_BYTES} bytes")
+        try:
+            raw = self.rfile.read(length) if length else b""
+        except TimeoutError:
+            self.close_connection = True
+            raise _HttpError(HTTPStatus.REQUEST_TIMEOUT,
+                             f"request body not received within {self.server.request_timeout:g} s") from None
+        if len(raw) < length:
+            raise _HttpError(HTTPStatus.BAD_REQUEST, f"request body shorter than its Content-Length ({len(raw)} < {length})")
+        return raw
 
     def _route(self, app: JobRestServer, method: str, parts: list[str]) -> tuple[HTTPStatus, dict[str, Any]]:
         path = parts[0].rstrip("/") or "/"
@@ -262,6 +422,10 @@ class _Handler(BaseHTTPRequestHandler):
         if match is None:
             raise _HttpError(HTTPStatus.NOT_FOUND, f"Not found: {path}")
         job_id, rest = match.group(1), match.group(2) or ""
+        try:
+            check_job_id(job_id)
+        except BadInputError as error:
+            raise _HttpError(HTTPStatus.BAD_REQUEST, str(error)) from None
         if job_id != app.handle.job_id:
             raise _HttpError(HTTPStatus.NOT_FOUND, f"Job {job_id} not found")
         if rest == "":
@@ -300,13 +464,7 @@ class _Handler(BaseHTTPRequestHandler):
             raise _HttpError(HTTPStatus.METHOD_NOT_ALLOWED, f"{method} is not allowed on {self.path}; use {' or '.join(allowed)}")
 
     def _json_body(self) -> dict[str, Any]:
-        try:
-            length = int(self.headers.get("Content-Length") or 0)
-        except ValueError:
-            raise _HttpError(HTTPStatus.BAD_REQUEST, "bad Content-Length") from None
-        if length > MAX_BODY_BYTES:
-            raise _HttpError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"request body over {MAX_BODY_BYTES} bytes")
-        raw = self.rfile.read(length) if length else b""
+        raw = self._raw_body
         if not raw.strip():
             return {}
         try:

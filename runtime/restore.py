@@ -22,6 +22,7 @@ from statekit.readers.savepoint_reader import SavepointReader
 from statekit.statefmt.errors import BadInputError
 from statekit.statefmt.keygroups import compute_key_group_range_for_operator_index
 from statekit.statefmt.metadata import CheckpointMetadata, OperatorMetadata, StateDescriptor, StateKind
+from statekit.statefmt.serializers import get_serializer
 from statekit.writers.savepoint_writer import split_evenly
 
 __all__ = ["RestorePlan", "SubtaskRestore", "missing_operator_message"]
@@ -71,13 +72,33 @@ class RestorePlan:
         return self.metadata.checkpoint_id
 
     def check_operators(self, job_uids: set[str]) -> None:
-        """Fail (Flink's message) for snapshot state whose uid is not in the job."""
+        """Fail before the job starts for state it cannot restore.
+
+        Raises:
+            BadInputError: Snapshot state whose uid is not in the job (Flink's message),
+                unless ``allow_non_restored_state``.
+            UntrustedSerializerError: State the job restores is pickle-serialized and the
+                snapshot is not trusted (``--trust-pickle``).
+        """
         for op in self.metadata.operators:
-            if op.uid in job_uids or not op.states:
+            if not op.states:
+                continue
+            if op.uid in job_uids:
+                self._check_trusted(op)
                 continue
             if not self.allow_non_restored_state:
                 raise BadInputError(missing_operator_message(self.path, op.uid))
             log.warning("skipping state of operator %s from %s: it is not in the job", op.uid, self.path)
+
+    def _check_trusted(self, op: OperatorMetadata) -> None:
+        trusted = self.reader.trust_pickle
+        if op.key_serializer is not None and op.keyed:
+            get_serializer(op.key_serializer, trust_pickle=trusted, what=f"the keys of operator {op.uid}",
+                           source=self.path)
+        for d in op.states:
+            for name in (d.value_serializer, d.user_key_serializer, d.namespace_serializer):
+                if name is not None:
+                    get_serializer(name, trust_pickle=trusted, what=f"state {op.uid}/{d.name}", source=self.path)
 
     def operator(self, uid: str) -> OperatorMetadata | None:
         """The snapshot's operator ``uid``, if any."""

@@ -43,8 +43,10 @@ class RunOptions:
         checkpoint_interval_ms: Enables periodic checkpoints at this interval.
         state_backend: ``"hashmap"`` (default) or ``"rocksdb"``.
         savepoint_on_finish: Directory: take a savepoint when a bounded job ends.
-        job_id: Job id (32 hex chars), preassigned by the CLI or generated.
+        job_id: Job id (32 lower-case hex chars), preassigned by the CLI or generated.
         job_args: The job script's own arguments (``sys.argv[1:]``).
+        trust_pickle: Allow decoding pickle-serialized state of ``restore_path``
+            (``--trust-pickle``); the job's own checkpoints are always trusted in-process.
     """
 
     parallelism: int | None = None
@@ -57,6 +59,7 @@ class RunOptions:
     savepoint_on_finish: str | None = None
     job_id: str | None = None
     job_args: tuple[str, ...] = ()
+    trust_pickle: bool = False
 
 
 _lock = threading.Lock()

@@ -1,5 +1,11 @@
 """A small file-IO seam over fsspec: every read and write of statekit goes through here.
 
+Reads are bounded and typed: :meth:`FileIO.open_input` and :meth:`FileIO.read_bytes` open
+only regular files (a FIFO, device, socket or directory is refused before any byte is read,
+so a crafted snapshot cannot block or feed an endless stream), and ``read_bytes`` refuses a
+file larger than the caller's limit from its size alone. :meth:`FileIO.check_inside` refuses
+a local path whose symlinks resolve outside a given directory.
+
 Atomicity: :meth:`FileIO.write_atomic` publishes a file whole or not at all — on local
 disks a temp file beside the target, fsync, ``os.replace`` and a directory fsync; on
 object stores a single PUT (objects appear whole). :meth:`FileIO.open_output` streams a
@@ -11,6 +17,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+import stat
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,7 +28,7 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 from fsspec.spec import AbstractBufferedFile
 
-from statekit.statefmt.errors import BadInputError, PathNotFoundError
+from statekit.statefmt.errors import BadInputError, PathNotFoundError, UnsafePathError
 
 __all__ = ["FileIO", "FileInfo", "fsync_dir"]
 
@@ -119,7 +126,17 @@ class FileIO:
 
     # ------------------------------------------------------------ reads
 
-    def read_bytes(self, path: str) -> bytes:
+    def read_bytes(self, path: str, *, limit: int | None = None) -> bytes:
+        """The whole content of a regular file of at most ``limit`` bytes (checked before reading)."""
+        if self.is_local:
+            with self._open_local(path) as f:
+                size = os.fstat(f.fileno()).st_size
+                _check_limit(size, limit, self.url(path))
+                data = f.read(size + 1)
+            _check_limit(len(data), limit, self.url(path))  # a file that grew meanwhile
+            return data
+        if limit is not None:
+            _check_limit(self._remote_size(path), limit, self.url(path))
         try:
             return bytes(self.fs.cat_file(path))
         except FileNotFoundError as exc:
@@ -128,10 +145,58 @@ class FileIO:
             raise BadInputError("is a directory, expected a file", path=self.url(path)) from exc
 
     def open_input(self, path: str) -> IO[bytes]:
+        """A binary stream of a regular file (never a FIFO, device, socket or directory)."""
+        if self.is_local:
+            return self._open_local(path)
         try:
             return self.fs.open(path, "rb")  # type: ignore[no-any-return]
         except FileNotFoundError as exc:
             raise PathNotFoundError("no such file", path=self.url(path)) from exc
+        except IsADirectoryError as exc:
+            raise BadInputError("is a directory, expected a file", path=self.url(path)) from exc
+
+    def _remote_size(self, path: str) -> int:
+        try:
+            return int(self.fs.size(path))
+        except FileNotFoundError as exc:
+            raise PathNotFoundError("no such file", path=self.url(path)) from exc
+
+    def _open_local(self, path: str) -> IO[bytes]:
+        # O_NONBLOCK: opening a FIFO must not wait for a writer; the type check below refuses it.
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except FileNotFoundError as exc:
+            raise PathNotFoundError("no such file", path=self.url(path)) from exc
+        except OSError as exc:
+            raise BadInputError(f"cannot open: {exc.strerror or exc}", path=self.url(path)) from exc
+        try:
+            mode = os.fstat(fd).st_mode
+            if stat.S_ISDIR(mode):
+                raise BadInputError("is a directory, expected a file", path=self.url(path))
+            if not stat.S_ISREG(mode):
+                raise BadInputError(f"not a regular file ({_file_type(mode)}); refusing to read it",
+                                    path=self.url(path))
+            os.set_blocking(fd, True)
+            return os.fdopen(fd, "rb")
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def check_inside(self, path: str, root: str) -> str:
+        """``path`` if it stays inside ``root`` once symlinks are resolved, else UnsafePathError.
+
+        Object stores have no symlinks: their paths are checked lexically by the metadata
+        parser, so only local paths are resolved here.
+        """
+        if not self.is_local:
+            return path
+        real, real_root = os.path.realpath(path), os.path.realpath(root)
+        if real != real_root and not real.startswith(real_root.rstrip(os.sep) + os.sep):
+            raise UnsafePathError(
+                f"leads outside the snapshot directory (resolves to {real}); refusing to follow it",
+                path=self.url(path),
+            )
+        return path
 
     # ------------------------------------------------------------ writes
 
@@ -211,6 +276,20 @@ class FileIO:
             os.replace(src, dst)
         else:
             self.fs.mv(src, dst, recursive=True)
+
+
+def _check_limit(size: int, limit: int | None, url: str) -> None:
+    if limit is not None and size > limit:
+        raise BadInputError(f"{size} bytes is more than the {limit} bytes such a file may have", path=url)
+
+
+def _file_type(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISDIR, "a directory")):
+        if test(mode):
+            return name
+    return "a special file"
 
 
 def _abandon(f: Any) -> None:

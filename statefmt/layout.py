@@ -11,6 +11,7 @@ import urllib.parse
 
 __all__ = [
     "METADATA_FILE",
+    "MAX_METADATA_BYTES",
     "METADATA_MAGIC",
     "METADATA_VERSION",
     "METADATA_HEADER",
@@ -34,6 +35,9 @@ __all__ = [
 ]
 
 METADATA_FILE = "_metadata"
+# No _metadata (statekit's or Flink's) larger than this is read: a bound on what one file
+# can make a reader allocate (256 MiB holds ~10^6 operators' worth of statekit metadata).
+MAX_METADATA_BYTES = 256 << 20
 
 # _metadata: magic(8) | version u32 | body length u64 | JSON body | crc32(body) u32, little-endian.
 METADATA_MAGIC = b"STKMETA\x01"

@@ -224,6 +224,9 @@ def _descriptor_json(d: StateDescriptor) -> dict[str, Any]:
 
 # ---------------------------------------------------------------- parse
 
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+_MAX_TIMESTAMP_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
+
 
 def parse_metadata(data: bytes, *, source: str | None = None) -> CheckpointMetadata:
     """Parse ``_metadata`` bytes; the only entry point from bytes to the model.
@@ -260,6 +263,8 @@ def parse_metadata(data: bytes, *, source: str | None = None) -> CheckpointMetad
         raw = json.loads(body.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise MetadataError(f"metadata body is not valid JSON: {exc}", path=source) from exc
+    except RecursionError:
+        raise MetadataError("metadata body nests too deeply to be statekit metadata", path=source) from None
     return _Parser(source).checkpoint(raw)
 
 
@@ -282,8 +287,20 @@ class _Parser:
         value = obj[key]
         if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
             raise self.fail(f"{where}.{key} must be an integer")
+        if kind is int and not _INT64_MIN <= value <= _INT64_MAX:
+            raise self.fail(f"{where}.{key} does not fit in 64 bits")
         if not isinstance(value, kind):
             raise self.fail(f"{where}.{key} has the wrong type")
+        if isinstance(value, str):
+            self.text(value, f"{where}.{key}")
+        return value
+
+    def text(self, value: str, where: str) -> str:
+        """A string that is valid Unicode text (JSON's \\ud800 escapes can smuggle in lone surrogates)."""
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise self.fail(f"{where} is not valid Unicode text (a lone surrogate)") from None
         return value
 
     def enum(self, enum_type: type[Enum], value: str, where: str) -> Any:
@@ -295,11 +312,22 @@ class _Parser:
 
     def checkpoint(self, raw: Any) -> CheckpointMetadata:
         fmt = self.enum(SnapshotFormat, self.get(raw, "format", str, "metadata"), "format")
+        kind = self.enum(SnapshotKind, self.get(raw, "kind", str, "metadata"), "kind")
+        # only a native checkpoint shares files with its siblings (../shared/); a savepoint
+        # is self-contained
+        shared = fmt is SnapshotFormat.NATIVE and kind is SnapshotKind.CHECKPOINT
         operators = self.get(raw, "operators", list, "metadata")
-        parsed = tuple(self.operator(op, i, fmt) for i, op in enumerate(operators))
+        parsed = tuple(self.operator(op, i, shared) for i, op in enumerate(operators))
         uids = [op.uid for op in parsed]
         if len(set(uids)) != len(uids):
             raise self.fail("duplicate operator uids")
+        paths = [f.path for op in parsed for st in op.subtasks for f in st.files]
+        if len(set(paths)) != len(paths):
+            twice = next(p for p in paths if paths.count(p) > 1)
+            raise self.fail(f"file {twice!r} is named twice (every state file belongs to one state of one subtask)")
+        created_at_ms = self.get(raw, "created_at_ms", int, "metadata")
+        if not 0 <= created_at_ms <= _MAX_TIMESTAMP_MS:
+            raise self.fail(f"created_at_ms {created_at_ms} is not a time between 1970 and 9999")
         checkpoint_id = self.get(raw, "checkpoint_id", int, "metadata")
         if checkpoint_id < 0:
             raise self.fail("checkpoint_id is negative")
@@ -308,14 +336,15 @@ class _Parser:
             job_id=self.get(raw, "job_id", str, "metadata"),
             job_name=self.get(raw, "job_name", str, "metadata", optional=True) or "",
             checkpoint_id=checkpoint_id,
-            kind=self.enum(SnapshotKind, self.get(raw, "kind", str, "metadata"), "kind"),
+            kind=kind,
             format=fmt,
-            created_at_ms=self.get(raw, "created_at_ms", int, "metadata"),
+            created_at_ms=created_at_ms,
             operators=parsed,
-            properties={str(k): str(v) for k, v in properties.items()},
+            properties={self.text(str(k), "metadata.properties"): self.text(str(v), "metadata.properties")
+                        for k, v in properties.items()},
         )
 
-    def operator(self, raw: Any, i: int, fmt: SnapshotFormat) -> OperatorMetadata:
+    def operator(self, raw: Any, i: int, shared: bool) -> OperatorMetadata:
         where = f"operators[{i}]"
         uid = self.get(raw, "uid", str, where)
         where = f"operator {uid!r}"
@@ -337,7 +366,7 @@ class _Parser:
         if any(d.keyed for d in states) and key_serializer is None:
             raise self.fail(f"{where}: keyed state without a key serializer")
         subtasks = tuple(
-            self.subtask(s, where, set(names), fmt) for s in self.get(raw, "subtasks", list, where)
+            self.subtask(s, where, set(names), shared) for s in self.get(raw, "subtasks", list, where)
         )
         if [s.index for s in subtasks] != list(range(parallelism)):
             raise self.fail(f"{where}: subtasks must be 0..{parallelism - 1} in order")
@@ -390,24 +419,24 @@ class _Parser:
             ttl_ms=ttl,
         )
 
-    def subtask(self, raw: Any, where: str, states: set[str], fmt: SnapshotFormat) -> SubtaskState:
+    def subtask(self, raw: Any, where: str, states: set[str], shared: bool) -> SubtaskState:
         index = self.get(raw, "index", int, f"{where} subtask")
         where = f"{where} subtask {index}"
         kg = self.get(raw, "key_group_range", list, where)
         if len(kg) != 2 or not all(isinstance(x, int) and not isinstance(x, bool) for x in kg):
             raise self.fail(f"{where}: key_group_range must be [start, end]")
-        files = tuple(self.file(f, where, states, fmt) for f in self.get(raw, "files", list, where))
+        files = tuple(self.file(f, where, states, shared) for f in self.get(raw, "files", list, where))
         if len({f.state for f in files}) != len(files):
             raise self.fail(f"{where}: two files for one state")
         return SubtaskState(index=index, key_group_range=KeyGroupRange(kg[0], kg[1]), files=files)
 
-    def file(self, raw: Any, where: str, states: set[str], fmt: SnapshotFormat) -> StateFile:
+    def file(self, raw: Any, where: str, states: set[str], shared: bool) -> StateFile:
         state = self.get(raw, "state", str, f"{where} file")
         if state not in states:
             raise self.fail(f"{where}: file for undeclared state {state!r}")
         path = check_relative_path(
             self.get(raw, "path", str, f"{where} file"),
-            allow_shared=fmt is SnapshotFormat.NATIVE,
+            allow_shared=shared,
             source=self.source,
         )
         size = self.get(raw, "size", int, f"{where} file")

@@ -277,22 +277,31 @@ class StateFileReader:
 
 def verify_state_stream(stream: IO[bytes], path: str, expected_size: int | None, expected_checksum: str | None,
                         chunk_size: int = 1 << 20, *, kind: int | None = None,
-                        key_groups: Container[int] | None = None) -> tuple[list[CorruptStateError], int]:
+                        key_groups: Container[int] | None = None,
+                        entries: int | None = None) -> tuple[list[CorruptStateError], int]:
     """Every check on one file: size, whole-file CRC, footer, index and every block.
 
     With ``kind`` and ``key_groups`` (the subtask's range), also that the file is of the
-    state's kind and holds only blocks of that range. Returns the problems found (empty
-    when the file is intact) and the number of blocks checked; never raises for damage.
+    state's kind and holds only blocks of that range; with ``entries``, that its index
+    holds that many entries. Returns the problems found (empty when the file is intact)
+    and the number of blocks checked; never raises for damage. Reads at most
+    ``expected_size + 1`` bytes for the whole-file CRC (one more tells a longer file).
     """
     problems: list[CorruptStateError] = []
     stream.seek(0)
     running = Crc32()
-    while True:
-        chunk = stream.read(chunk_size)
+    budget = None if expected_size is None else expected_size + 1
+    while budget is None or budget > 0:
+        chunk = stream.read(chunk_size if budget is None else min(chunk_size, budget))
         if not chunk:
             break
         running.update(chunk)
+        if budget is not None:
+            budget -= len(chunk)
     size = running.size
+    if budget == 0:  # longer than recorded: its real size is what the index must match
+        stream.seek(0, 2)
+        size = stream.tell()
     if expected_size is not None and size != expected_size:
         problems.append(CorruptStateError(f"size {size} differs from the recorded {expected_size}", path=path))
     if expected_checksum is not None and running.checksum != expected_checksum:
@@ -305,6 +314,9 @@ def verify_state_stream(stream: IO[bytes], path: str, expected_size: int | None,
     except UnsupportedVersionError as exc:
         problems.append(CorruptStateError(str(exc).removeprefix(f"{path}: "), path=path))
         return problems, 0
+    if entries is not None and reader.entries != entries:
+        problems.append(CorruptStateError(
+            f"its index holds {reader.entries} entries, _metadata records {entries}", path=path))
     if kind is not None and reader.kind != kind:
         problems.append(CorruptStateError(
             f"file kind {reader.kind} differs from the state's kind {kind} (1 keyed, 2 operator): another state's file",

@@ -251,13 +251,7 @@ def _read_indexes(reader: SavepointReader, op: OperatorMetadata, state: str) -> 
         file = st.file_of(state)
         if file is None:
             continue
-        with reader.open_file(file) as source:
-            for entry in source.index:
-                if entry.key_group not in st.key_group_range:
-                    raise CorruptStateError(
-                        f"block outside the subtask's key-group range {st.key_group_range.to_list()}",
-                        path=source.path, key_group=entry.key_group,
-                    )
+        with reader.open_subtask_file(op, st, file) as source:
             files.append((st.index, st.key_group_range, file, source.index))
     return _KeyedIndex(state, files)
 
@@ -354,13 +348,8 @@ def _read_blocks(
         file = st.file_of(state)
         if file is None:
             continue
-        with reader.open_file(file) as source:
+        with reader.open_subtask_file(op, st, file) as source:
             for entry in source.index:
-                if entry.key_group not in st.key_group_range:
-                    raise CorruptStateError(
-                        f"block outside the subtask's key-group range {st.key_group_range.to_list()}",
-                        path=source.path, key_group=entry.key_group,
-                    )
                 batch = source.read_block(entry.key_group)
                 assert batch is not None
                 if on_progress:

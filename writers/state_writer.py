@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import posixpath
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 from statekit.statefmt import layout
 from statekit.statefmt.checksum import Crc32
 from statekit.statefmt.errors import CorruptStateError
 from statekit.statefmt.fileio import FileIO
 from statekit.statefmt.metadata import CheckpointMetadata, StateFile, serialize_metadata
-from statekit.statefmt.statefile import IndexEntry, StateFileWriter
+from statekit.statefmt.statefile import IndexEntry, StateFileReader, StateFileWriter
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -74,24 +74,53 @@ def copy_state_file(
         io.copy_file(src_io, src_path, target)
         return StateFile(file.state, relative, file.size, file.checksum, file.entries)
     running = Crc32()
-    with src_io.open_input(src_path) as source, io.open_output(target) as out:
-        while True:
-            chunk = source.read(chunk_size)
+    with src_io.open_input(src_path) as source:
+        _check_size(source, file.size, src_io.url(src_path))
+        _check_structure(source, file, src_io.url(src_path))
+        _copy_checked(source, io, target, running, chunk_size, file, src_io.url(src_path))
+    return StateFile(file.state, relative, file.size, file.checksum, file.entries)
+
+
+def _check_size(source: IO[bytes], expected: int, url: str) -> None:
+    """Compare sizes before a byte is copied: a huge (sparse) file is refused, not copied."""
+    source.seek(0, 2)
+    size = source.tell()
+    source.seek(0)
+    if size != expected:
+        raise CorruptStateError(
+            f"size {size} differs from the {expected} bytes recorded in _metadata (truncated or replaced)", path=url)
+
+
+def _check_structure(source: IO[bytes], file: StateFile, url: str) -> None:
+    """Header, footer and index agree with ``_metadata`` before a byte is copied (three small reads)."""
+    reader = StateFileReader(source, file.size, path=url)
+    if reader.entries != file.entries:
+        raise CorruptStateError(f"its index holds {reader.entries} entries, _metadata records {file.entries}", path=url)
+    source.seek(0)
+
+
+def _copy_checked(source: IO[bytes], io: FileIO, target: str, running: Crc32, chunk_size: int,
+                  file: StateFile, url: str) -> None:
+    """Copy at most the recorded size (plus one byte to tell a longer file), checking size and CRC."""
+    with io.open_output(target) as out:
+        budget = file.size + 1
+        while budget > 0:
+            chunk = source.read(min(chunk_size, budget))
             if not chunk:
                 break
+            budget -= len(chunk)
             running.update(chunk)
             out.write(chunk)
         if running.size != file.size:
             raise CorruptStateError(
                 f"size {running.size} differs from the {file.size} bytes recorded in _metadata (truncated or replaced)",
-                path=src_io.url(src_path),
+                path=url,
             )
         if running.checksum != file.checksum:
             raise CorruptStateError(
                 f"file checksum mismatch: {running.checksum} differs from the recorded {file.checksum} (damaged)",
-                path=src_io.url(src_path),
+                path=url,
             )
-    return StateFile(file.state, relative, file.size, file.checksum, file.entries)
 
 
 def commit_metadata(io: FileIO, directory: str, metadata: CheckpointMetadata) -> None:

@@ -7,7 +7,8 @@ Recognised layouts (empty ``shared/`` and ``taskowned/`` folders may be missing)
     * a snapshot directory itself.
 
 A snapshot is complete when its ``_metadata`` exists and parses; ``chk-N`` directories
-without one are listed as incomplete (a checkpoint in progress or abandoned).
+without one are listed as incomplete (a checkpoint in progress or abandoned). statekit's own
+staging folders (``.<name>.inprogress-<hex>``) are not Flink's: the statekit listing shows them.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from statekit.readers.flink.layout import (
     TASKOWNED_DIR,
 )
 from statekit.readers.flink.metadata import read_flink_metadata
+from statekit.readers.inventory import is_in_progress_dir
+from statekit.statefmt.layout import MAX_METADATA_BYTES
 from statekit.statefmt.errors import PathNotFoundError, StatekitError
 from statekit.statefmt.fileio import FileInfo, FileIO
 
@@ -78,7 +81,7 @@ def _entry(io: FileIO, info: FileInfo, job_id: str | None, now: float) -> FlinkC
     kind, fmt, error, complete = _dir_kind(info.name), None, None, False
     if meta is not None:
         try:
-            metadata = read_flink_metadata(io.read_bytes(meta.path), source=io.url(meta.path))
+            metadata = read_flink_metadata(io.read_bytes(meta.path, limit=MAX_METADATA_BYTES), source=io.url(meta.path))
             checkpoint_id, complete, fmt = metadata.checkpoint_id, True, metadata.format
             kind = metadata.kind or kind
         except StatekitError as exc:
@@ -108,7 +111,7 @@ def _scan(io: FileIO, directory: str, job_id: str | None, now: float,
           depth: int) -> list[FlinkCheckpointEntry]:
     entries: list[FlinkCheckpointEntry] = []
     for info in io.list_dir(directory):
-        if not info.is_dir or info.name in (SHARED_DIR, TASKOWNED_DIR):
+        if not info.is_dir or info.name in (SHARED_DIR, TASKOWNED_DIR) or is_in_progress_dir(info.name):
             continue
         if _is_snapshot_dir(io, info):
             entries.append(_entry(io, info, job_id, now))

@@ -20,6 +20,7 @@ from typing import Any
 from statekit.readers.flink.layout import CHECKPOINT_DIR_PATTERN, METADATA_FILE, SHARED_DIR
 from statekit.readers.flink.metadata import is_flink_metadata, read_flink_metadata
 from statekit.readers.flink.model import FlinkCheckpointMetadata, StreamHandle, StreamHandleKind
+from statekit.statefmt.layout import MAX_METADATA_BYTES
 from statekit.statefmt.errors import (
     BadInputError,
     IncompleteCheckpointError,
@@ -157,7 +158,7 @@ def load_snapshot(path: str, *, storage_options: dict[str, Any] | None = None) -
             )
     else:
         directory, meta_path = posixpath.dirname(fs_path), fs_path
-    data = io.read_bytes(meta_path)
+    data = io.read_bytes(io.check_inside(meta_path, directory), limit=MAX_METADATA_BYTES)
     if not is_flink_metadata(data[:4]):
         raise NotACheckpointError("not a Flink _metadata file (wrong magic number)",
                                   path=io.url(meta_path))
@@ -223,11 +224,21 @@ def _ref(snapshot: FlinkSnapshot, handle: StreamHandle, role: str, operator: str
                                     posixpath.join(directory.path, path))
         else:
             location = resolve_absolute(snapshot, path)
+        scope = _scope(snapshot, location)
+        _check_links(snapshot, location, scope)
     except (UnsafePathError, BadInputError) as exc:
         return FlinkFileRef(path, path, handle.size, relative, "external", role, operator,
                             subtask, None, str(exc))
-    return FlinkFileRef(path, location.url, handle.size, relative, _scope(snapshot, location),
+    return FlinkFileRef(path, location.url, handle.size, relative, scope,
                         role, operator, subtask, location)
+
+
+def _check_links(snapshot: FlinkSnapshot, location: FileLocation, scope: str) -> None:
+    """An exclusive or shared file must stay in its directory once symlinks are resolved."""
+    if scope == "exclusive":
+        location.io.check_inside(location.path, snapshot.directory.path)
+    elif scope == "shared" and snapshot.job_dir is not None:
+        location.io.check_inside(location.path, posixpath.join(snapshot.job_dir.path, SHARED_DIR))
 
 
 def referenced_files(snapshot: FlinkSnapshot) -> list[FlinkFileRef]:
@@ -271,6 +282,12 @@ def read_stream_ranges(
     ref = _ref(snapshot, handle, "data", "?", None)
     if ref.resolved is None:
         raise BadInputError(ref.problem or "cannot resolve state file", path=ref.location)
+    if ref.scope == "external":
+        raise UnsafePathError(
+            "state file outside the snapshot directory and its job's shared/ directory; refusing "
+            "to read it (a moved checkpoint: rewrite its paths with `statekit relocate`)",
+            path=ref.url,
+        )
     location = ref.resolved
     with location.io.open_input(location.path) as stream:
         for offset, length in ranges:

@@ -7,7 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from statekit.statefmt.errors import BadInputError, MetadataError, NotACheckpointError, PathNotFoundError
+from statekit.statefmt.errors import (
+    BadInputError,
+    MetadataError,
+    NotACheckpointError,
+    PathNotFoundError,
+    StatekitError,
+)
 from statekit.statefmt.fileio import FileIO
 from statekit.statefmt.metadata import StateDescriptor, StateKind
 from statekit.writers.disposal import dispose_snapshot
@@ -50,7 +56,7 @@ def test_dispose_through_the_metadata_file(tmp_path: Path) -> None:
 
 def test_temp_files_do_not_block_disposal(tmp_path: Path) -> None:
     sp = write(tmp_path / "sp")
-    (sp / "op" / ".00000-of-00002.sks.abc.tmp").write_bytes(b"x")
+    (sp / "op" / ".00000-of-00002.sks.0123456789abcdef0123456789abcdef.tmp").write_bytes(b"x")
     assert dispose_snapshot(str(sp)).disposed
 
 
@@ -97,18 +103,29 @@ def test_incomplete_checkpoint(tmp_path: Path) -> None:
     chk = write(tmp_path / "job" / "chk-8")
     os.remove(chk / "_metadata")
     (chk / "readme.md").write_text("x")
-    with pytest.raises(BadInputError, match="refusing to dispose an incomplete checkpoint holding non-state file 'readme.md'"):
+    with pytest.raises(BadInputError, match=r"chk-8: refusing to dispose: 1 file\(s\) that are not statekit state or temp "
+                                            r"files, in a snapshot without _metadata, e.g. 'readme.md'"):
         dispose_snapshot(str(chk))
+    assert (chk / "readme.md").exists() and len(listing(chk)) == 3
 
 
 def test_metadata_goes_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     sp = write(tmp_path / "chk-1")
+    real_rm_file = FileIO.rm_file
+    removed: list[str] = []
 
-    def crash(self: FileIO, path: str, recursive: bool = False) -> None:
-        raise OSError("crash (injected)")
+    def crash_after_first(self: FileIO, path: str) -> None:
+        if removed:
+            raise OSError("crash (injected)")
+        real_rm_file(self, path)
+        removed.append(path)
 
-    monkeypatch.setattr(FileIO, "rm", crash)
-    with pytest.raises(OSError, match="injected"):
+    monkeypatch.setattr(FileIO, "rm_file", crash_after_first)
+    with pytest.raises(StatekitError, match=r"chk-1: dispose incomplete: deleted 1 of 3 file\(s\), then .*\.sks: "
+                                            r"crash \(injected\); .* rerun dispose to finish"):
         dispose_snapshot(str(sp))
     # what remains is an incomplete checkpoint, never a complete-looking one with files missing
+    assert [Path(p).name for p in removed] == ["_metadata"]
     assert not (sp / "_metadata").exists() and len(listing(sp)) == 2
+    monkeypatch.undo()
+    assert dispose_snapshot(str(sp)).disposed and not sp.exists()  # the rerun finishes
