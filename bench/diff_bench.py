@@ -78,8 +78,8 @@ def main() -> None:
             print(f"max parallelism {max_p:>5}: read both {read_s:.2f} s | diff (local) {diff_s:.2f} s "
                   f"= {diff_s / read_s:.2f}x reading | key groups skipped by checksum {skipped:.0%}")
             if args.spark:
-                from statekit.readers.spark_diff import diff_savepoints_spark
-                from statekit.readers.spark_session import get_spark
+                from statekit.spark.diff import diff_savepoints_spark
+                from statekit.spark.session import get_spark
 
                 get_spark("local[2]")
                 spark_s, _ = timed(lambda: diff_savepoints_spark(a, b, master="local[2]"))

@@ -39,9 +39,9 @@ def main() -> None:
     import pyarrow.dataset as ds
     import pyarrow.parquet as pq
 
-    from statekit.readers.spark_session import get_spark
+    from statekit.spark.session import get_spark
     from statekit.statefmt.metadata import StateDescriptor, StateKind
-    from statekit.writers.export import export_savepoint
+    from statekit.spark.export import export_savepoint
     from statekit.writers.savepoint_writer import SavepointWriter
 
     n = args.entries

@@ -11,7 +11,7 @@ import statekit.cli.flink_render  # noqa: F401  (registers the renderers)
 from statekit.cli.errors import catch_exception
 from statekit.cli.options import common_options
 from statekit.cli.output import get_output
-from statekit.readers.key_group_lookup import KEY_TYPES
+from statekit.flink.key_group_lookup import KEY_TYPES
 
 __all__ = ["keygroup", "relocate"]
 
@@ -65,7 +65,7 @@ def keygroup(key: str, flink: bool, key_type: str, max_parallelism: int | None, 
     statekit key group 'user-1' (msgpack string):  statekit keygroup user-1
     Flink key group of Integer -1 at 4 subtasks:    statekit keygroup --flink --key-type int -p 4 -1
     """
-    from statekit.readers.key_group_lookup import lookup_key_group
+    from statekit.flink.key_group_lookup import lookup_key_group
 
     get_output().show(lookup_key_group(key, key_type=key_type, flink=flink, max_parallelism=max_parallelism,
                                        parallelism=parallelism, key_serializer=key_serializer))
@@ -85,6 +85,6 @@ def relocate(path: str, old_prefix: str, new_prefix: str, output: str, force: bo
 
     Exit 2 without writing when no absolute path starts with --from.
     """
-    from statekit.readers.flink_relocation import relocate_flink_snapshot
+    from statekit.flink.relocation import relocate_flink_snapshot
 
     get_output().show(relocate_flink_snapshot(path, old_prefix, new_prefix, output, force=force))

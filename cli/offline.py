@@ -26,7 +26,7 @@ def checkpoints() -> None:
 @catch_exception
 def checkpoints_list(directory: str, **_: Any) -> None:
     """Every chk-N and savepoint under DIRECTORY: id, complete/incomplete, kind, size, age."""
-    from statekit.readers.flink_dispatch import list_any
+    from statekit.flink.dispatch import list_any
 
     get_output().show(list_any(directory))
 
@@ -38,7 +38,7 @@ def checkpoints_list(directory: str, **_: Any) -> None:
 @catch_exception
 def inspect(path: str, no_skew: bool, **_: Any) -> None:
     """Operators, states, parallelism, key-group ranges, sizes and skew of a snapshot."""
-    from statekit.readers.flink_dispatch import inspect_any
+    from statekit.flink.dispatch import inspect_any
 
     get_output().show(inspect_any(path, skew=not no_skew))
 
@@ -49,7 +49,7 @@ def inspect(path: str, no_skew: bool, **_: Any) -> None:
 @catch_exception
 def verify(path: str, **_: Any) -> None:
     """Check every file, size and checksum; exit 1 naming each damaged file and key group."""
-    from statekit.readers.flink_dispatch import verify_any
+    from statekit.flink.dispatch import verify_any
 
     output = get_output()
     with output.progress("verifying") as advance:
@@ -89,6 +89,6 @@ def dispose(path: str, dry_run: bool, force: bool, **_: Any) -> None:
     A staging folder that changed in the last 10 minutes may still be written by a running
     savepoint or command: it is refused unless --force.
     """
-    from statekit.readers.flink_dispatch import dispose_any
+    from statekit.flink.dispatch import dispose_any
 
     get_output().show(dispose_any(path, dry_run=dry_run, force=force))

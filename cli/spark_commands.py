@@ -59,7 +59,7 @@ def export(path: str, output: str, operator: str | None, state: str | None, fmt:
 
     PATH is a statekit snapshot or an Apache Flink canonical savepoint (its keyed state).
     """
-    from statekit.writers.export import export_savepoint
+    from statekit.spark.export import export_savepoint
 
     out = get_output()
     result = export_savepoint(path, output, operator=operator, state=state, master=master, conf=parse_conf(conf),
@@ -90,7 +90,7 @@ def diff(a: str, b: str, operator: str | None, state: str | None, keys: bool, li
     options: dict[str, Any] = dict(operator=operator, state=state, keys=keys, limit=limit, output=output,
                                    trust_pickle=trust_pickle)
     if engine == "spark":
-        from statekit.readers.spark_diff import diff_savepoints_spark
+        from statekit.spark.diff import diff_savepoints_spark
 
         result = diff_savepoints_spark(a, b, master=master, conf=parse_conf(conf), verbose=_verbose(verbose),
                                        progress=out.progress, **options)

@@ -6,6 +6,6 @@ cd "$(dirname "$0")/.."
 tree=$(mktemp -d)
 trap 'rm -rf "$tree"' EXIT
 mkdir "$tree/statekit"
-for part in cli statefmt readers writers runtime; do ln -s "$PWD/$part" "$tree/statekit/$part"; done
+for part in statefmt readers writers flink runtime spark cli; do ln -s "$PWD/$part" "$tree/statekit/$part"; done
 cd "$tree"
 exec "$OLDPWD/.venv/bin/python" -m mypy --strict --config-file "$OLDPWD/pyproject.toml" -p statekit "$@"

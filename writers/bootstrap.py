@@ -60,7 +60,7 @@ from statekit.statefmt.value_types import ValueType, parse_value_type, to_arrow_
 from statekit.writers.key_group_sorter import DEFAULT_MEMORY_BUDGET, DuplicateMode, KeyGroupSorter
 from statekit.writers.operator_copy import copy_operator
 from statekit.writers.operator_state_redistribution import split_counts
-from statekit.writers.progress import Advance, ProgressFactory, no_progress
+from statekit.readers.progress import Advance, ProgressFactory, no_progress
 from statekit.writers.savepoint_writer import new_job_id
 from statekit.writers.staging import staged_output_dir
 from statekit.writers.state_writer import commit_metadata, write_keyed_file, write_operator_file
@@ -496,7 +496,7 @@ def bootstrap_savepoint(
         parallelism: subtasks of the new operator.
         ttl_ms: TTL recorded in the state descriptor.
         from_savepoint: copy this savepoint's operators into the output and add the new one.
-        engine: ``local`` (pyarrow, streaming) or ``spark`` (``statekit.writers.spark_bootstrap``).
+        engine: ``local`` (pyarrow, streaming) or ``spark`` (``statekit.spark.bootstrap``).
         batch_size, spill_dir, memory_budget: streaming knobs (rows per batch, spill place, bytes in memory).
         progress: opens a progress bar (``Output.progress``), advanced in bytes of input and copies.
 
@@ -594,7 +594,7 @@ def bootstrap_savepoint(
 def _bootstrap_with_spark(arguments: dict[str, Any]) -> Any:
     try:
         importlib.import_module("pyspark")
-        spark_bootstrap = importlib.import_module("statekit.writers.spark_bootstrap")
+        spark_bootstrap = importlib.import_module("statekit.spark.bootstrap")
     except ImportError:
         raise BadInputError("--engine spark needs PySpark: pip install 'statekit[spark]'") from None
     function = spark_bootstrap.bootstrap_with_spark

@@ -49,7 +49,7 @@ from statekit.statefmt.statefile import IndexEntry
 from statekit.writers.key_group_sorter import DEFAULT_MEMORY_BUDGET, DuplicateMode, KeyGroupSorter
 from statekit.writers.operator_copy import copy_operator
 from statekit.writers.operator_state_redistribution import planned_operator_elements, redistribute_operator_state
-from statekit.writers.progress import Advance, ProgressFactory, no_progress
+from statekit.readers.progress import Advance, ProgressFactory, no_progress
 from statekit.writers.staging import check_output_dir, staged_output_dir
 from statekit.writers.state_writer import commit_metadata, write_keyed_file, write_raw_keyed_file
 

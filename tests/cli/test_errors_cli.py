@@ -225,7 +225,7 @@ def test_verbose_shows_the_traceback(tmp_path: Path) -> None:
 
 
 def test_an_internal_error_is_exit_3_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    import statekit.readers.flink_dispatch as dispatch
+    import statekit.flink.dispatch as dispatch
 
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("boom\nsecond line")

@@ -216,7 +216,7 @@ def system_roots() -> SystemRoots:
     """Asked from the child's own interpreter, started the same way (-I -B)."""
     code = (
         "import sys, os, json, importlib.util, sysconfig\n"
-        "names = ['statekit.cli', 'statekit.statefmt', 'statekit.readers', 'statekit.readers.flink',"
+        "names = ['statekit.cli', 'statekit.statefmt', 'statekit.readers', 'statekit.flink',"
         " 'statekit.writers', 'statekit.runtime']\n"
         "pkgs = [p for n in names for p in (importlib.util.find_spec(n).submodule_search_locations or [])]\n"
         "prefixes = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix]\n"

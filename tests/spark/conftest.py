@@ -50,7 +50,7 @@ def write_sample(path: str, parallelism: int = 2, storage_options: dict[str, Any
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     pytest.importorskip("pyspark")
-    from statekit.readers.spark_session import get_spark, stop_spark
+    from statekit.spark.session import get_spark, stop_spark
 
     session = get_spark("local[2]")
     try:

@@ -16,7 +16,7 @@ from statekit.cli.main import cli
 from statekit.readers.diff import diff_savepoints
 from statekit.readers.savepoint_reader import SavepointReader
 from statekit.writers.bootstrap import bootstrap_savepoint
-from statekit.writers.spark_bootstrap import bootstrap_with_spark
+from statekit.spark.bootstrap import bootstrap_with_spark
 
 pytestmark = pytest.mark.spark
 

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from statekit.cli.main import cli
 from statekit.readers.diff import diff_savepoints
-from statekit.readers.spark_diff import diff_savepoints_spark
+from statekit.spark.diff import diff_savepoints_spark
 from statekit.statefmt.metadata import StateDescriptor, StateKind
 from statekit.writers.savepoint_writer import SavepointWriter
 

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from statekit.cli.main import cli
 from statekit.readers.savepoint_reader import SavepointReader
 from statekit.statefmt.errors import CorruptStateError
-from statekit.writers.export import export_savepoint
+from statekit.spark.export import export_savepoint
 
 pytestmark = pytest.mark.spark
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from statekit.readers.savepoint_reader import SavepointReader
-from statekit.readers.spark_source import read_state
+from statekit.spark.source import read_state
 from statekit.statefmt.keygroups import assign_to_key_group, compute_operator_index_for_key_group
 from statekit.statefmt.metadata import StateDescriptor, StateKind
 from statekit.writers.savepoint_writer import SavepointWriter

@@ -14,11 +14,11 @@ import duckdb
 import pytest
 
 from statekit.readers.diff import diff_savepoints
-from statekit.readers.spark_diff import diff_savepoints_spark
+from statekit.spark.diff import diff_savepoints_spark
 from statekit.runtime.job import JobStatus
 from statekit.runtime.launcher import run_job_file
 from statekit.runtime.run_options import RunOptions
-from statekit.writers.export import export_savepoint
+from statekit.spark.export import export_savepoint
 
 pytestmark = pytest.mark.spark
 

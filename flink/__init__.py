@@ -1,0 +1,94 @@
+"""Read Apache Flink snapshots (``_metadata`` v3-v7) without a JVM.
+
+Entry points:
+    * bytes: :func:`read_flink_metadata`, :func:`is_flink_metadata`,
+      :func:`relocate_flink_metadata`, :func:`read_keyed_backend_meta`;
+    * paths: :func:`open_flink_snapshot`, :func:`list_flink_checkpoints`,
+      :func:`inspect_flink_snapshot`, :func:`verify_flink_snapshot`,
+      :func:`plan_flink_dispose`, :func:`dispose_flink_snapshot`;
+    * keys: :func:`assign_to_key_group_flink` and Java ``hashCode`` helpers.
+"""
+
+from statekit.flink.entries import (
+    FlinkEntryCounts,
+    FlinkKeyedEntry,
+    count_savepoint_entries,
+    decodable_states,
+    read_savepoint_entries,
+)
+from statekit.flink.keygroups import (
+    assign_key_to_operator_flink,
+    assign_to_key_group_flink,
+    flink_murmur_hash,
+    java_hash_code,
+)
+from statekit.flink.metadata import is_flink_metadata, read_flink_metadata
+from statekit.flink.model import (
+    CheckpointProperties,
+    FlinkCheckpointMetadata,
+    FlinkOperatorState,
+    FlinkSubtaskState,
+    KeyedHandleKind,
+    KeyedStateHandle,
+    OperatorStateHandle,
+    StreamHandle,
+    StreamHandleKind,
+)
+from statekit.flink.relocate import relocate_flink_metadata
+from statekit.flink.snapshot import (
+    FlinkCheckpointEntry,
+    FlinkDisposePlan,
+    FlinkDisposeResult,
+    FlinkFileRef,
+    FlinkProblem,
+    FlinkSnapshot,
+    FlinkSnapshotSummary,
+    dispose_flink_snapshot,
+    flink_referenced_files,
+    inspect_flink_snapshot,
+    list_flink_checkpoints,
+    open_flink_snapshot,
+    plan_flink_dispose,
+    verify_flink_snapshot,
+)
+from statekit.flink.state_meta import FlinkStateMeta, read_keyed_backend_meta
+
+__all__ = [
+    "read_flink_metadata",
+    "is_flink_metadata",
+    "relocate_flink_metadata",
+    "read_keyed_backend_meta",
+    "open_flink_snapshot",
+    "list_flink_checkpoints",
+    "inspect_flink_snapshot",
+    "verify_flink_snapshot",
+    "flink_referenced_files",
+    "plan_flink_dispose",
+    "dispose_flink_snapshot",
+    "count_savepoint_entries",
+    "FlinkEntryCounts",
+    "read_savepoint_entries",
+    "decodable_states",
+    "FlinkKeyedEntry",
+    "assign_to_key_group_flink",
+    "assign_key_to_operator_flink",
+    "flink_murmur_hash",
+    "java_hash_code",
+    "CheckpointProperties",
+    "FlinkCheckpointMetadata",
+    "FlinkOperatorState",
+    "FlinkSubtaskState",
+    "KeyedHandleKind",
+    "KeyedStateHandle",
+    "OperatorStateHandle",
+    "StreamHandle",
+    "StreamHandleKind",
+    "FlinkSnapshot",
+    "FlinkFileRef",
+    "FlinkCheckpointEntry",
+    "FlinkProblem",
+    "FlinkDisposePlan",
+    "FlinkDisposeResult",
+    "FlinkSnapshotSummary",
+    "FlinkStateMeta",
+]

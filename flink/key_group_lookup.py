@@ -1,0 +1,158 @@
+"""``keygroup``: which key group (and subtask) a key lands in, in statekit or in Flink.
+
+statekit hashes the *serialized* key (murmur3_32 of its bytes, see
+``statekit.statefmt.keygroups``); Flink hashes the Java ``hashCode`` of the key object
+(``MathUtils.murmurHash``, see ``statekit.flink.keygroups``). The same key
+therefore lands in different key groups in the two systems.
+
+The key arrives as text (a command-line argument) and is coerced by its key type first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+from statekit.statefmt.errors import BadInputError
+from statekit.statefmt.keygroups import (
+    check_parallelism,
+    compute_default_max_parallelism,
+    compute_key_group_range_for_operator_index,
+    compute_operator_index_for_key_group,
+)
+
+__all__ = ["KEY_TYPES", "KeyGroupLookup", "parse_key", "lookup_key_group"]
+
+KEY_TYPES: tuple[str, ...] = ("string", "int", "long", "short", "byte", "boolean", "char", "double", "float")
+JAVA_NAMES = {"string": "String", "int": "Integer", "long": "Long", "short": "Short", "byte": "Byte",
+              "boolean": "Boolean", "char": "Character", "double": "Double", "float": "Float"}
+DEFAULT_MAX_PARALLELISM = 128
+
+
+@dataclass(frozen=True)
+class KeyGroupLookup:
+    """Where a key lands.
+
+    Attributes:
+        key: The key as given.
+        key_type: How it was read (``string``, ``int``, ``long``, ...).
+        value: The coerced key.
+        engine: ``flink`` (Java ``hashCode``) or ``statekit`` (serialized bytes).
+        max_parallelism: Number of key groups.
+        key_group: The key group.
+        hash: Flink: the Java ``hashCode``; statekit: murmur3_32 of the key bytes.
+        murmur_hash: Flink: ``MathUtils.murmurHash(hashCode)``; statekit: ``None``.
+        key_serializer: statekit: the serializer of the key bytes; Flink: ``None``.
+        key_bytes: statekit: the serialized key, hex; Flink: ``None``.
+        parallelism: The parallelism asked about, else ``None``.
+        subtask: The subtask owning the key group at ``parallelism``.
+        subtask_key_groups: That subtask's key-group range ``(start, end)``, inclusive.
+    """
+
+    key: str
+    key_type: str
+    value: Any
+    engine: str
+    max_parallelism: int
+    key_group: int
+    hash: int
+    murmur_hash: int | None = None
+    key_serializer: str | None = None
+    key_bytes: str | None = None
+    parallelism: int | None = None
+    subtask: int | None = None
+    subtask_key_groups: tuple[int, int] | None = None
+
+    @property
+    def java_type(self) -> str:
+        """The Java class the key is boxed as (Flink)."""
+        return JAVA_NAMES.get(self.key_type, self.key_type)
+
+    def to_json(self) -> dict[str, Any]:
+        """The lookup as JSON data."""
+        data = asdict(self)
+        data["subtask_key_groups"] = list(self.subtask_key_groups) if self.subtask_key_groups else None
+        return data
+
+
+def parse_key(text: str, key_type: str) -> Any:
+    """Coerce command-line text to a key of ``key_type``.
+
+    Raises:
+        BadInputError: An unknown key type, or text that is not such a value.
+    """
+    if key_type in ("string", "char"):
+        if key_type == "char" and len(text) != 1:
+            raise BadInputError(f"a char key is one character, got {text!r}")
+        return text
+    try:
+        if key_type in ("int", "long", "short", "byte"):
+            return int(text, 10)
+        if key_type in ("double", "float"):
+            return float(text)
+    except ValueError:
+        raise BadInputError(f"key {text!r} is not a {key_type} (--key-type {key_type})") from None
+    if key_type == "boolean":
+        lowered = text.lower()
+        if lowered not in ("true", "false"):
+            raise BadInputError(f"a boolean key is true or false, got {text!r}")
+        return lowered == "true"
+    raise BadInputError(f"unknown key type {key_type!r} (known: {', '.join(KEY_TYPES)})")
+
+
+def lookup_key_group(
+    key: str,
+    *,
+    key_type: str = "string",
+    flink: bool = False,
+    max_parallelism: int | None = None,
+    parallelism: int | None = None,
+    key_serializer: str = "msgpack",
+) -> KeyGroupLookup:
+    """The key group of ``key`` and, with ``parallelism``, the subtask that owns it.
+
+    Args:
+        key: The key as text.
+        key_type: How to read ``key``: one of :data:`KEY_TYPES`.
+        flink: Compute Flink's key group (Java ``hashCode`` of a ``key_type`` object)
+            instead of statekit's (murmur3_32 of the key serialized by ``key_serializer``).
+        max_parallelism: Number of key groups; default Flink's default for
+            ``parallelism`` (at least 128), or 128.
+        parallelism: Also compute the owning subtask at this parallelism.
+        key_serializer: statekit only: the serializer of the operator's keys.
+
+    Raises:
+        BadInputError: Unreadable key, unknown key type or serializer, bad parallelism.
+        SerializationError: The serializer cannot encode the key.
+
+    Example:
+        >>> lookup_key_group("42", key_type="int", flink=True).key_group
+        29
+    """
+    if max_parallelism is None:
+        max_parallelism = (compute_default_max_parallelism(parallelism) if parallelism
+                           else DEFAULT_MAX_PARALLELISM)
+    check_parallelism(parallelism if parallelism is not None else 1, max_parallelism)
+    value = parse_key(key, key_type)
+    if flink:
+        from statekit.flink.keygroups import flink_murmur_hash, java_hash_code
+
+        code = java_hash_code(value, key_type)
+        murmur = flink_murmur_hash(code)
+        result = KeyGroupLookup(key, key_type, value, "flink", max_parallelism,
+                                murmur % max_parallelism, code, murmur_hash=murmur)
+    else:
+        from statekit.statefmt.keygroups import key_hash
+        from statekit.statefmt.serializers import get_serializer, serialize_with
+
+        serializer = get_serializer(key_serializer, for_write=True)
+        data = serialize_with(serializer, value, "key")
+        digest = key_hash(data)
+        result = KeyGroupLookup(key, key_type, value, "statekit", max_parallelism,
+                                digest % max_parallelism, digest, key_serializer=key_serializer,
+                                key_bytes=data.hex())
+    if parallelism is None:
+        return result
+    subtask = compute_operator_index_for_key_group(max_parallelism, parallelism, result.key_group)
+    kg = compute_key_group_range_for_operator_index(max_parallelism, parallelism, subtask)
+    return replace(result, parallelism=parallelism, subtask=subtask, subtask_key_groups=(kg.start, kg.end))

@@ -1,0 +1,311 @@
+"""Read the keyed-state meta information at the start of Flink keyed state streams.
+
+Heap (hashmap) checkpoints and canonical savepoints start their key-group stream with it;
+RocksDB incremental checkpoints keep it in the handle's meta stream. Layout (Flink's
+``KeyedBackendSerializationProxy`` v6 and ``StateMetaInfoSnapshotReadersWriters`` v6)::
+
+    version int (6) | key-group compression boolean
+    key serializer snapshot
+    state count short, each:
+        name utf | backend state type int (KEY_VALUE, OPERATOR, BROADCAST, PRIORITY_QUEUE)
+        option count int, each: key utf | value utf      (KEYED_STATE_TYPE = VALUE, LIST, MAP...)
+        serializer count int, each: key utf | serializer snapshot
+
+    serializer snapshot  = proxy version int (2) | versioned snapshot
+    versioned snapshot   = class name utf | snapshot version int | class-specific content
+
+Class-specific content has no length prefix, so a snapshot can only be skipped when its
+class is known: simple snapshots (empty from version 3) and composite snapshots
+(``CompositeTypeSerializerSnapshot``: magic, outer version, outer snapshot, nested
+snapshots). For any other class the state is flagged with the reason, and reading resumes
+at the next state header, found by its shape (name, type, options, serializer keys).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from statekit.flink.cursor import ByteCursor, decode_modified_utf8
+from statekit.statefmt.errors import CorruptStateError
+
+__all__ = ["SerializerNode", "SerializerInfo", "FlinkStateMeta", "KeyedBackendMeta", "read_keyed_backend_meta"]
+
+PROXY_VERSION = 6
+SNAPSHOT_PROXY_VERSION = 2
+COMPOSITE_MAGIC = 911108  # CompositeTypeSerializerSnapshot.MAGIC_NUMBER
+NESTED_MAGIC = 1333245  # NestedSerializersSnapshotDelegate.MAGIC_NUMBER
+MAX_SNAPSHOT_DEPTH = 32
+
+BACKEND_STATE_TYPES = ("key-value", "operator", "broadcast", "priority-queue")
+SERIALIZER_KEYS = frozenset({"KEY_SERIALIZER", "NAMESPACE_SERIALIZER", "VALUE_SERIALIZER"})
+
+_BASE = "org.apache.flink.api.common.typeutils.base."
+_ARRAY = _BASE + "array."
+# SimpleTypeSerializerSnapshot subclasses: no content from version 3 (version 2: a class name).
+SIMPLE_SNAPSHOTS = frozenset(
+    [
+        _BASE + f"{name}Serializer${name}SerializerSnapshot"
+        for name in (
+            "Boolean", "Byte", "Char", "Double", "Float", "Int", "Long", "Short", "String",
+            "Void", "Date", "SqlDate", "SqlTime", "SqlTimestamp", "BigInt", "BigDec",
+            "Instant", "LocalDate", "LocalTime", "LocalDateTime", "BooleanValue", "ByteValue",
+            "CharValue", "DoubleValue", "FloatValue", "IntValue", "LongValue", "NullValue",
+            "ShortValue", "StringValue",
+        )
+    ]
+    + [
+        _ARRAY + f"{name}PrimitiveArraySerializer${name}PrimitiveArraySerializerSnapshot"
+        for name in ("Boolean", "Byte", "Char", "Double", "Float", "Int", "Long", "Short")
+    ]
+    + [
+        _ARRAY + "StringArraySerializer$StringArraySerializerSnapshot",
+        "org.apache.flink.runtime.state.VoidNamespaceSerializer$VoidNamespaceSerializerSnapshot",
+        "org.apache.flink.streaming.api.windowing.windows.TimeWindow$Serializer"
+        "$TimeWindowSerializerSnapshot",
+        "org.apache.flink.streaming.api.windowing.windows.GlobalWindow$Serializer"
+        "$GlobalWindowSerializerSnapshot",
+    ]
+)
+ROW_SNAPSHOT = "org.apache.flink.api.java.typeutils.runtime.RowSerializer$RowSerializerSnapshot"
+
+
+class _Unskippable(Exception):
+    """A serializer snapshot whose content cannot be skipped without knowing its class."""
+
+
+@dataclass(frozen=True)
+class SerializerNode:
+    """A serializer snapshot class and its nested snapshots (a composite's fields, in order)."""
+
+    snapshot_class: str
+    children: tuple[SerializerNode, ...] = ()
+
+    def descendants(self) -> tuple[str, ...]:
+        """The classes of every nested snapshot, depth first."""
+        return tuple(name for child in self.children for name in (child.snapshot_class, *child.descendants()))
+
+
+@dataclass(frozen=True)
+class SerializerInfo:
+    """One serializer snapshot: its role key, snapshot class and nested snapshot classes.
+
+    ``nested`` lists every nested class depth first; ``tree`` keeps their structure.
+    """
+
+    key: str
+    snapshot_class: str | None
+    nested: tuple[str, ...] = ()
+    tree: SerializerNode | None = None
+
+    @property
+    def short_name(self) -> str:
+        """The snapshot class without package, outer class and ``Snapshot`` suffix."""
+        if not self.snapshot_class:
+            return "?"
+        simple = self.snapshot_class.rsplit(".", 1)[-1].rsplit("$", 1)[-1]
+        return simple[: -len("Snapshot")] if simple.endswith("Snapshot") else simple
+
+
+@dataclass(frozen=True)
+class FlinkStateMeta:
+    """The meta information of one state registered in a keyed backend.
+
+    Attributes:
+        name: The state name (e.g. ``python-state-count``).
+        kind: ``value``, ``list``, ``map``, ``reducing``, ``aggregating`` (keyed states),
+            ``timers`` (priority queues), ``operator`` or ``broadcast``.
+        backend_type: Flink's backend state type in lower case.
+        options: The raw options (``KEYED_STATE_TYPE``, ...).
+        serializers: The serializer snapshots read, in file order.
+        problem: Why not all serializer snapshots could be read, else ``None``.
+    """
+
+    name: str
+    kind: str
+    backend_type: str
+    options: dict[str, str] = field(default_factory=dict)
+    serializers: tuple[SerializerInfo, ...] = ()
+    problem: str | None = None
+
+
+@dataclass(frozen=True)
+class KeyedBackendMeta:
+    """The header of a keyed state stream.
+
+    Attributes:
+        version: The ``KeyedBackendSerializationProxy`` version.
+        compressed: True when key groups are compressed (snappy).
+        key_serializer: The key serializer snapshot, when it could be read.
+        states: Every state found, in file order.
+        header_size: Bytes of the header, when every snapshot was read.
+        problem: A reason when the header could not be read completely, else ``None``.
+    """
+
+    version: int
+    compressed: bool
+    key_serializer: SerializerInfo | None
+    states: tuple[FlinkStateMeta, ...]
+    header_size: int | None
+    problem: str | None = None
+
+
+def _skip_outer(cur: ByteCursor, class_name: str, outer_version: int) -> None:
+    if class_name == ROW_SNAPSHOT:
+        if outer_version >= 4:
+            cur.u8("row serializer supportsRowKind")
+        return
+    if cur.peek_i32() != NESTED_MAGIC:
+        raise _Unskippable(f"composite snapshot {class_name} has an unknown outer snapshot")
+
+
+def _versioned_snapshot(cur: ByteCursor, depth: int) -> SerializerNode:
+    if depth > MAX_SNAPSHOT_DEPTH:
+        raise cur.error("serializer snapshots nested too deeply")
+    class_name = cur.utf("serializer snapshot class")
+    version = cur.i32("serializer snapshot version")
+    if class_name in SIMPLE_SNAPSHOTS:
+        if version == 2:
+            cur.utf("legacy serializer class name")
+        elif version < 2:
+            raise _Unskippable(f"{class_name} snapshot version {version}")
+        return SerializerNode(class_name)
+    if version >= 3 and cur.peek_i32() == COMPOSITE_MAGIC:
+        cur.i32("composite snapshot magic")
+        _skip_outer(cur, class_name, cur.i32("outer snapshot version"))
+        return SerializerNode(class_name, _nested_snapshots(cur, depth))
+    raise _Unskippable(f"cannot skip serializer snapshot {class_name} (version {version})")
+
+
+def _nested_snapshots(cur: ByteCursor, depth: int) -> tuple[SerializerNode, ...]:
+    at = cur.pos
+    if cur.i32("nested snapshots magic") != NESTED_MAGIC:
+        raise cur.error("wrong nested serializer snapshots magic number", at=at)
+    version_at = cur.pos
+    if cur.i32("nested snapshots version") != 1:
+        raise _Unskippable(f"nested serializer snapshots version at byte offset {version_at}")
+    return tuple(
+        _versioned_snapshot(cur, depth + 1)
+        for _ in range(cur.count("number of nested serializer snapshots", min_item_size=6))
+    )
+
+
+def _serializer(cur: ByteCursor, key: str) -> SerializerInfo:
+    at = cur.pos
+    proxy_version = cur.i32("serializer snapshot proxy version")
+    if proxy_version != SNAPSHOT_PROXY_VERSION:
+        raise _Unskippable(f"serializer snapshot format {proxy_version} at byte offset {at}")
+    tree = _versioned_snapshot(cur, 0)
+    return SerializerInfo(key, tree.snapshot_class, tree.descendants(), tree)
+
+
+def _kind(backend_type: str, options: dict[str, str]) -> str:
+    if backend_type == "priority-queue":
+        return "timers"
+    if backend_type != "key-value":
+        return backend_type
+    return options.get("KEYED_STATE_TYPE", "unknown").lower()
+
+
+def _state_header(cur: ByteCursor) -> tuple[str, str, dict[str, str], int]:
+    name = cur.utf("state name")
+    type_at = cur.pos
+    ordinal = cur.i32("backend state type")
+    if not 0 <= ordinal < len(BACKEND_STATE_TYPES):
+        raise cur.error(f"unknown backend state type {ordinal}", at=type_at)
+    options = {}
+    for _ in range(cur.count("number of state options", min_item_size=4)):
+        key = cur.utf("state option key")
+        options[key] = cur.utf("state option value")
+    return name, BACKEND_STATE_TYPES[ordinal], options, cur.count("number of serializers", min_item_size=6)
+
+
+def _state(cur: ByteCursor) -> FlinkStateMeta:
+    name, backend_type, options, count = _state_header(cur)
+    serializers: list[SerializerInfo] = []
+    try:
+        for _ in range(count):
+            serializers.append(_serializer(cur, cur.utf("serializer key")))
+    except _Unskippable as exc:
+        return FlinkStateMeta(
+            name, _kind(backend_type, options), backend_type, options, tuple(serializers), str(exc)
+        )
+    return FlinkStateMeta(name, _kind(backend_type, options), backend_type, options, tuple(serializers))
+
+
+def _looks_like_state(data: bytes, pos: int, source: str) -> bool:
+    probe = ByteCursor(data, source=source, pos=pos, error=CorruptStateError)
+    try:
+        length = probe.u16("state name length")
+        if not 0 < length <= 512:
+            return False
+        text = decode_modified_utf8(probe.take(length, "state name"))
+        if text is None or not text.isprintable():
+            return False
+        probe.pos = pos
+        _, _, _, count = _state_header(probe)
+        return 0 < count <= 16 and probe.utf("serializer key") in SERIALIZER_KEYS
+    except CorruptStateError:
+        return False
+
+
+def _resync(cur: ByteCursor, start: int) -> int | None:
+    for pos in range(start, len(cur.data) - 2):
+        if _looks_like_state(cur.data, pos, cur.source):
+            return pos
+    return None
+
+
+def read_keyed_backend_meta(data: bytes, *, source: str) -> KeyedBackendMeta:
+    """Read the keyed backend meta information from the start of ``data``.
+
+    Args:
+        data: The first bytes of a keyed state stream (at least the whole header).
+        source: The file the bytes came from, for messages.
+
+    Returns:
+        The header; states whose serializers could not be skipped carry a ``problem``.
+
+    Raises:
+        CorruptStateError: The header is malformed or truncated.
+    """
+    cur = ByteCursor(data, source=source, error=CorruptStateError)
+    version = cur.i32("keyed backend meta version")
+    if version != PROXY_VERSION:
+        return KeyedBackendMeta(
+            version, False, None, (), None,
+            problem=f"keyed backend meta version {version} is not supported (only {PROXY_VERSION})",
+        )
+    compressed = cur.boolean("key-group compression flag")
+    problem = None
+    key_serializer = None
+    count_at = cur.pos
+    try:
+        key_serializer = _serializer(cur, "KEY_SERIALIZER")
+        count = cur.i16("number of states")
+    except _Unskippable as exc:
+        problem = f"key serializer: {exc}"
+        count = -1
+    states: list[FlinkStateMeta] = []
+    if count < 0 and problem is None:
+        raise cur.error(f"invalid number of states {count}", at=count_at)
+    if count < 0:
+        resumed = _resync(cur, cur.pos)
+        if resumed is None:
+            return KeyedBackendMeta(version, compressed, None, (), None, problem)
+        cur.pos = resumed
+        count = 1 << 15  # unknown: read states until the data stops looking like state headers
+    complete = problem is None
+    while len(states) < count:
+        state = _state(cur)
+        states.append(state)
+        if state.problem is not None:
+            complete = False
+            resumed = _resync(cur, cur.pos)
+            if resumed is None:
+                break
+            cur.pos = resumed
+        elif not complete and not _looks_like_state(cur.data, cur.pos, source):
+            break
+    return KeyedBackendMeta(
+        version, compressed, key_serializer, tuple(states), cur.pos if complete else None, problem
+    )

@@ -1,0 +1,295 @@
+"""Where a Flink snapshot's bytes live: its directory, ``_metadata`` and referenced files.
+
+Resolution rules (Flink's filesystem checkpoint storage):
+    * a relative file handle is relative to the directory that holds ``_metadata``;
+    * an absolute file handle is a Flink ``Path``: ``file:/x``, ``file:///x`` and ``/x`` are
+      local files; other schemes (``s3://``, ``hdfs://`` ...) go through fsspec;
+    * a file is *exclusive* when it lies inside the snapshot directory, *shared* when it lies
+      in the job's ``shared/`` directory (``<job-dir>/shared``, for ``chk-N`` snapshots), and
+      *external* otherwise.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from statekit.flink.layout import CHECKPOINT_DIR_PATTERN, METADATA_FILE, SHARED_DIR
+from statekit.flink.metadata import is_flink_metadata, read_flink_metadata
+from statekit.flink.model import FlinkCheckpointMetadata, StreamHandle, StreamHandleKind
+from statekit.statefmt.layout import MAX_METADATA_BYTES
+from statekit.statefmt.errors import (
+    BadInputError,
+    IncompleteCheckpointError,
+    NotACheckpointError,
+    PathNotFoundError,
+    StatekitError,
+    UnsafePathError,
+)
+from statekit.statefmt.fileio import FileIO
+from statekit.statefmt.paths import check_relative_path
+
+__all__ = [
+    "FlinkSnapshot",
+    "FlinkFileRef",
+    "FileLocation",
+    "load_snapshot",
+    "referenced_files",
+    "resolve_absolute",
+    "read_stream_bytes",
+    "read_stream_ranges",
+]
+
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):(.*)$")
+
+
+@dataclass(frozen=True)
+class FileLocation:
+    """A resolved file: the filesystem seam and the path inside it."""
+
+    io: FileIO = field(compare=False, repr=False)
+    protocol: str
+    path: str
+
+    @property
+    def url(self) -> str:
+        """A user-facing name of the file."""
+        return str(self.io.url(self.path))
+
+
+@dataclass(frozen=True)
+class FlinkSnapshot:
+    """An opened Flink checkpoint or savepoint: its location and parsed ``_metadata``.
+
+    Attributes:
+        path: The snapshot directory (user-facing URL or local path).
+        metadata_path: The ``_metadata`` file.
+        metadata: The parsed metadata.
+        directory: The snapshot directory as a :class:`FileLocation`.
+        storage_options: fsspec options used to open it (reused for same-scheme files).
+    """
+
+    path: str
+    metadata_path: str
+    metadata: FlinkCheckpointMetadata
+    directory: FileLocation = field(repr=False, compare=False)
+    storage_options: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def job_dir(self) -> FileLocation | None:
+        """The job directory holding ``shared/`` when this is a ``chk-N`` checkpoint."""
+        name = posixpath.basename(self.directory.path)
+        if not CHECKPOINT_DIR_PATTERN.match(name):
+            return None
+        return FileLocation(self.directory.io, self.directory.protocol,
+                            posixpath.dirname(self.directory.path))
+
+    @property
+    def checkpoint_id(self) -> int:
+        """The checkpoint id from the metadata."""
+        return int(self.metadata.checkpoint_id)
+
+
+@dataclass(frozen=True)
+class FlinkFileRef:
+    """A file a snapshot references.
+
+    Attributes:
+        location: The path as written in ``_metadata`` (relative or absolute).
+        url: The resolved file name shown to users.
+        size: The size Flink recorded.
+        relative: True for a relative file handle.
+        scope: ``exclusive``, ``shared`` or ``external`` (see the module docstring).
+        role: ``data``, ``meta``, ``shared``, ``private``, ``operator``, ``channel``,
+            ``changelog`` or ``coordinator``.
+        operator: The operator's uid or id.
+        subtask: The subtask index (``None`` for coordinator state).
+        resolved: The resolved location, or ``None`` when it cannot be resolved.
+        problem: Why it cannot be resolved (unsafe relative path, unknown filesystem).
+    """
+
+    location: str
+    url: str
+    size: int
+    relative: bool
+    scope: str
+    role: str
+    operator: str
+    subtask: int | None
+    resolved: FileLocation | None = field(default=None, compare=False, repr=False)
+    problem: str | None = None
+
+    @property
+    def key(self) -> tuple[str, str] | None:
+        """Identity of the resolved file (protocol, path), for reference counting."""
+        return (self.resolved.protocol, self.resolved.path) if self.resolved else None
+
+
+def _protocol(io: FileIO) -> str:
+    return "file" if io.is_local else io.protocol
+
+
+def load_snapshot(path: str, *, storage_options: dict[str, Any] | None = None) -> FlinkSnapshot:
+    """Open a snapshot directory or its ``_metadata`` file and parse the metadata.
+
+    Raises:
+        PathNotFoundError: Nothing at ``path``.
+        IncompleteCheckpointError: A ``chk-N`` directory without ``_metadata``.
+        NotACheckpointError: A directory without ``_metadata`` or a non-Flink ``_metadata``.
+        MetadataError: A damaged Flink ``_metadata``.
+    """
+    options = dict(storage_options or {})
+    io, fs_path = FileIO.for_path(path, options)
+    if not io.exists(fs_path):
+        raise PathNotFoundError("no such file or directory", path=path)
+    if io.isdir(fs_path):
+        directory, meta_path = fs_path, posixpath.join(fs_path, METADATA_FILE)
+        if not io.isfile(meta_path):
+            if CHECKPOINT_DIR_PATTERN.match(posixpath.basename(fs_path)):
+                raise IncompleteCheckpointError(
+                    "checkpoint directory has no _metadata: the checkpoint never completed",
+                    path=path,
+                )
+            raise NotACheckpointError(
+                "no _metadata here: not a Flink checkpoint or savepoint directory", path=path
+            )
+    else:
+        directory, meta_path = posixpath.dirname(fs_path), fs_path
+    data = io.read_bytes(io.check_inside(meta_path, directory), limit=MAX_METADATA_BYTES)
+    if not is_flink_metadata(data[:4]):
+        raise NotACheckpointError("not a Flink _metadata file (wrong magic number)",
+                                  path=io.url(meta_path))
+    metadata = read_flink_metadata(data, source=io.url(meta_path))
+    location = FileLocation(io, _protocol(io), directory)
+    return FlinkSnapshot(io.url(directory), io.url(meta_path), metadata, location, options)
+
+
+def _flink_path_parts(path: str) -> tuple[str | None, str]:
+    match = _SCHEME.match(path)
+    if match is None or len(match.group(1)) == 1:  # no scheme, or a Windows drive letter
+        return None, path
+    scheme, rest = match.group(1).lower(), match.group(2)
+    if scheme == "file":
+        if rest.startswith("//"):
+            rest = "/" + rest[2:].split("/", 1)[1] if "/" in rest[2:] else "/"
+        return "file", posixpath.normpath(rest) if rest else "/"
+    return scheme, path
+
+
+def resolve_absolute(snapshot: FlinkSnapshot, path: str) -> FileLocation:
+    """Resolve an absolute Flink path to a filesystem and a path inside it.
+
+    Raises:
+        BadInputError: No fsspec filesystem can open the path's scheme.
+    """
+    scheme, rest = _flink_path_parts(path)
+    if scheme in (None, "file"):
+        io, fs_path = FileIO.for_path(rest)
+        return FileLocation(io, "file", fs_path)
+    options = snapshot.storage_options if scheme == snapshot.directory.protocol else None
+    try:
+        io, fs_path = FileIO.for_path(rest, options)
+    except StatekitError:
+        raise
+    except Exception as exc:  # fsspec raises assorted errors for unknown or broken schemes
+        raise BadInputError(f"cannot open filesystem for {scheme!r}: {exc}", path=path) from exc
+    return FileLocation(io, _protocol(io), fs_path)
+
+
+def _scope(snapshot: FlinkSnapshot, location: FileLocation) -> str:
+    directory = snapshot.directory
+    if location.protocol == directory.protocol:
+        if location.path.startswith(directory.path.rstrip("/") + "/"):
+            return "exclusive"
+        job = snapshot.job_dir
+        if job is not None:
+            shared = posixpath.join(job.path, SHARED_DIR) + "/"
+            if location.path.startswith(shared):
+                return "shared"
+    return "external"
+
+
+def _ref(snapshot: FlinkSnapshot, handle: StreamHandle, role: str, operator: str,
+         subtask: int | None) -> FlinkFileRef:
+    path = handle.path or ""
+    relative = handle.kind is StreamHandleKind.RELATIVE_FILE
+    try:
+        if relative:
+            check_relative_path(path, source=snapshot.metadata_path)
+            directory = snapshot.directory
+            location = FileLocation(directory.io, directory.protocol,
+                                    posixpath.join(directory.path, path))
+        else:
+            location = resolve_absolute(snapshot, path)
+        scope = _scope(snapshot, location)
+        _check_links(snapshot, location, scope)
+    except (UnsafePathError, BadInputError) as exc:
+        return FlinkFileRef(path, path, handle.size, relative, "external", role, operator,
+                            subtask, None, str(exc))
+    return FlinkFileRef(path, location.url, handle.size, relative, scope,
+                        role, operator, subtask, location)
+
+
+def _check_links(snapshot: FlinkSnapshot, location: FileLocation, scope: str) -> None:
+    """An exclusive or shared file must stay in its directory once symlinks are resolved."""
+    if scope == "exclusive":
+        location.io.check_inside(location.path, snapshot.directory.path)
+    elif scope == "shared" and snapshot.job_dir is not None:
+        location.io.check_inside(location.path, posixpath.join(snapshot.job_dir.path, SHARED_DIR))
+
+
+def referenced_files(snapshot: FlinkSnapshot) -> list[FlinkFileRef]:
+    """Every file reference of the snapshot, in metadata order (a file may repeat)."""
+    refs = []
+    for op, subtask, role, handle in snapshot.metadata.stream_handles():
+        if handle.kind in (StreamHandleKind.FILE, StreamHandleKind.RELATIVE_FILE):
+            refs.append(_ref(snapshot, handle, role, op.label, subtask))
+    return refs
+
+
+def read_stream_bytes(
+    snapshot: FlinkSnapshot, handle: StreamHandle, *, offset: int = 0, length: int | None = None
+) -> bytes:
+    """Read ``length`` bytes (default: to the end) at ``offset`` of a stream handle.
+
+    Raises:
+        PathNotFoundError: The referenced file does not exist.
+        UnsafePathError: A relative path that escapes the snapshot directory.
+        BadInputError: A handle without bytes or an unknown filesystem.
+    """
+    return next(read_stream_ranges(snapshot, handle, [(offset, length)]))
+
+
+def read_stream_ranges(
+    snapshot: FlinkSnapshot, handle: StreamHandle, ranges: Iterable[tuple[int, int | None]]
+) -> Iterator[bytes]:
+    """The bytes of each ``(offset, length or None for "to the end")`` range, one open for all.
+
+    Raises:
+        As :func:`read_stream_bytes`.
+    """
+    if handle.kind is StreamHandleKind.BYTE_STREAM:
+        data = handle.data or b""
+        for offset, length in ranges:
+            yield data[offset:] if length is None else data[offset : offset + length]
+        return
+    if handle.kind is StreamHandleKind.KEY_GROUPS and handle.delegate is not None:
+        yield from read_stream_ranges(snapshot, handle.delegate, ranges)
+        return
+    ref = _ref(snapshot, handle, "data", "?", None)
+    if ref.resolved is None:
+        raise BadInputError(ref.problem or "cannot resolve state file", path=ref.location)
+    if ref.scope == "external":
+        raise UnsafePathError(
+            "state file outside the snapshot directory and its job's shared/ directory; refusing "
+            "to read it (a moved checkpoint: rewrite its paths with `statekit relocate`)",
+            path=ref.url,
+        )
+    location = ref.resolved
+    with location.io.open_input(location.path) as stream:
+        for offset, length in ranges:
+            stream.seek(offset)
+            yield bytes(stream.read() if length is None else stream.read(length))

@@ -1,0 +1,374 @@
+"""The one SparkSession of a statekit process: embedded, quiet, on the loopback interface.
+
+Invariants:
+    * one session per process: the first :func:`get_spark` call starts it, later calls
+      return it (a JVM holds one SparkContext; its master cannot change afterwards);
+    * quiet by default: log level ERROR from the first JVM line on (a log4j2 file is
+      passed to the driver JVM), no console progress bar, no UI; ``verbose=True`` keeps
+      Spark's own log configuration at level WARN;
+    * local mode binds the driver to 127.0.0.1 only;
+    * Python workers run the interpreter of this process, so executors import statekit;
+    * the ``statekit`` data source is registered and Python filter pushdown is enabled.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import re
+import sys
+import tempfile
+import threading
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from statekit.statefmt import errors
+from statekit.statefmt.errors import BadInputError, StatekitError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = [
+    "get_spark", "stop_spark", "spark_log_path", "spark_errors", "map_in_arrow",
+    "SparkJobError", "OutputDir", "DEFAULT_MASTER", "QUIET_LOG4J2",
+]
+
+DEFAULT_MASTER = "local[*]"
+
+QUIET_LOG4J2 = """\
+rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = stderr
+appender.stderr.type = Console
+appender.stderr.name = stderr
+appender.stderr.target = SYSTEM_ERR
+appender.stderr.layout.type = PatternLayout
+appender.stderr.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
+logger.repl.name = org.apache.spark.repl.Main
+logger.repl.level = error
+"""
+
+_LOCK = threading.Lock()
+_SESSION: SparkSession | None = None
+_KEEP_LOG = False
+
+
+def _base_conf(master: str, verbose: bool) -> dict[str, str]:
+    conf = {
+        "spark.master": master,
+        "spark.app.name": "statekit",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.python.filterPushdown.enabled": "true",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+        "spark.pyspark.python": sys.executable,
+        "spark.pyspark.driver.python": sys.executable,
+        "spark.executorEnv.PYTHONHASHSEED": "0",
+    }
+    if master.startswith("local"):
+        conf.update({
+            "spark.driver.bindAddress": "127.0.0.1",
+            "spark.driver.host": "127.0.0.1",
+            "spark.sql.shuffle.partitions": str(2 * _local_cores(master)),
+        })
+    if not verbose:
+        conf["spark.driver.extraJavaOptions"] = f"-Dlog4j.configurationFile=file:{_quiet_log4j2_file()}"
+    return conf
+
+
+def _local_cores(master: str) -> int:
+    inner = master[master.find("[") + 1:master.find("]")] if "[" in master else "1"
+    head = inner.split(",")[0]
+    if head == "*":
+        return os.cpu_count() or 1
+    return max(1, int(head)) if head.isdigit() else 1
+
+
+def _quiet_log4j2_file() -> str:
+    path = os.path.join(tempfile.gettempdir(), f"statekit-log4j2-{os.getuid()}.properties")
+    try:
+        with open(path, encoding="utf-8") as f:
+            if f.read() == QUIET_LOG4J2:
+                return path
+    except OSError:
+        pass
+    fd, tmp = tempfile.mkstemp(prefix=".statekit-log4j2-", dir=os.path.dirname(path))
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(QUIET_LOG4J2)
+    os.replace(tmp, path)
+    return path
+
+
+def get_spark(
+    master: str = DEFAULT_MASTER, conf: Mapping[str, str] | None = None, verbose: bool = False
+) -> SparkSession:
+    """The process's SparkSession, started on first use.
+
+    Args:
+        master: Spark master URL (``local[*]`` runs embedded; ``spark://``, ``yarn``, ... reach a cluster).
+        conf: extra Spark configuration (``--conf k=v``); applied at start, and as runtime
+            SQL configuration when the session exists already.
+        verbose: keep Spark's logs (level WARN) instead of errors only.
+
+    Returns:
+        The session, with the ``statekit`` data source registered.
+    """
+    global _SESSION
+    with _LOCK:
+        if _SESSION is not None and _alive(_SESSION):
+            _apply_runtime_conf(_SESSION, conf or {})
+            return _SESSION
+        from pyspark.sql import SparkSession
+
+        session = SparkSession.getActiveSession()
+        if session is None:
+            session = _start(master, conf or {}, verbose)
+        else:
+            _apply_runtime_conf(session, conf or {})
+        session.sparkContext.setLogLevel("WARN" if verbose else "ERROR")
+        from statekit.spark.source import register_data_source
+
+        register_data_source(session)
+        _SESSION = session
+        return session
+
+
+def _start(master: str, conf: Mapping[str, str], verbose: bool) -> SparkSession:
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark import SparkConf, SparkContext
+    from pyspark.sql import SparkSession
+
+    spark_conf = SparkConf()
+    for key, value in {**_base_conf(master, verbose), **dict(conf)}.items():
+        spark_conf.set(key, value)
+    if not verbose and SparkContext._gateway is None:
+        # The JVM prints a few lines before log4j starts (module warnings) and copies the
+        # Python workers' stderr into its own: quiet mode sends both to a log file.
+        from pyspark.java_gateway import launch_gateway
+
+        log = open(spark_log_path(), "wb")  # noqa: SIM115 - lives as long as the JVM
+        atexit.register(_remove_log)
+        gateway = launch_gateway(spark_conf, popen_kwargs={"stdout": log, "stderr": log})  # type: ignore[no-untyped-call]
+        SparkContext._ensure_initialized(gateway=gateway, conf=spark_conf)
+    return SparkSession.builder.config(conf=spark_conf).getOrCreate()
+
+
+def _remove_log() -> None:
+    """The JVM log is kept only when a Spark job failed (the error message names it)."""
+    if not _KEEP_LOG:
+        try:
+            os.unlink(spark_log_path())
+        except OSError:
+            pass
+
+
+def spark_log_path() -> str:
+    """Where a quiet session's JVM output goes (``--verbose`` prints it instead)."""
+    return os.path.join(tempfile.gettempdir(), f"statekit-spark-{os.getuid()}-{os.getpid()}.log")
+
+
+def _alive(session: SparkSession) -> bool:
+    context = session.sparkContext
+    return getattr(context, "_jsc", None) is not None
+
+
+def _apply_runtime_conf(session: SparkSession, conf: Mapping[str, str]) -> None:
+    for key, value in conf.items():
+        try:
+            if session.conf.get(key, None) != value:
+                session.conf.set(key, value)
+        except Exception:  # noqa: BLE001 - static confs cannot change on a running session
+            continue
+
+
+def stop_spark() -> None:
+    """Stop the process's session (tests and long-lived tools; the CLI lets exit stop it)."""
+    global _SESSION
+    with _LOCK:
+        if _SESSION is not None:
+            _SESSION.stop()
+            _SESSION = None
+
+
+def map_in_arrow(frame: DataFrame, func: Callable[[Iterator[Any]], Iterator[Any]], schema: str) -> DataFrame:
+    """``frame.mapInArrow(func, schema)``, also where pandas is not installed.
+
+    The Arrow map path moves Arrow batches only; pyspark merely checks for pandas on the
+    driver before building the UDF. Without pandas the same UDF is built directly.
+    """
+    try:
+        return frame.mapInArrow(func, schema)
+    except ImportError:
+        pass
+    except Exception as exc:  # noqa: BLE001 - PySparkImportError is not an ImportError in every version
+        if "PACKAGE_NOT_INSTALLED" not in str(exc) and "pandas" not in str(exc).lower():
+            raise
+    from pyspark.sql import DataFrame as SparkDataFrame
+    from pyspark.sql.udf import _create_udf
+    from pyspark.util import PythonEvalType
+
+    udf = _create_udf(func, schema, PythonEvalType.SQL_MAP_ARROW_ITER_UDF)
+    column = udf(*[frame[c] for c in frame.columns])
+    return SparkDataFrame(frame._jdf.mapInArrow(column._jc, False, None), frame.sparkSession)
+
+
+class SparkJobError(StatekitError):  # type: ignore[misc, unused-ignore]
+    """A Spark job failed for a reason that is not a statekit error (cluster, resources)."""
+
+    exit_code = 3
+
+
+_ERROR_LINE = re.compile(r"statekit\.statefmt\.errors\.(\w+): (.+)")
+
+
+@contextmanager
+def spark_errors(verbose: bool = False) -> Iterator[None]:
+    """Turn a failed Spark job into the statekit error raised inside it (by name), or SparkJobError.
+
+    Executors raise statekit errors (a damaged block, an untrusted serializer); Spark wraps
+    them in a JVM exception whose text carries the Python traceback. The last statekit
+    error line of that text is re-raised as its own class, so the CLI exit code and message
+    are the same as with the local engine.
+    """
+    try:
+        yield
+    except StatekitError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - py4j and pyspark raise many types
+        if not _is_spark_exception(exc):
+            raise
+        text = str(exc)
+        found = _ERROR_LINE.findall(text)
+        if found:
+            name, message = found[-1]
+            cls = getattr(errors, name, None)
+            if isinstance(cls, type) and issubclass(cls, StatekitError):
+                raise _rebuild(cls, message.strip()) from exc
+        global _KEEP_LOG
+        _KEEP_LOG = True
+        first = next((line.strip() for line in text.splitlines() if line.strip()), type(exc).__name__)
+        hint = f"; Spark's log: {spark_log_path()}" if not verbose else ""
+        raise SparkJobError(f"Spark job failed: {first[:300]}{hint}") from exc
+
+
+def _is_spark_exception(exc: BaseException) -> bool:
+    module = type(exc).__module__ or ""
+    return module.startswith(("pyspark", "py4j"))
+
+
+def _rebuild(cls: type[StatekitError], message: str) -> StatekitError:
+    return cls(message)
+
+
+# ---------------------------------------------------------------- the output directory
+
+
+class OutputDir:
+    """The export target and its hidden staging sibling, on the local disk or a Hadoop filesystem."""
+
+    def __init__(self, url: str, spark: SparkSession | None = None) -> None:
+        self.url = url
+        self._spark = spark
+
+    @classmethod
+    def for_url(cls, spark: SparkSession, url: str) -> OutputDir:
+        if not url:
+            raise BadInputError("empty output path")
+        if "://" not in url or url.startswith("file://"):
+            return _LocalOutputDir(os.path.abspath(url.removeprefix("file://")))
+        return _HadoopOutputDir(url.rstrip("/"), spark)
+
+    def join(self, directory: str, relative: str) -> str:
+        return f"{directory.rstrip('/')}/{relative}"
+
+    def staging_name(self) -> str:
+        parent, name = self.url.rstrip("/").rsplit("/", 1)
+        return f"{parent}/.{name}.inprogress-{uuid.uuid4().hex[:12]}"
+
+    @contextmanager
+    def staged(self) -> Iterator[str]:
+        """Yield the staging directory; publish it as the output on a clean exit, else remove it."""
+        self.check()
+        staging = self.staging_name()
+        try:
+            yield staging
+            self.publish(staging)
+        except BaseException:
+            self.remove(staging)
+            raise
+
+    def check(self) -> None:
+        raise NotImplementedError
+
+    def publish(self, staging: str) -> None:
+        raise NotImplementedError
+
+    def remove(self, path: str) -> None:
+        raise NotImplementedError
+
+    def count(self, staging: str, relative: str) -> tuple[int | None, int | None]:
+        return None, None
+
+
+class _LocalOutputDir(OutputDir):
+    def check(self) -> None:
+        if os.path.exists(self.url):
+            if not os.path.isdir(self.url):
+                raise BadInputError("output exists and is a file", path=self.url)
+            if os.listdir(self.url):
+                raise BadInputError("output directory exists and is not empty; choose a new path", path=self.url)
+        parent = os.path.dirname(self.url)
+        if not os.path.isdir(parent):
+            raise BadInputError("the output's parent directory does not exist", path=self.url)
+
+    def publish(self, staging: str) -> None:
+        if os.path.isdir(self.url):
+            os.rmdir(self.url)  # empty, checked before the export
+        os.replace(staging, self.url)
+
+    def remove(self, path: str) -> None:
+        import shutil
+
+        shutil.rmtree(path, ignore_errors=True)
+
+    def count(self, staging: str, relative: str) -> tuple[int | None, int | None]:
+        import pyarrow.parquet as pq
+
+        directory = os.path.join(staging, relative)
+        files = [f for f in sorted(os.listdir(directory)) if f.endswith(".parquet")]
+        return sum(pq.ParquetFile(os.path.join(directory, f)).metadata.num_rows for f in files), len(files)
+
+
+class _HadoopOutputDir(OutputDir):
+    """Publishing through Hadoop's FileSystem (atomic on HDFS; a copy on object stores)."""
+
+    def _fs_path(self, url: str) -> tuple[Any, Any]:
+        assert self._spark is not None
+        jvm = self._spark.sparkContext._jvm
+        assert jvm is not None
+        path = jvm.org.apache.hadoop.fs.Path(url)
+        return path.getFileSystem(self._spark.sparkContext._jsc.hadoopConfiguration()), path
+
+    def check(self) -> None:
+        with spark_errors():
+            fs, path = self._fs_path(self.url)
+            if fs.exists(path) and (not fs.getFileStatus(path).isDirectory() or fs.listStatus(path)):
+                raise BadInputError("output exists and is not an empty directory; choose a new path", path=self.url)
+
+    def publish(self, staging: str) -> None:
+        fs, path = self._fs_path(self.url)
+        if fs.exists(path):
+            fs.delete(path, True)
+        if not fs.rename(self._fs_path(staging)[1], path):
+            raise BadInputError("cannot publish the export (rename failed)", path=self.url)
+
+    def remove(self, path: str) -> None:
+        try:
+            fs, hadoop_path = self._fs_path(path)
+            fs.delete(hadoop_path, True)
+        except Exception:  # noqa: BLE001 - best effort cleanup after a failure
+            pass

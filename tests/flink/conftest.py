@@ -1,0 +1,76 @@
+"""Fixtures over the golden Flink 2.3 snapshots in ``tests/golden/flink-2.3``.
+
+The snapshots were written by Flink 2.3.0 (see that folder's README.md). The RocksDB
+checkpoints reference their shared files by absolute ``file:`` paths of the machine that
+wrote them; ``relocated_inline0`` builds a temporary copy whose paths point at the copy.
+
+Test modules cannot import each other (pytest import mode "importlib"), so the paths are
+served by the ``flink_golden`` fixture, keyed by the snapshot names below.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from statekit.flink import relocate_flink_metadata
+
+ROOT = Path(__file__).resolve().parents[1] / "golden" / "flink-2.3"
+
+
+@dataclass(frozen=True)
+class FlinkGolden:
+    """Paths and known facts of the golden snapshots."""
+
+    root: Path
+    snapshots: dict[str, Path]
+    jobs: dict[str, str]
+    inline0_old_prefix: str = "file:/tmp/stackcheck/flink/out_rocksdb_noinline/checkpoints"
+
+    def __getitem__(self, name: str) -> Path:
+        return self.snapshots[name]
+
+
+JOBS = {
+    "hashmap": "962f676fad747434cac50f82ef230c8d",
+    "rocksdb-incremental": "668cf752b24f4c4ca6b3d8c1e6f0f929",
+    "rocksdb-incremental-inline0": "41a19bb2434264c1a64f6d54dac65a72",
+}
+SAVEPOINT_DIRS = {
+    "hashmap": "savepoint-962f67-bfc4c25148ed",
+    "rocksdb-incremental": "savepoint-668cf7-10a2b9713d30",
+    "rocksdb-incremental-inline0": "savepoint-41a19b-c3d04ad8af31",
+}
+GOLDEN = FlinkGolden(
+    root=ROOT,
+    snapshots={
+        **{f"{b}/chk-4": ROOT / b / "checkpoints" / job / "chk-4" for b, job in JOBS.items()},
+        **{f"{b}/savepoint": ROOT / b / "savepoints" / d for b, d in SAVEPOINT_DIRS.items()},
+    },
+    jobs=JOBS,
+)
+
+
+@pytest.fixture(scope="session")
+def flink_golden() -> FlinkGolden:
+    """The golden Flink 2.3 snapshots."""
+    return GOLDEN
+
+
+@pytest.fixture
+def relocated_inline0(tmp_path: Path) -> Path:
+    """A copy of the inline0 checkpoint root whose chk-4 references the copied shared files.
+
+    Returns the job directory ``<tmp>/checkpoints/<job-id>`` (with ``chk-4`` and ``shared``).
+    """
+    job = JOBS["rocksdb-incremental-inline0"]
+    root = tmp_path / "checkpoints"
+    shutil.copytree(ROOT / "rocksdb-incremental-inline0" / "checkpoints", root)
+    meta = root / job / "chk-4" / "_metadata"
+    meta.write_bytes(
+        relocate_flink_metadata(meta.read_bytes(), GOLDEN.inline0_old_prefix, f"file:{root}")
+    )
+    return root / job
