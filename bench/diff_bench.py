@@ -61,7 +61,8 @@ def main() -> None:
     parser.add_argument("--dir", default=None)
     args = parser.parse_args()
 
-    from statekit.readers.diff import diff_savepoints
+    from statekit.readers.diff import DiffSpec
+    from statekit.spark.engine import diff
 
     work = args.dir or tempfile.mkdtemp(prefix="statekit-diff-bench-")
     os.makedirs(work, exist_ok=True)
@@ -71,18 +72,18 @@ def main() -> None:
             a, b, changed = write_pair(work, args.entries, args.changed, max_p)
             read_s, rows = timed(lambda: read_both(a, b))
             assert rows == 2 * args.entries
-            diff_s, result = timed(lambda: diff_savepoints(a, b))
+            diff_s, result = timed(lambda: diff(DiffSpec(a, b)))
             (count,) = result.states
             assert (count.changed, count.unchanged) == (changed, args.entries - changed), count
             skipped = count.key_groups_skipped / max(1, count.key_groups_skipped + count.key_groups_compared)
             print(f"max parallelism {max_p:>5}: read both {read_s:.2f} s | diff (local) {diff_s:.2f} s "
                   f"= {diff_s / read_s:.2f}x reading | key groups skipped by checksum {skipped:.0%}")
             if args.spark:
-                from statekit.spark.diff import diff_savepoints_spark
-                from statekit.spark.session import get_spark
+                from statekit.spark.session import SparkSettings
 
-                get_spark("local[2]")
-                spark_s, _ = timed(lambda: diff_savepoints_spark(a, b, master="local[2]"))
+                settings = SparkSettings("local[2]")
+                settings.session()
+                spark_s, _ = timed(lambda: diff(DiffSpec(a, b), "spark", settings))
                 print(f"{'':>21} diff (spark, local[2]) {spark_s:.2f} s = {spark_s / read_s:.2f}x reading")
     finally:
         if not args.dir:

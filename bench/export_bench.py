@@ -39,9 +39,10 @@ def main() -> None:
     import pyarrow.dataset as ds
     import pyarrow.parquet as pq
 
-    from statekit.spark.session import get_spark
+    from statekit.spark.engine import export
+    from statekit.spark.export import ExportSpec
+    from statekit.spark.session import SparkSettings
     from statekit.statefmt.metadata import StateDescriptor, StateKind
-    from statekit.spark.export import export_savepoint
     from statekit.writers.savepoint_writer import SavepointWriter
 
     n = args.entries
@@ -53,11 +54,12 @@ def main() -> None:
         setup_s, _ = timed(lambda: SavepointWriter.new_savepoint(128).with_operator(
             "counter", {descriptor: [(f"key-{i:08d}", i) for i in range(n)]}, parallelism=args.parallelism,
         ).write(savepoint))
-        start_s, spark = timed(lambda: get_spark(args.master))
+        settings = SparkSettings(args.master)
+        start_s, spark = timed(settings.session)
         cores = spark.sparkContext.defaultParallelism
-        export_s, result = timed(lambda: export_savepoint(savepoint, out, master=args.master))
+        export_s, result = timed(lambda: export(ExportSpec(savepoint, out, spark=settings)))
         assert result.rows == n, result.rows
-        warm_s, _ = timed(lambda: export_savepoint(savepoint, out + "-warm", master=args.master))
+        warm_s, _ = timed(lambda: export(ExportSpec(savepoint, out + "-warm", spark=settings)))
         table = ds.dataset(os.path.join(out, "operator_uid=counter", "state_name=count"), format="parquet").to_table()
         baseline_s, _ = timed(lambda: pq.write_table(table, baseline))
         print(f"entries                 {n:,} (savepoint p={args.parallelism}, built in {setup_s:.1f} s)")

@@ -7,11 +7,11 @@ from typing import Any
 
 import click
 
-import statekit.cli.flink_render  # noqa: F401  (registers the renderers)
 from statekit.cli.errors import catch_exception
 from statekit.cli.options import common_options
 from statekit.cli.output import get_output
-from statekit.flink.key_group_lookup import KEY_TYPES
+from statekit.flink.dispatch import KEY_TYPES
+from statekit.statefmt.errors import BadInputError
 
 __all__ = ["keygroup", "relocate"]
 
@@ -65,7 +65,7 @@ def keygroup(key: str, flink: bool, key_type: str, max_parallelism: int | None, 
     statekit key group 'user-1' (msgpack string):  statekit keygroup user-1
     Flink key group of Integer -1 at 4 subtasks:    statekit keygroup --flink --key-type int -p 4 -1
     """
-    from statekit.flink.key_group_lookup import lookup_key_group
+    from statekit.flink.dispatch import lookup_key_group
 
     get_output().show(lookup_key_group(key, key_type=key_type, flink=flink, max_parallelism=max_parallelism,
                                        parallelism=parallelism, key_serializer=key_serializer))
@@ -73,18 +73,35 @@ def keygroup(key: str, flink: bool, key_type: str, max_parallelism: int | None, 
 
 @click.command()
 @click.argument("path")
-@click.option("--from", "old_prefix", required=True, help="The path prefix to replace, as written (e.g. file:/data/ckpt).")
-@click.option("--to", "new_prefix", required=True, help="Its replacement (e.g. s3://bucket/ckpt).")
-@click.option("-o", "--output", required=True,
-              help="The new _metadata: a path ending in _metadata, or a directory to receive it.")
+@click.option("--from", "old_prefix", help="The path prefix to replace, as written (e.g. file:/data/ckpt).")
+@click.option("--to", "new_prefix", help="Its replacement (e.g. s3://bucket/ckpt).")
+@click.option("--auto", is_flag=True,
+              help="A copied chk-N: replace the old job directory by the one PATH is in (found from the "
+                   "files of the same names in its shared/); instead of --from/--to.")
+@click.option("-o", "--output",
+              help="The new _metadata: a path ending in _metadata, or a directory to receive it "
+                   "(with --auto: default PATH's own _metadata).")
 @click.option("--force", is_flag=True, help="Replace an existing output file (also PATH's own _metadata).")
 @common_options
 @catch_exception
-def relocate(path: str, old_prefix: str, new_prefix: str, output: str, force: bool, **_: Any) -> None:
+def relocate(path: str, old_prefix: str | None, new_prefix: str | None, auto: bool, output: str | None,
+             force: bool, **_: Any) -> None:
     """Rewrite the absolute paths of a Flink _metadata (PATH: snapshot dir or _metadata).
 
-    Exit 2 without writing when no absolute path starts with --from.
-    """
-    from statekit.flink.relocation import relocate_flink_snapshot
+    \b
+    By prefix:   statekit relocate CHK --from file:/old/ckpt --to s3://bucket/ckpt -o OUT
+    Copied chk:  statekit relocate /new/ckpt/JOB/chk-42 --auto --force
 
+    Exit 2 without writing when no absolute path starts with --from (or, with --auto, when a
+    path has no file of the same name in PATH's job directory).
+    """
+    from statekit.flink.relocation import relocate_flink_snapshot, relocate_moved_snapshot
+
+    if auto:
+        if old_prefix or new_prefix:
+            raise BadInputError("--auto finds --from and --to itself: give either --auto or both")
+        get_output().show(relocate_moved_snapshot(path, output, force=force))
+        return
+    if not (old_prefix and new_prefix and output):
+        raise BadInputError("relocate needs --from, --to and -o (or --auto)")
     get_output().show(relocate_flink_snapshot(path, old_prefix, new_prefix, output, force=force))

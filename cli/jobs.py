@@ -7,7 +7,6 @@ print the savepoint path, each alone on stdout; Flink's human messages go to std
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -17,7 +16,7 @@ import click
 from statekit.cli.errors import catch_exception
 from statekit.cli.options import common_options, trust_pickle_option
 from statekit.cli.output import get_output
-from statekit.cli.render import _e, human_age, renderer
+from statekit.runtime.backend import state_backend_names
 
 __all__ = ["run", "list_jobs", "savepoint", "stop", "cancel"]
 
@@ -30,7 +29,7 @@ __all__ = ["run", "list_jobs", "savepoint", "stop", "cancel"]
 @click.option("-n", "--allow-non-restored-state", is_flag=True, help="Skip snapshot state of operators the job lacks.")
 @click.option("--checkpoint-dir", metavar="URL", help="Checkpoint storage (local path, file://, s3://...).")
 @click.option("--checkpoint-interval", metavar="DURATION", help="Enable checkpoints every 200ms, 1s, 2min, ...")
-@click.option("--state-backend", type=click.Choice(["hashmap", "rocksdb"]), help="Keyed state backend.")
+@click.option("--state-backend", type=click.Choice(state_backend_names()), help="Keyed state backend.")
 @click.option("--savepoint-on-finish", metavar="DIR", help="Take a savepoint into DIR when a bounded job ends.")
 @click.option("-d", "--detached", is_flag=True, help="Run in the background: print the job id and return.")
 @click.option("--job-id", metavar="ID",
@@ -173,57 +172,3 @@ def cancel(job_id: str, with_savepoint: str | None, timeout: str, **_: Any) -> N
     else:
         get_output().show(cancel_job(job_id, timeout=wait_s))
 
-
-# -- rich renderers --------------------------------------------------------------------------
-
-
-@renderer("RunResult")
-def _run_result(console: Any, r: Any) -> None:
-    if r.detached:
-        console.print(r.job_id)
-    elif r.state == "CANCELED":
-        console.print(f"Job with JobID {_e(r.job_id)} was cancelled.")
-    else:
-        console.print(f"Job with JobID {_e(r.job_id)} has finished.\nJob Runtime: {_e(r.duration_ms)} ms")
-
-
-@renderer("SavepointResult")
-def _savepoint_result(console: Any, r: Any) -> None:
-    messages = {"savepoint": "Savepoint completed.", "stop": f"Savepoint completed; job {r.job_id} is {r.job_state}.",
-                "cancel": f"Savepoint completed; job {r.job_id} is {r.job_state}."}
-    click.echo(f"{messages[r.operation]} Path: {r.location}", err=True)
-    console.print(r.location, soft_wrap=True)
-
-
-@renderer("CancelResult")
-def _cancel_result(console: Any, r: Any) -> None:
-    console.print(f"Cancelled job {_e(r.job_id)}." if r.job_state == "CANCELED" else f"Job {_e(r.job_id)} is {_e(r.job_state)}.")
-
-
-@renderer("JobList")
-def _job_list(console: Any, r: Any) -> None:
-    if not r.jobs:
-        console.print("No jobs in the registry." if r.include_all else "No running jobs.")
-        return
-    from rich import box
-    from rich.table import Table
-
-    table = Table(title=None if r.include_all else "Running jobs", title_justify="left", box=box.SIMPLE_HEAD,
-                  show_edge=False, pad_edge=False)
-    table.add_column("job id", no_wrap=True, min_width=32)
-    table.add_column("name")
-    table.add_column("state")
-    table.add_column("pid", justify="right")
-    table.add_column("uptime", justify="right")
-    styles = {"RUNNING": "green", "CRASHED": "red", "FAILED": "red", "FINISHED": "cyan", "CANCELED": "yellow"}
-    now_ms = dt.datetime.now(tz=dt.timezone.utc).timestamp() * 1000
-    for job in r.jobs:
-        state = f"[{styles.get(job.status, 'white')}]{job.status}[/]"
-        if job.crash_reason:
-            state += f" ({_e(job.crash_reason)})"
-        elif job.failure:
-            state += f" ({_e(job.failure)})"
-        end = job.end_time_ms if job.end_time_ms is not None else (None if job.status == "CRASHED" else now_ms)
-        uptime = human_age((end - job.start_time_ms) / 1000) if end is not None else "-"
-        table.add_row(_e(job.job_id), _e(job.name), state, str(job.pid), uptime)
-    console.print(table)

@@ -7,9 +7,8 @@ from typing import Any
 
 import click
 
-import statekit.cli.flink_render  # noqa: F401
 from statekit.cli.errors import catch_exception
-from statekit.cli.options import common_options
+from statekit.cli.options import common_options, uid_option
 from statekit.cli.output import get_output
 
 __all__ = ["checkpoints", "inspect", "verify", "dispose"]
@@ -34,26 +33,28 @@ def checkpoints_list(directory: str, **_: Any) -> None:
 @click.command()
 @click.argument("path")
 @click.option("--no-skew", is_flag=True, help="Skip the key-group skew view (reads no state file).")
+@uid_option
 @common_options
 @catch_exception
-def inspect(path: str, no_skew: bool, **_: Any) -> None:
+def inspect(path: str, no_skew: bool, uids: tuple[str, ...], **_: Any) -> None:
     """Operators, states, parallelism, key-group ranges, sizes and skew of a snapshot."""
     from statekit.flink.dispatch import inspect_any
 
-    get_output().show(inspect_any(path, skew=not no_skew))
+    get_output().show(inspect_any(path, skew=not no_skew, uids=uids))
 
 
 @click.command()
 @click.argument("path")
+@uid_option
 @common_options
 @catch_exception
-def verify(path: str, **_: Any) -> None:
+def verify(path: str, uids: tuple[str, ...], **_: Any) -> None:
     """Check every file, size and checksum; exit 1 naming each damaged file and key group."""
     from statekit.flink.dispatch import verify_any
 
     output = get_output()
     with output.progress("verifying") as advance:
-        report = verify_any(path, on_file=advance)
+        report = verify_any(path, on_file=advance, uids=uids)
     output.show(report)
     if not report.ok:
         sys.exit(1)

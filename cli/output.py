@@ -1,40 +1,45 @@
 """Rendering behind one interface: rich tables for people, JSON for machines.
 
-Every result object has ``to_json()``; :class:`JsonOutput` prints that, and
-:class:`RichOutput` looks up a renderer by the result's type in ``statekit.cli.render``.
+Every result type in ``statekit.cli.render.Result`` has ``to_json()``; :class:`JsonOutput`
+prints that, and :class:`RichOutput` draws it with the renderer registered for its type in
+``statekit.cli.render``.
 """
 
 from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-__all__ = ["Output", "JsonOutput", "RichOutput", "get_output", "Progress"]
+from statekit.readers.progress import Advance
 
-Progress = Callable[[str, int], None]
+if TYPE_CHECKING:
+    from statekit.cli.render import Result
+
+__all__ = ["Output", "JsonOutput", "RichOutput", "get_output"]
 
 
 class Output:
-    def show(self, result: Any) -> None:
+    def show(self, result: Result) -> None:
+        """Print ``result``: a result type registered in ``statekit.cli.render``."""
         raise NotImplementedError
 
     def message(self, text: str) -> None:
         raise NotImplementedError
 
     @contextmanager
-    def progress(self, description: str, total: int | None = None, unit: str = "bytes") -> Iterator[Progress]:
+    def progress(self, description: str, total: int | None = None, unit: str = "bytes") -> Iterator[Advance]:
+        """A :data:`statekit.readers.progress.ProgressFactory`: a bar of ``total`` ``unit``."""
         yield lambda _name, _amount: None
 
 
 class JsonOutput(Output):
-    def show(self, result: Any) -> None:
-        data = result.to_json() if hasattr(result, "to_json") else result
-        click.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
+    def show(self, result: Result) -> None:
+        click.echo(json.dumps(result.to_json(), indent=2, sort_keys=False, default=str))
 
     def message(self, text: str) -> None:
         click.echo(text, err=True)
@@ -47,7 +52,7 @@ class RichOutput(Output):
         self.console = Console(highlight=False, soft_wrap=False)
         self.err = Console(stderr=True, highlight=False)
 
-    def show(self, result: Any) -> None:
+    def show(self, result: Result) -> None:
         from statekit.cli.render import render
 
         render(self.console, result)
@@ -56,7 +61,7 @@ class RichOutput(Output):
         self.console.print(text)
 
     @contextmanager
-    def progress(self, description: str, total: int | None = None, unit: str = "bytes") -> Iterator[Progress]:
+    def progress(self, description: str, total: int | None = None, unit: str = "bytes") -> Iterator[Advance]:
         if not self.err.is_terminal:
             yield lambda _name, _amount: None
             return

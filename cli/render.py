@@ -1,173 +1,108 @@
-"""Rich renderers, one per result type (looked up by class name to keep imports lazy)."""
+"""The one table of rich renderers: every result type a command shows, and the function that
+draws it (``--json`` prints the result's ``to_json()`` instead, see ``statekit.cli.output``).
+
+Both sides are dotted paths, resolved when a result is drawn, so nothing is imported ahead:
+``statekit --help`` loads no reader and ``checkpoints list`` loads one renderer module.
+:data:`Result` is the union of the registered classes: ``Output.show`` accepts nothing else,
+so mypy proves that every command shows a result that has a renderer.
+``tests/cli/test_renderers.py`` proves the rest: :data:`Result` and :data:`RENDERERS` name the
+same classes, each class exists and its renderer is annotated with it, and every result class
+returned by a library function a command calls is registered (and nothing else is).
+
+Adding a result type: its class path and renderer here, the class in :data:`Result`, the
+function in the ``statekit.cli.renderers`` module of its area.
+"""
 
 from __future__ import annotations
 
-import datetime as dt
+import importlib
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
+if TYPE_CHECKING:
+    from rich.console import Console
 
-__all__ = ["_e", "render", "human_bytes", "human_age"]
+    from statekit.flink.dispatch import FlinkDisposal, FlinkInspection, FlinkVerifyReport, SnapshotList
+    from statekit.flink.key_group_lookup import KeyGroupLookup
+    from statekit.flink.relocation import FlinkRelocation
+    from statekit.flink.rewrite_report import FlinkModifyReport, FlinkRescaleReport
+    from statekit.readers.diff import SavepointDiff
+    from statekit.readers.inspection import SnapshotInspection
+    from statekit.readers.listing import CheckpointList
+    from statekit.readers.verification import VerifyReport
+    from statekit.runtime.control import CancelResult, JobList, RunResult, SavepointResult
+    from statekit.spark.export import ExportResult
+    from statekit.writers.bootstrap import BootstrapReport
+    from statekit.writers.disposal import DisposalPlan
+    from statekit.writers.rescale import RescaleReport
+    from statekit.writers.savepoint_modification import ModifyReport
 
-_RENDERERS: dict[str, Callable[[Console, Any], None]] = {}
+    Result: TypeAlias = (
+        CheckpointList | SnapshotInspection | VerifyReport | DisposalPlan
+        | SnapshotList | FlinkInspection | FlinkVerifyReport | FlinkDisposal | FlinkRelocation | KeyGroupLookup
+        | SavepointDiff | ExportResult
+        | RescaleReport | ModifyReport | BootstrapReport | FlinkRescaleReport | FlinkModifyReport
+        | RunResult | JobList | SavepointResult | CancelResult
+    )
 
+# Result is a name for annotations only (defined under TYPE_CHECKING)
+__all__ = ["RENDERERS", "RENDERER_PACKAGE", "Renderer", "class_path", "render", "renderer_for"]
 
-def renderer(name: str) -> Callable[[Callable[[Console, Any], None]], Callable[[Console, Any], None]]:
-    def register(func: Callable[[Console, Any], None]) -> Callable[[Console, Any], None]:
-        _RENDERERS[name] = func
-        return func
+Renderer: TypeAlias = "Callable[[Console, Any], None]"
 
-    return register
+RENDERER_PACKAGE = "statekit.cli.renderers"
 
-
-def render(console: Console, result: Any) -> None:
-    func = _RENDERERS.get(type(result).__name__)
-    if func is None:
-        import json
-
-        console.print_json(json.dumps(result.to_json() if hasattr(result, "to_json") else result, default=str))
-        return
-    func(console, result)
-
-
-def _e(value: object) -> str:
-    """A value shown inside rich markup: its brackets are text, never markup."""
-    return escape(str(value))
-
-
-def human_bytes(n: int | float) -> str:
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} TiB"
-
-
-def human_age(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    if seconds < 172800:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} d"
-
-
-def _timestamp(ms: int | None) -> str:
-    if ms is None:
-        return "-"
-    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-@renderer("CheckpointList")
-def _checkpoints(console: Console, result: Any) -> None:
-    table = Table(title=f"Snapshots in {_e(result.path)}", title_justify="left")
-    for column in ("job", "id", "kind", "status", "format", "size", "age", "path"):
-        table.add_column(column, justify="right" if column in ("id", "size", "age") else "left")
-    styles = {"complete": "green", "incomplete": "yellow", "damaged": "red", "flink": "cyan"}
-    for c in result.listings:
-        status = f"[{styles.get(c.status, 'white')}]{c.status}[/]"
-        if c.problem and c.status != "complete":
-            status += f" ({_e(c.problem)})" if len(c.problem) < 60 else ""
-        table.add_row(_e(c.job_id[:12] or "-"), "-" if c.checkpoint_id is None else str(c.checkpoint_id), _e(c.kind),
-                      status, _e(c.format or "-"), human_bytes(c.size), human_age(c.age_s), _e(c.path))
-    console.print(table)
+# result class (the module that defines it, its name) -> renderer (module of RENDERER_PACKAGE, function)
+RENDERERS: dict[str, str] = {
+    # statekit snapshots: checkpoints list, inspect, verify, dispose
+    "statekit.readers.listing.CheckpointList": "snapshots.checkpoint_list",
+    "statekit.readers.inspection.SnapshotInspection": "snapshots.snapshot_inspection",
+    "statekit.readers.verification.VerifyReport": "snapshots.verify_report",
+    "statekit.writers.disposal.DisposalPlan": "snapshots.disposal_plan",
+    # Apache Flink snapshots (and listings mixing both engines), relocate, keygroup
+    "statekit.flink.dispatch.SnapshotList": "flink.snapshot_list",
+    "statekit.flink.dispatch.FlinkInspection": "flink.flink_inspection",
+    "statekit.flink.dispatch.FlinkVerifyReport": "flink.flink_verify_report",
+    "statekit.flink.dispatch.FlinkDisposal": "flink.flink_disposal",
+    "statekit.flink.relocation.FlinkRelocation": "flink.flink_relocation",
+    "statekit.flink.key_group_lookup.KeyGroupLookup": "flink.key_group_lookup",
+    # diff (either engine, either snapshot format), export
+    "statekit.readers.diff.SavepointDiff": "diff.savepoint_diff",
+    "statekit.spark.export.ExportResult": "export.export_result",
+    # surgery: rescale, modify, bootstrap
+    "statekit.writers.rescale.RescaleReport": "surgery.rescale_report",
+    "statekit.writers.savepoint_modification.ModifyReport": "surgery.modify_report",
+    "statekit.writers.bootstrap.BootstrapReport": "surgery.bootstrap_report",
+    "statekit.flink.rewrite_report.FlinkRescaleReport": "flink_rewrite.flink_rescale_report",
+    "statekit.flink.rewrite_report.FlinkModifyReport": "flink_rewrite.flink_modify_report",
+    # job control: run, list, savepoint, stop, cancel
+    "statekit.runtime.control.RunResult": "jobs.run_result",
+    "statekit.runtime.control.JobList": "jobs.job_list",
+    "statekit.runtime.control.SavepointResult": "jobs.savepoint_result",
+    "statekit.runtime.control.CancelResult": "jobs.cancel_result",
+}
 
 
-# Rich lays a table out at ~2 ms a row; above this many rows a table is printed as plain
-# aligned text, so inspecting a snapshot of 10,000 operators takes seconds, not minutes.
-RICH_TABLE_ROWS = 200
-# Above this many operators, inspect prints one table of all states and one of all
-# subtasks instead of two tables per operator.
-PER_OPERATOR_TABLES = 20
+def class_path(cls: type) -> str:
+    """``module.QualName`` of ``cls``: its key in :data:`RENDERERS`."""
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
-def print_table(console: Console, title: str | None, columns: list[str], rows: list[list[str]]) -> None:
-    """A table: rich for up to RICH_TABLE_ROWS rows, plain aligned columns beyond."""
-    if len(rows) <= RICH_TABLE_ROWS:
-        table = Table(title=None if title is None else _e(title), title_justify="left")
-        for column in columns:
-            table.add_column(_e(column))
-        for row in rows:
-            table.add_row(*(_e(cell) for cell in row))
-        console.print(table)
-        return
-    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(columns)]
-    lines = [title] if title else []
-    lines.append("  ".join(c.ljust(w) for c, w in zip(columns, widths)).rstrip())
-    lines.append("  ".join("-" * w for w in widths))
-    lines.extend("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows)
-    console.out("\n".join(lines), highlight=False)
+def renderer_for(cls: type) -> Renderer:
+    """The renderer registered for ``cls`` (or the nearest base class), its module imported now.
+
+    Raises:
+        TypeError: Nothing is registered: a bug (the CLI showed an unregistered result).
+    """
+    for klass in cls.__mro__:
+        target = RENDERERS.get(class_path(klass))
+        if target is not None:
+            module, _, name = target.rpartition(".")
+            func: Renderer = getattr(importlib.import_module(f"{RENDERER_PACKAGE}.{module}"), name)
+            return func
+    raise TypeError(f"no rich renderer for {class_path(cls)} in statekit.cli.render.RENDERERS")
 
 
-@renderer("SnapshotInspection")
-def _inspection(console: Console, r: Any) -> None:
-    console.print(f"[bold]{_e(r.kind)}[/] {_e(r.path)}")
-    console.print(f"job {_e(r.job_id)} {_e(r.job_name)}  checkpoint {_e(r.checkpoint_id)}  format {_e(r.format)}  "
-                  f"created {_e(_timestamp(r.created_at_ms))}  {human_bytes(r.bytes)}, {_e(r.entries)} entries")
-    print_table(console, "Operators",
-                ["uid", "name", "parallelism", "max parallelism", "key serializer", "states", "bytes", "entries"],
-                [[op.uid, op.name, str(op.parallelism), str(op.max_parallelism), op.key_serializer or "-",
-                  str(len(op.states)), human_bytes(op.bytes), str(op.entries)] for op in r.operators])
-    if len(r.operators) > PER_OPERATOR_TABLES:
-        print_table(console, "States", ["uid", *_STATE_COLUMNS],
-                    [[op.uid, *_state_row(s)] for op in r.operators for s in op.states])
-        print_table(console, "Subtasks", ["uid", "subtask", "key groups", "state", "bytes / entries"],
-                    [[op.uid, str(i), _key_groups(op, i), s.name, _subtask_cell(s, i)]
-                     for op in r.operators for s in op.states for i in range(len(op.key_group_ranges))])
-        return
-    for op in r.operators:
-        print_table(console, f"Operator {op.uid!r}", _STATE_COLUMNS, [_state_row(s) for s in op.states])
-        print_table(console, None, ["subtask", "key groups", *(f"{s.name} bytes / entries" for s in op.states)],
-                    [[str(i), _key_groups(op, i), *(_subtask_cell(s, i) for s in op.states)]
-                     for i in range(len(op.key_group_ranges))])
-
-
-_STATE_COLUMNS = ["state", "kind", "serializer", "type", "ttl", "bytes", "entries", "skew (max/mean)", "histogram"]
-
-
-def _state_row(s: Any) -> list[str]:
-    skew = f"{s.skew.ratio:.2f} (kg {s.skew.max_key_group})" if s.skew and s.skew.max_key_group is not None else "-"
-    return [s.name, s.kind, s.value_serializer, s.value_type or "-", f"{s.ttl_ms} ms" if s.ttl_ms else "-",
-            human_bytes(s.bytes), str(s.entries), skew, _sparkline(s.skew.histogram) if s.skew else "-"]
-
-
-def _key_groups(op: Any, i: int) -> str:
-    kg = op.key_group_ranges[i]
-    return f"{kg[0]}-{kg[1]}"
-
-
-def _subtask_cell(s: Any, i: int) -> str:
-    return f"{human_bytes(s.per_subtask[i]['bytes'])} / {s.per_subtask[i]['entries']}"
-
-
-def _sparkline(histogram: list[int]) -> str:
-    bars = " ▁▂▃▄▅▆▇█"
-    top = max(histogram) or 1
-    return "".join(bars[min(8, (v * 8 + top - 1) // top)] for v in histogram)
-
-
-@renderer("VerifyReport")
-def _verify(console: Console, r: Any) -> None:
-    if r.ok:
-        console.print(f"[green]OK[/] {_e(r.path)}: {_e(r.files)} files, {human_bytes(r.bytes)}, every checksum matches")
-        return
-    console.print(f"[red]DAMAGED[/] {_e(r.path)}: {_e(len(r.damage))} problem(s) in {_e(r.files)} files")
-    for d in r.damage:
-        where = f" key group {d.key_group}" if d.key_group is not None else ""
-        console.print(f"  {_e(d.path)}{_e(where)}: {_e(d.message)}")
-
-
-@renderer("DisposalPlan")
-def _dispose(console: Console, r: Any) -> None:
-    verb = "would delete" if r.dry_run else "deleted"
-    console.print(f"{_e(verb)} {_e(r.path)} ({_e(len(r.files))} files, {human_bytes(r.bytes)})")
-    if r.dry_run:
-        for f in r.files:
-            console.print(f"  {_e(f)}")
+def render(console: Console, result: Result) -> None:
+    """Draw ``result`` on ``console`` with the renderer of its type."""
+    renderer_for(type(result))(console, result)

@@ -5,13 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import click
-from rich.console import Console
-from rich.table import Table
 
 from statekit.cli.errors import catch_exception
 from statekit.cli.options import common_options
 from statekit.cli.output import get_output
-from statekit.cli.render import _e, human_bytes, renderer
 from statekit.statefmt.errors import BadInputError
 
 __all__ = ["rescale", "modify", "bootstrap"]
@@ -60,46 +57,19 @@ def rescale(path: str, parallelism: int | None, max_parallelism: int | None, ope
     blocks copied by byte range (checksums verified), no entry decoded.
     --max-parallelism: every entry's key group is recomputed from its key hash and the
     entries are regrouped and re-sorted, streaming with bounded memory.
+    An Apache Flink canonical savepoint takes --max-parallelism only (docs/FLINK.md): each
+    key moves to the key group Flink assigns it, entry bytes copied.
     The source is never modified; OUT appears whole (_metadata last) or not at all.
     """
-    from statekit.writers.rescale import rescale_savepoint
+    from statekit.flink.dispatch import rescale_any
 
     output_ = get_output()
-    report = rescale_savepoint(
+    report = rescale_any(
         path, output, parallelism=parallelism, operator_parallelism=_operator_parallelism(operators),
         max_parallelism=max_parallelism, dry_run=dry_run, spill_dir=spill_dir,
         memory_budget=memory_budget << 20, progress=output_.progress,
     )
     output_.show(report)
-
-
-@renderer("RescaleReport")
-def _rescale_report(console: Console, r: Any) -> None:
-    if r.dry_run:
-        console.print(f"[bold]Rescale plan[/] for {_e(r.source)} (dry run: nothing written)", soft_wrap=True)
-    else:
-        console.print(f"[green]Rescaled[/] {_e(r.source)} -> {_e(r.output)} in {r.elapsed_s:.2f} s "
-                      f"({human_bytes(r.bytes_read)} read, {human_bytes(r.bytes_written)} written)", soft_wrap=True)
-    for op in r.operators:
-        p_old, p_new = op.old_parallelism, op.parallelism
-        m_old, m_new = op.old_max_parallelism, op.max_parallelism
-        change = f"parallelism {p_old} -> {p_new}" if p_old != p_new else f"parallelism {p_new}"
-        change += f", max parallelism {m_old} -> {m_new}" if m_old != m_new else f", max parallelism {m_new}"
-        console.print(f"operator [bold]{_e(op.uid)}[/]: {_e(op.action)}, {_e(change)}", soft_wrap=True)
-        if op.keyed_states:
-            estimated = " (estimated)" if op.bytes_estimated else ""
-            table = Table(show_edge=False, pad_edge=False)
-            for column in ("subtask", "key groups", "with state", f"bytes{estimated}", "entries"):
-                table.add_column(column, justify="left" if column == "key groups" else "right")
-            for s in op.subtasks:
-                kg = s.key_group_range
-                table.add_row(str(s.index), f"{kg.start}-{kg.end}", str(s.key_groups), human_bytes(s.bytes),
-                              str(s.entries))
-            console.print(table)
-            console.print(f"  keyed states {_e(', '.join(op.keyed_states))}: {human_bytes(op.bytes)}, "
-                          f"{_e(op.entries)} entries, skew {op.skew:.2f} (largest subtask / mean)", soft_wrap=True)
-        for s in op.operator_states:
-            console.print(f"  {_e(s.kind)} state {_e(s.name)}: elements per subtask {_e(list(s.elements))}", soft_wrap=True)
 
 
 # ---------------------------------------------------------------- modify
@@ -124,37 +94,18 @@ def modify(path: str, output: str | None, remove_operators: tuple[str, ...], ren
     \b
     The fix for Flink's "Cannot map checkpoint/savepoint state for operator ... to the
     new program": every UID names an operator of PATH; untouched operators are copied
-    file by file (checksums verified), never decoded.
+    file by file (checksums verified), never decoded. An Apache Flink savepoint's
+    operators are named by uid or hex operator id; a renamed one gets Flink's id of its new uid.
     """
-    from statekit.writers.savepoint_modification import modify_savepoint, parse_rename, parse_state_ref
+    from statekit.flink.dispatch import modify_any
+    from statekit.writers.savepoint_modification import parse_rename, parse_state_ref
 
     output_ = get_output()
-    report = modify_savepoint(
-        path, output, remove_operators=remove_operators, rename_uids=[parse_rename(r) for r in renames],
-        remove_states=[parse_state_ref(s) for s in remove_states], dry_run=dry_run, progress=output_.progress,
+    report = modify_any(
+        path, output, remove_operators=remove_operators, rename_uids=tuple(parse_rename(r) for r in renames),
+        remove_states=tuple(parse_state_ref(s) for s in remove_states), dry_run=dry_run, progress=output_.progress,
     )
     output_.show(report)
-
-
-@renderer("ModifyReport")
-def _modify_report(console: Console, r: Any) -> None:
-    if r.dry_run:
-        console.print(f"[bold]Modify plan[/] for {_e(r.source)} (dry run: nothing written)", soft_wrap=True)
-    else:
-        console.print(f"[green]Wrote[/] {_e(r.output)} from {_e(r.source)} in {r.elapsed_s:.2f} s", soft_wrap=True)
-    for uid in r.removed_operators:
-        console.print(f"  removed operator {_e(uid)}", soft_wrap=True)
-    for uid, state in r.removed_states:
-        console.print(f"  removed state {_e(uid)}/{_e(state)}", soft_wrap=True)
-    for old, new in r.renamed:
-        console.print(f"  renamed {_e(old)} -> {_e(new)}", soft_wrap=True)
-    table = Table(show_edge=False, pad_edge=False)
-    for column in ("uid", "was", "parallelism", "max parallelism", "states", "files", "bytes"):
-        table.add_column(column)
-    for op in r.operators:
-        table.add_row(_e(op.uid), _e(op.renamed_from or ""), str(op.parallelism), str(op.max_parallelism),
-                      _e(", ".join(op.states) or "-"), str(op.files), human_bytes(op.bytes))
-    console.print(table)
 
 
 # ---------------------------------------------------------------- bootstrap
@@ -206,33 +157,18 @@ def bootstrap(inputs: tuple[str, ...], input_format: str | None, uid: str, state
       statekit bootstrap --input counts.parquet --uid counter --state count \\
           --key-column word --value-column n -p 2 -o /savepoints/boot
     """
-    from statekit.writers.bootstrap import bootstrap_savepoint
+    from statekit.spark.engine import bootstrap as run_bootstrap
+    from statekit.statefmt.metadata import StateKind
+    from statekit.writers.bootstrap_spec import BootstrapSpec
 
-    output_ = get_output()
-    report = bootstrap_savepoint(
-        inputs=inputs, output=output, uid=uid, state=state, kind=kind, key_column=key_column,
+    spec = BootstrapSpec(
+        inputs=inputs, output=output, uid=uid, state=state, kind=StateKind(kind), key_column=key_column,
         value_columns=value_columns, user_key_column=user_key_column, namespace_column=namespace_column,
         input_format=input_format, value_type=value_type, user_key_type=user_key_type,
         key_serializer=key_serializer, value_serializer=value_serializer, user_key_serializer=user_key_serializer,
         max_parallelism=max_parallelism, parallelism=parallelism, name=name, ttl_ms=ttl_ms,
-        from_savepoint=from_savepoint, engine=engine, batch_size=batch_size, spill_dir=spill_dir,
-        memory_budget=memory_budget << 20, progress=output_.progress,
+        from_savepoint=from_savepoint,
     )
-    output_.show(report)
-
-
-@renderer("BootstrapReport")
-def _bootstrap_report(console: Console, r: Any) -> None:
-    console.print(f"[green]Bootstrapped[/] {_e(r.uid)}/{_e(r.state)} ({_e(r.kind)}) into {_e(r.output)} in {r.elapsed_s:.2f} s: "
-                  f"{_e(r.rows_read)} rows -> {_e(r.entries)} entries, {human_bytes(r.bytes)}", soft_wrap=True)
-    console.print(f"  parallelism {_e(r.parallelism)}, max parallelism {_e(r.max_parallelism)}, "
-                  f"value type {_e(r.value_type or 'any')} ({_e(r.value_serializer)})", soft_wrap=True)
-    if r.copied_operators:
-        console.print(f"  copied from {_e(r.from_savepoint)}: {_e(', '.join(r.copied_operators))}", soft_wrap=True)
-    table = Table(show_edge=False, pad_edge=False)
-    for column in ("subtask", "key groups", "bytes", "entries"):
-        table.add_column(column, justify="left" if column == "key groups" else "right")
-    for s in r.subtasks:
-        kg = s.key_group_range
-        table.add_row(str(s.index), f"{kg.start}-{kg.end}", human_bytes(s.bytes), str(s.entries))
-    console.print(table)
+    output_ = get_output()
+    output_.show(run_bootstrap(spec, engine, batch_size=batch_size, spill_dir=spill_dir,
+                               memory_budget=memory_budget << 20, progress=output_.progress))

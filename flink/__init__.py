@@ -6,7 +6,10 @@ Entry points:
     * paths: :func:`open_flink_snapshot`, :func:`list_flink_checkpoints`,
       :func:`inspect_flink_snapshot`, :func:`verify_flink_snapshot`,
       :func:`plan_flink_dispose`, :func:`dispose_flink_snapshot`;
-    * keys: :func:`assign_to_key_group_flink` and Java ``hashCode`` helpers.
+    * keys: :func:`assign_to_key_group_flink` and Java ``hashCode`` helpers;
+    * state: :func:`read_keyed_state` (canonical savepoints, native savepoints, incremental
+      RocksDB checkpoints), :func:`decodable_states`, :func:`count_savepoint_entries`;
+    * uids: :func:`operator_id_for_uid` (label operators of metadata v3/v4 with ``uids=``).
 """
 
 from statekit.flink.entries import (
@@ -14,6 +17,7 @@ from statekit.flink.entries import (
     FlinkKeyedEntry,
     count_savepoint_entries,
     decodable_states,
+    read_keyed_state,
     read_savepoint_entries,
 )
 from statekit.flink.keygroups import (
@@ -52,6 +56,7 @@ from statekit.flink.snapshot import (
     verify_flink_snapshot,
 )
 from statekit.flink.state_meta import FlinkStateMeta, read_keyed_backend_meta
+from statekit.flink.uids import operator_id_for_uid
 
 __all__ = [
     "read_flink_metadata",
@@ -67,7 +72,9 @@ __all__ = [
     "dispose_flink_snapshot",
     "count_savepoint_entries",
     "FlinkEntryCounts",
+    "read_keyed_state",
     "read_savepoint_entries",
+    "operator_id_for_uid",
     "decodable_states",
     "FlinkKeyedEntry",
     "assign_to_key_group_flink",

@@ -1,4 +1,9 @@
-"""Route the offline commands to the statekit or the Apache Flink reader by the magic bytes.
+"""The CLI's one seam to the snapshot readers: statekit or Apache Flink, chosen by magic bytes.
+
+``list``, ``inspect``, ``verify``, ``dispose`` and ``keygroup`` reach the readers only
+through this module, and ``diff`` asks :func:`diff_flink` first. Each function returns a
+typed result (a union naming both engines' result types); ``statekit.cli.render`` holds
+the renderer of every one of them.
 
 A path is a *Flink snapshot* when the ``_metadata`` it names starts with Flink's magic
 number ``0x4960672d``: the file itself, a snapshot directory holding it, or (inspect and
@@ -14,13 +19,23 @@ say which engine wrote each snapshot.
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Callable
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from statekit.flink.key_group_lookup import (
+    DEFAULT_MAX_PARALLELISM,
+    KEY_TYPES,
+    KeyGroupLookup,
+    flink_key_group,
+    statekit_key_group,
+    with_owning_subtask,
+)
+from statekit.readers.progress import Advance as Progress
 from statekit.statefmt import layout
-from statekit.statefmt.errors import MetadataError, NotACheckpointError, StatekitError
+from statekit.statefmt.errors import BadInputError, MetadataError, NotACheckpointError, StatekitError
 from statekit.statefmt.fileio import FileIO
+from statekit.statefmt.keygroups import check_parallelism, compute_default_max_parallelism
 
 if TYPE_CHECKING:
     from statekit.flink import (
@@ -29,26 +44,39 @@ if TYPE_CHECKING:
         FlinkProblem,
         FlinkSnapshotSummary,
     )
-    from statekit.readers.listing import CheckpointListing
+    from statekit.readers.diff import SavepointDiff
+    from statekit.readers.inspection import SnapshotInspection
+    from statekit.readers.listing import CheckpointList, CheckpointListing
+    from statekit.readers.verification import VerifyReport
+    from statekit.flink.rewrite_report import FlinkModifyReport, FlinkRescaleReport
+    from statekit.readers.progress import ProgressFactory
+    from statekit.statefmt.keygroups import KeyGroupRange
+    from statekit.writers.disposal import DisposalPlan
+    from statekit.writers.rescale import RescaleReport
+    from statekit.writers.savepoint_modification import ModifyReport
 
 __all__ = [
     "FLINK_MAGIC",
+    "KEY_TYPES",
     "list_any",
     "inspect_any",
     "verify_any",
     "dispose_any",
+    "diff_flink",
+    "lookup_key_group",
+    "rescale_any",
+    "modify_any",
     "flink_snapshot_path",
     "SnapshotListing",
     "SnapshotList",
     "FlinkInspection",
     "FlinkVerifyReport",
     "FlinkDisposal",
+    "KeyGroupLookup",
 ]
 
 FLINK_MAGIC = bytes.fromhex("4960672d")
 _STATEKIT_MAGIC = layout.METADATA_MAGIC
-
-Progress = Callable[[str, int], None]
 
 
 # ----------------------------------------------------------------------------- detection
@@ -85,7 +113,7 @@ def _check_magic(io: FileIO, path: str) -> bool:
 
 
 def flink_snapshot_path(
-    url: str, *, allow_job_dir: bool = True, storage_options: dict[str, Any] | None = None
+    url: str, *, allow_job_dir: bool = True, storage_options: Mapping[str, object] | None = None
 ) -> str | None:
     """The Flink snapshot directory or ``_metadata`` file ``url`` names, or ``None``.
 
@@ -101,7 +129,7 @@ def flink_snapshot_path(
     Raises:
         MetadataError: The ``_metadata`` has neither magic number, or is cut inside it.
     """
-    io, path = FileIO.for_path(url, storage_options)
+    io, path = FileIO.for_path(url, None if storage_options is None else dict(storage_options))
     try:
         if not io.exists(path):
             return None
@@ -203,7 +231,7 @@ def _is_flink_dir(url: str) -> bool:
         return False
 
 
-def list_any(url: str) -> Any:
+def list_any(url: str) -> CheckpointList | SnapshotList:
     """Checkpoints and savepoints under ``url``: statekit's listing, with Flink rows filled in.
 
     Returns:
@@ -262,7 +290,7 @@ def _with_incomplete_engines(rows: list[SnapshotListing]) -> list[SnapshotListin
 # ----------------------------------------------------------------------------- inspect
 
 
-def _range(kg: Any) -> list[int] | None:
+def _range(kg: KeyGroupRange | None) -> list[int] | None:
     return None if kg is None else [kg.start, kg.end]
 
 
@@ -364,19 +392,27 @@ class FlinkInspection:
         }
 
 
-def inspect_any(url: str, *, skew: bool = True) -> Any:
+def _no_uids(uids: tuple[str, ...], url: str) -> None:
+    if uids:
+        raise BadInputError("--uid labels the operators of Apache Flink snapshots; statekit snapshots "
+                            "record their uids", path=url)
+
+
+def inspect_any(url: str, *, skew: bool = True, uids: tuple[str, ...] = ()) -> SnapshotInspection | FlinkInspection:
     """Inspect a statekit or Flink snapshot.
 
     Args:
         url: Snapshot directory, ``_metadata`` file or job directory.
         skew: statekit: compute the key-group skew view. Flink: read the keyed state names
             from the state streams (``False`` reads nothing but ``_metadata``).
+        uids: Flink only: operator uids to label operators with (``--uid``).
     """
     flink = flink_snapshot_path(url)
     if flink is not None:
         from statekit.flink import inspect_flink_snapshot
 
-        return FlinkInspection(inspect_flink_snapshot(flink, read_state_meta=skew))
+        return FlinkInspection(inspect_flink_snapshot(flink, read_state_meta=skew, uids=uids))
+    _no_uids(uids, url)
     from statekit.readers.inspection import inspect_snapshot
 
     return inspect_snapshot(url, skew=skew)
@@ -419,11 +455,11 @@ class FlinkVerifyReport:
                 "problems": [asdict(p) for p in self.problems]}
 
 
-def _verify_flink(url: str, on_file: Progress | None) -> FlinkVerifyReport:
+def _verify_flink(url: str, on_file: Progress | None, uids: tuple[str, ...]) -> FlinkVerifyReport:
     from statekit.flink.storage import load_snapshot, referenced_files
     from statekit.flink.verify import verify_snapshot
 
-    snapshot = load_snapshot(url)
+    snapshot = load_snapshot(url, uids=uids)
     report = FlinkVerifyReport(snapshot.path, snapshot.metadata_path, snapshot.checkpoint_id)
     report.problems = verify_snapshot(snapshot)
     seen: set[object] = set()
@@ -441,18 +477,25 @@ def _verify_flink(url: str, on_file: Progress | None) -> FlinkVerifyReport:
     return report
 
 
-def verify_any(url: str, *, on_file: Progress | None = None) -> Any:
+def verify_any(url: str, *, on_file: Progress | None = None,
+               uids: tuple[str, ...] = ()) -> VerifyReport | FlinkVerifyReport:
     """Verify a statekit snapshot (every checksum) or a Flink one (every file and size).
 
+    Args:
+        url: Snapshot directory, ``_metadata`` file or job directory.
+        on_file: Called with each file checked and its size.
+        uids: Flink only: operator uids to label operators with in the problems (``--uid``).
+
     Returns:
-        A report with ``ok`` and ``to_json()``.
+        statekit's report, or :class:`FlinkVerifyReport`; both say ``ok``.
 
     Raises:
         MetadataError: A damaged ``_metadata`` (bad input, exit 2), naming the byte offset.
     """
     flink = flink_snapshot_path(url)
     if flink is not None:
-        return _verify_flink(flink, on_file)
+        return _verify_flink(flink, on_file, uids)
+    _no_uids(uids, url)
     from statekit.readers.verification import verify_snapshot
 
     return verify_snapshot(url, on_file=on_file)
@@ -497,7 +540,7 @@ class FlinkDisposal:
         }
 
 
-def dispose_any(url: str, *, dry_run: bool = False, force: bool = False) -> Any:
+def dispose_any(url: str, *, dry_run: bool = False, force: bool = False) -> DisposalPlan | FlinkDisposal:
     """Dispose of a statekit or Flink snapshot (only the directory or ``_metadata`` named).
 
     Nothing is opened before the path is checked: a snapshot path that is itself a
@@ -538,3 +581,135 @@ def dispose_any(url: str, *, dry_run: bool = False, force: bool = False) -> Any:
             path=result.plan.snapshot,
         )
     return FlinkDisposal(result)
+
+
+# ----------------------------------------------------------------------------- diff
+
+
+def diff_flink(a: str, b: str, *, operator: str | None = None, state: str | None = None, keys: bool = False,
+               limit: int = 20, output: str | None = None, engine: str = "local", uids: tuple[str, ...] = (),
+               value_types: dict[str, str] | None = None) -> SavepointDiff | None:
+    """Diff two Apache Flink snapshots, or ``None`` when neither is one (statekit's diff runs then).
+
+    Raises:
+        BadInputError: Only one side is a Flink snapshot; Flink options (``--uid``,
+            ``--value-type``) for statekit snapshots; ``-o`` or ``--engine spark`` for Flink ones.
+    """
+    flink_a, flink_b = flink_snapshot_path(a), flink_snapshot_path(b)
+    if flink_a is None and flink_b is None:
+        if uids or value_types:
+            raise BadInputError("--uid and --value-type apply to Apache Flink snapshots", path=a)
+        return None
+    if flink_a is None or flink_b is None:
+        raise BadInputError("one snapshot is Apache Flink's and the other statekit's: diff compares two of a kind",
+                            path=a if flink_a is None else b)
+    if output is not None or engine != "local":
+        raise BadInputError("a diff of Flink snapshots runs on the local engine and lists differences with "
+                            "--keys; -o and --engine spark apply to statekit snapshots", path=a)
+    from statekit.flink.diff import FlinkDiffRequest, diff_flink_snapshots
+
+    request = FlinkDiffRequest(operator, state, keys, limit, value_types)
+    return diff_flink_snapshots(flink_a, flink_b, request, uids=uids)
+
+
+# ----------------------------------------------------------------------------- keygroup
+
+
+def lookup_key_group(
+    key: str,
+    *,
+    key_type: str = "string",
+    flink: bool = False,
+    max_parallelism: int | None = None,
+    parallelism: int | None = None,
+    key_serializer: str = "msgpack",
+) -> KeyGroupLookup:
+    """The key group of ``key`` in statekit or Flink and, with ``parallelism``, the subtask that owns it.
+
+    Args:
+        key: The key as text.
+        key_type: How to read ``key``: one of :data:`KEY_TYPES`.
+        flink: Compute Flink's key group (Java ``hashCode`` of a ``key_type`` object)
+            instead of statekit's (murmur3_32 of the key serialized by ``key_serializer``).
+        max_parallelism: Number of key groups; default Flink's default for
+            ``parallelism`` (at least 128), or 128.
+        parallelism: Also compute the owning subtask at this parallelism.
+        key_serializer: statekit only: the serializer of the operator's keys.
+
+    Raises:
+        BadInputError: Unreadable key, unknown key type or serializer, bad parallelism.
+        SerializationError: The serializer cannot encode the key.
+
+    Example:
+        >>> lookup_key_group("42", key_type="int", flink=True).key_group
+        29
+    """
+    if max_parallelism is None:
+        max_parallelism = (compute_default_max_parallelism(parallelism) if parallelism
+                           else DEFAULT_MAX_PARALLELISM)
+    check_parallelism(parallelism if parallelism is not None else 1, max_parallelism)
+    lookup = (flink_key_group(key, key_type, max_parallelism) if flink
+              else statekit_key_group(key, key_type, max_parallelism, key_serializer))
+    return lookup if parallelism is None else with_owning_subtask(lookup, parallelism)
+
+
+# ----------------------------------------------------------------------------- rescale, modify
+
+
+def rescale_any(path: str, output: str | None, *, parallelism: int | None = None,
+                operator_parallelism: Mapping[str, int] | None = None, max_parallelism: int | None = None,
+                dry_run: bool = False, spill_dir: str | None = None, memory_budget: int = 96 << 20,
+                progress: ProgressFactory | None = None) -> RescaleReport | FlinkRescaleReport:
+    """Rescale a statekit savepoint, or change the max parallelism of a canonical Flink savepoint.
+
+    A Flink savepoint keeps its parallelism: Flink redistributes its keyed and operator state
+    when a job restores it at another one, so ``-p``/``--operator`` are refused for it.
+
+    Raises:
+        BadInputError: ``-p``/``--operator`` or no ``--max-parallelism`` for a Flink savepoint,
+            and everything :func:`statekit.writers.rescale.rescale_savepoint` or
+            :func:`statekit.flink.rewrite.rescale_flink_savepoint` refuses.
+    """
+    flink = flink_snapshot_path(path, allow_job_dir=False)
+    if flink is None:
+        from statekit.writers.rescale import rescale_savepoint
+
+        return rescale_savepoint(path, output, parallelism=parallelism, operator_parallelism=operator_parallelism,
+                                 max_parallelism=max_parallelism, dry_run=dry_run, spill_dir=spill_dir,
+                                 memory_budget=memory_budget, progress=progress)
+    if parallelism is not None or operator_parallelism:
+        raise BadInputError("-p/--operator: Flink redistributes keyed and operator state itself when a job restores a "
+                            "savepoint at another parallelism (up to its max parallelism); rescale of a Flink "
+                            "savepoint changes --max-parallelism only", path=path)
+    if max_parallelism is None:
+        raise BadInputError("give --max-parallelism M: the new number of key groups of the Flink savepoint", path=path)
+    from statekit.flink.rewrite import rescale_flink_savepoint
+
+    return rescale_flink_savepoint(flink, output, max_parallelism=max_parallelism, dry_run=dry_run,
+                                   spill_dir=spill_dir, memory_budget=memory_budget, progress=progress)
+
+
+def modify_any(path: str, output: str | None, *, remove_operators: tuple[str, ...] = (),
+               rename_uids: tuple[tuple[str, str], ...] = (), remove_states: tuple[tuple[str, str], ...] = (),
+               dry_run: bool = False, progress: ProgressFactory | None = None) -> ModifyReport | FlinkModifyReport:
+    """Remove operators (or states) and rename uids of a statekit or Flink savepoint.
+
+    Raises:
+        BadInputError: ``--remove-state`` for a Flink savepoint, and everything
+            :func:`statekit.writers.savepoint_modification.modify_savepoint` or
+            :func:`statekit.flink.rewrite.modify_flink_savepoint` refuses.
+    """
+    flink = flink_snapshot_path(path, allow_job_dir=False)
+    if flink is None:
+        from statekit.writers.savepoint_modification import modify_savepoint
+
+        return modify_savepoint(path, output, remove_operators=remove_operators, rename_uids=rename_uids,
+                                remove_states=remove_states, dry_run=dry_run, progress=progress)
+    if remove_states:
+        raise BadInputError("--remove-state: a Flink savepoint's keyed states share one stream per subtask, which "
+                            "modify does not rewrite; remove the whole operator, or drop the state in the job "
+                            "(Flink ignores state no descriptor asks for)", path=path)
+    from statekit.flink.rewrite import modify_flink_savepoint
+
+    return modify_flink_savepoint(flink, output, remove_operators=remove_operators, rename_uids=rename_uids,
+                                  dry_run=dry_run, progress=progress)

@@ -32,11 +32,11 @@ from statekit.readers.inventory import (
     SnapshotInventory,
     foreign_files_error,
     refuse_linked_path,
-    remove_files,
     take_inventory,
 )
 from statekit.statefmt.errors import StatekitError
 from statekit.statefmt.fileio import FileIO
+from statekit.writers.removal import remove_files
 
 __all__ = ["FlinkDisposePlan", "FlinkDisposeResult", "plan_dispose", "execute_dispose", "FLINK_TEMP_FILE_PATTERN"]
 

@@ -1,9 +1,11 @@
-"""``keygroup``: which key group (and subtask) a key lands in, in statekit or in Flink.
+"""Where a key lands: the key group of a key in statekit and in Flink, and the owning subtask.
 
 statekit hashes the *serialized* key (murmur3_32 of its bytes, see
 ``statekit.statefmt.keygroups``); Flink hashes the Java ``hashCode`` of the key object
 (``MathUtils.murmurHash``, see ``statekit.flink.keygroups``). The same key
-therefore lands in different key groups in the two systems.
+therefore lands in different key groups in the two systems. The CLI chooses between
+:func:`statekit_key_group` and :func:`flink_key_group` through
+``statekit.flink.dispatch.lookup_key_group``.
 
 The key arrives as text (a command-line argument) and is coerced by its key type first.
 """
@@ -11,22 +13,32 @@ The key arrives as text (a command-line argument) and is coerced by its key type
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from typing import Any, TypeAlias
 
 from statekit.statefmt.errors import BadInputError
 from statekit.statefmt.keygroups import (
-    check_parallelism,
-    compute_default_max_parallelism,
     compute_key_group_range_for_operator_index,
     compute_operator_index_for_key_group,
 )
 
-__all__ = ["KEY_TYPES", "KeyGroupLookup", "parse_key", "lookup_key_group"]
+__all__ = [
+    "KEY_TYPES",
+    "DEFAULT_MAX_PARALLELISM",
+    "KeyValue",
+    "KeyGroupLookup",
+    "parse_key",
+    "statekit_key_group",
+    "flink_key_group",
+    "with_owning_subtask",
+]
 
 KEY_TYPES: tuple[str, ...] = ("string", "int", "long", "short", "byte", "boolean", "char", "double", "float")
 JAVA_NAMES = {"string": "String", "int": "Integer", "long": "Long", "short": "Short", "byte": "Byte",
               "boolean": "Boolean", "char": "Character", "double": "Double", "float": "Float"}
 DEFAULT_MAX_PARALLELISM = 128
+
+KeyValue: TypeAlias = str | int | float | bool
+"""A key read from text: ``str`` (string, char), ``int``, ``float`` or ``bool``."""
 
 
 @dataclass(frozen=True)
@@ -51,7 +63,7 @@ class KeyGroupLookup:
 
     key: str
     key_type: str
-    value: Any
+    value: KeyValue
     engine: str
     max_parallelism: int
     key_group: int
@@ -75,7 +87,7 @@ class KeyGroupLookup:
         return data
 
 
-def parse_key(text: str, key_type: str) -> Any:
+def parse_key(text: str, key_type: str) -> KeyValue:
     """Coerce command-line text to a key of ``key_type``.
 
     Raises:
@@ -100,59 +112,41 @@ def parse_key(text: str, key_type: str) -> Any:
     raise BadInputError(f"unknown key type {key_type!r} (known: {', '.join(KEY_TYPES)})")
 
 
-def lookup_key_group(
-    key: str,
-    *,
-    key_type: str = "string",
-    flink: bool = False,
-    max_parallelism: int | None = None,
-    parallelism: int | None = None,
-    key_serializer: str = "msgpack",
-) -> KeyGroupLookup:
-    """The key group of ``key`` and, with ``parallelism``, the subtask that owns it.
-
-    Args:
-        key: The key as text.
-        key_type: How to read ``key``: one of :data:`KEY_TYPES`.
-        flink: Compute Flink's key group (Java ``hashCode`` of a ``key_type`` object)
-            instead of statekit's (murmur3_32 of the key serialized by ``key_serializer``).
-        max_parallelism: Number of key groups; default Flink's default for
-            ``parallelism`` (at least 128), or 128.
-        parallelism: Also compute the owning subtask at this parallelism.
-        key_serializer: statekit only: the serializer of the operator's keys.
+def flink_key_group(key: str, key_type: str, max_parallelism: int) -> KeyGroupLookup:
+    """Flink's key group of ``key`` read as ``key_type``: murmur hash of its Java ``hashCode``.
 
     Raises:
-        BadInputError: Unreadable key, unknown key type or serializer, bad parallelism.
-        SerializationError: The serializer cannot encode the key.
-
-    Example:
-        >>> lookup_key_group("42", key_type="int", flink=True).key_group
-        29
+        BadInputError: Unreadable key, unknown key type, a value out of the Java type's range.
     """
-    if max_parallelism is None:
-        max_parallelism = (compute_default_max_parallelism(parallelism) if parallelism
-                           else DEFAULT_MAX_PARALLELISM)
-    check_parallelism(parallelism if parallelism is not None else 1, max_parallelism)
+    from statekit.flink.keygroups import flink_murmur_hash, java_hash_code
+
     value = parse_key(key, key_type)
-    if flink:
-        from statekit.flink.keygroups import flink_murmur_hash, java_hash_code
+    code = java_hash_code(value, key_type)
+    murmur = flink_murmur_hash(code)
+    return KeyGroupLookup(key, key_type, value, "flink", max_parallelism, murmur % max_parallelism, code,
+                          murmur_hash=murmur)
 
-        code = java_hash_code(value, key_type)
-        murmur = flink_murmur_hash(code)
-        result = KeyGroupLookup(key, key_type, value, "flink", max_parallelism,
-                                murmur % max_parallelism, code, murmur_hash=murmur)
-    else:
-        from statekit.statefmt.keygroups import key_hash
-        from statekit.statefmt.serializers import get_serializer, serialize_with
 
-        serializer = get_serializer(key_serializer, for_write=True)
-        data = serialize_with(serializer, value, "key")
-        digest = key_hash(data)
-        result = KeyGroupLookup(key, key_type, value, "statekit", max_parallelism,
-                                digest % max_parallelism, digest, key_serializer=key_serializer,
-                                key_bytes=data.hex())
-    if parallelism is None:
-        return result
-    subtask = compute_operator_index_for_key_group(max_parallelism, parallelism, result.key_group)
-    kg = compute_key_group_range_for_operator_index(max_parallelism, parallelism, subtask)
-    return replace(result, parallelism=parallelism, subtask=subtask, subtask_key_groups=(kg.start, kg.end))
+def statekit_key_group(key: str, key_type: str, max_parallelism: int, key_serializer: str) -> KeyGroupLookup:
+    """statekit's key group of ``key`` read as ``key_type``: murmur3_32 of its serialized bytes.
+
+    Raises:
+        BadInputError: Unreadable key, unknown key type or serializer.
+        SerializationError: The serializer cannot encode the key.
+    """
+    from statekit.statefmt.keygroups import key_hash
+    from statekit.statefmt.serializers import get_serializer, serialize_with
+
+    value = parse_key(key, key_type)
+    serializer = get_serializer(key_serializer, for_write=True)
+    data = serialize_with(serializer, value, "key")
+    digest = key_hash(data)
+    return KeyGroupLookup(key, key_type, value, "statekit", max_parallelism, digest % max_parallelism, digest,
+                          key_serializer=key_serializer, key_bytes=data.hex())
+
+
+def with_owning_subtask(lookup: KeyGroupLookup, parallelism: int) -> KeyGroupLookup:
+    """``lookup`` plus the subtask that owns its key group at ``parallelism`` and that subtask's range."""
+    subtask = compute_operator_index_for_key_group(lookup.max_parallelism, parallelism, lookup.key_group)
+    kg = compute_key_group_range_for_operator_index(lookup.max_parallelism, parallelism, subtask)
+    return replace(lookup, parallelism=parallelism, subtask=subtask, subtask_key_groups=(kg.start, kg.end))

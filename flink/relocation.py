@@ -25,7 +25,7 @@ from statekit.statefmt import layout
 from statekit.statefmt.errors import BadInputError, NotACheckpointError, PathNotFoundError
 from statekit.statefmt.fileio import FileIO
 
-__all__ = ["FlinkRelocation", "relocate_flink_snapshot"]
+__all__ = ["FlinkRelocation", "relocate_flink_snapshot", "auto_relocation_prefixes", "relocate_moved_snapshot"]
 
 EXAMPLES = 3
 
@@ -173,3 +173,61 @@ def relocate_flink_snapshot(
         overwritten=exists,
         warnings=warnings,
     )
+
+
+def auto_relocation_prefixes(path: str, *, storage_options: dict[str, Any] | None = None) -> tuple[str, str]:
+    """``(old prefix, new prefix)`` that move a copied checkpoint's paths into its own job directory.
+
+    The checkpoint at ``path`` (a ``chk-N`` directory or its ``_metadata``) names files outside
+    its job directory by absolute paths; each must lie in one old job directory
+    (``<old>/shared/<name>``, ``<old>/taskowned/<name>`` or ``<old>/chk-N/<name>``) and a file of
+    the same name must sit at the same place of this job directory.
+
+    Raises:
+        BadInputError: Not a ``chk-N`` directory, nothing to relocate, or a path that has no
+            counterpart here (the message names it).
+    """
+    from statekit.flink.storage import load_snapshot, referenced_files
+    from statekit.flink.verify import moved_job_dir
+
+    snapshot = load_snapshot(path, storage_options=storage_options)
+    job = snapshot.job_dir
+    if job is None:
+        raise BadInputError("--auto needs a checkpoint directory chk-N inside its job directory "
+                            "(it finds the files there); give --from and --to instead", path=snapshot.path)
+    external = list(dict.fromkeys(r.location for r in referenced_files(snapshot)
+                                  if not r.relative and r.scope == "external"))
+    if not external:
+        raise BadInputError("nothing to relocate: every absolute path already points into this job "
+                            "directory", path=snapshot.path)
+    moved = moved_job_dir(snapshot, external)
+    if moved is None:
+        from statekit.flink.verify import job_counterpart
+
+        lost = next((loc for loc in external if job_counterpart(snapshot, loc) is None), external[0])
+        raise BadInputError(f"cannot relocate automatically: {lost} has no file of the same name in "
+                            f"{job.url}, or the paths come from more than one job directory; give --from "
+                            "and --to", path=snapshot.path)
+    old, _ = moved
+    new = ("file:" + job.path) if job.io.is_local else job.url
+    return old, new
+
+
+def relocate_moved_snapshot(
+    path: str, output: str | None = None, *, force: bool = False,
+    storage_options: dict[str, Any] | None = None,
+) -> FlinkRelocation:
+    """``relocate --auto``: point a copied checkpoint's absolute paths at its own job directory.
+
+    Args:
+        path: The ``chk-N`` directory (or its ``_metadata``) of the copied checkpoint.
+        output: The new ``_metadata`` (file or directory); default ``path``'s own ``_metadata``,
+            which needs ``force`` like any existing output.
+        force: Replace an existing output file.
+        storage_options: fsspec options.
+
+    Raises:
+        As :func:`auto_relocation_prefixes` and :func:`relocate_flink_snapshot`.
+    """
+    old, new = auto_relocation_prefixes(path, storage_options=storage_options)
+    return relocate_flink_snapshot(path, old, new, output or path, force=force, storage_options=storage_options)

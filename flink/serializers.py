@@ -15,6 +15,14 @@ Supported (snapshot class → Python value, Spark SQL type)::
     MapSerializer                dict      map<...>    int size + (key, null flag, value)...
     VoidNamespaceSerializer      None      -        one byte
     TimeWindow.Serializer        dict      struct<start:bigint,end:bigint>
+    ByteArrayWrapperSerializer   bytes     binary   PyFlink map-state keys: int length + bytes
+    TtlSerializer                TtlValue  (value's)  last-access timestamp long, then the value
+    TimerSerializer              FlinkTimer struct<timestamp,key,namespace>  timestamp long with
+                                                    its sign bit flipped, key, namespace
+    PojoSerializer               dict      struct<field:..>  flags byte (1 null, 2 exact class),
+                                                    then per field a null boolean and the value
+    AvroSerializer               (schema)  (schema)  Avro data written by Flink's DataOutputEncoder
+                                                    (see :mod:`statekit.flink.avro`)
 
 Everything else is *unsupported*: :func:`flink_serializer` returns ``None`` and the caller
 names the class. Reads go through :class:`ByteCursor`, so damage is an error naming the
@@ -29,15 +37,33 @@ from dataclasses import dataclass
 from typing import Any
 
 from statekit.flink.cursor import ByteCursor
-from statekit.flink.state_meta import SerializerNode
+from statekit.flink.state_meta import AVRO_SNAPSHOT, BYTE_ARRAY_WRAPPER_SNAPSHOT, POJO_SNAPSHOT, SerializerNode
 
-__all__ = ["FlinkSerializer", "flink_serializer", "read_java_string", "read_list_delimited"]
+__all__ = ["FlinkSerializer", "TtlValue", "FlinkTimer", "flink_serializer", "read_java_string",
+           "read_list_delimited", "unsupported_class"]
 
 _BASE = "org.apache.flink.api.common.typeutils.base."
 _F64 = struct.Struct(">d")
 _F32 = struct.Struct(">f")
 ROW_KIND_BITS = 2
 LIST_DELIMITER = 0x2C  # ListDelimitedSerializer: elements of list state values are joined by ','
+
+
+@dataclass(frozen=True)
+class TtlValue:
+    """A value of state with a time-to-live: Flink's ``TtlValue`` (last access, epoch ms)."""
+
+    timestamp: int
+    value: Any
+
+
+@dataclass(frozen=True)
+class FlinkTimer:
+    """A timer of a keyed operator (``TimerHeapInternalTimer``)."""
+
+    timestamp: int
+    key: Any
+    namespace: Any
 
 
 @dataclass(frozen=True)
@@ -78,6 +104,10 @@ def read_java_string(cur: ByteCursor) -> str | None:
     length -= 1
     if length > cur.remaining:
         raise cur.error(f"truncated: string of {length} characters, {cur.remaining} bytes left", at=at)
+    ascii_run = cur.data[cur.pos:cur.pos + length]
+    if ascii_run.isascii():  # every character below 0x80 is one byte: the common case, decoded at once
+        cur.pos += length
+        return ascii_run.decode("ascii")
     units = bytearray()
     for _ in range(length):
         unit = _varint(cur, "string character")
@@ -112,6 +142,10 @@ VOID_NAMESPACE_CLASS = "org.apache.flink.runtime.state.VoidNamespaceSerializer$V
 TIME_WINDOW_CLASS = (
     "org.apache.flink.streaming.api.windowing.windows.TimeWindow$Serializer$TimeWindowSerializerSnapshot"
 )
+TTL_CLASS = "org.apache.flink.runtime.state.ttl.TtlStateFactory$TtlSerializerSnapshot"
+TIMER_CLASS = "org.apache.flink.streaming.api.operators.TimerSerializerSnapshot"
+POJO_NULL, POJO_EXACT_CLASS = 1, 2
+FLIPPED_SIGN = -(1 << 63)  # Long.MIN_VALUE: xor flips the sign bit of a signed long
 
 
 def _bytes(cur: ByteCursor) -> bytes:
@@ -161,6 +195,40 @@ def _map(key: FlinkSerializer, value: FlinkSerializer) -> FlinkSerializer:
     return FlinkSerializer(f"Map<{key.name},{value.name}>", f"map<{key.spark_type},{value.spark_type}>", None, read)
 
 
+def _ttl(value: FlinkSerializer) -> FlinkSerializer:
+    def read(cur: ByteCursor) -> TtlValue:
+        return TtlValue(cur.i64("TTL timestamp"), value.read(cur))
+
+    length = None if value.fixed_length is None else 8 + value.fixed_length
+    return FlinkSerializer(f"Ttl<{value.name}>", value.spark_type, length, read)
+
+
+def _timer(key: FlinkSerializer, namespace: FlinkSerializer) -> FlinkSerializer:
+    def read(cur: ByteCursor) -> FlinkTimer:
+        timestamp = cur.i64("timer timestamp") ^ FLIPPED_SIGN  # MathUtils.flipSignBit
+        return FlinkTimer(timestamp, key.read(cur), namespace.read(cur))
+
+    spark = f"struct<timestamp:bigint,key:{key.spark_type},namespace:{namespace.spark_type}>"
+    return FlinkSerializer(f"Timer<{key.name},{namespace.name}>", spark, None, read)
+
+
+def _pojo(node: SerializerNode, fields: list[FlinkSerializer]) -> FlinkSerializer:
+    names = node.names
+
+    def read(cur: ByteCursor) -> dict[str, Any] | None:
+        at = cur.pos
+        flags = cur.u8("POJO flags")
+        if flags & POJO_NULL:
+            return None
+        if flags != POJO_EXACT_CLASS:
+            raise cur.error(f"POJO {node.text} value is a subclass (flags {flags:#x}); not decoded", at=at)
+        return {name: None if cur.boolean(f"POJO field {name} null flag") else field.read(cur)
+                for name, field in zip(names, fields)}
+
+    struct_type = ",".join(f"{name}:{field.spark_type}" for name, field in zip(names, fields))
+    return FlinkSerializer(f"Pojo<{node.text}>", f"struct<{struct_type}>", None, read)
+
+
 def flink_serializer(node: SerializerNode | None) -> FlinkSerializer | None:
     """The decoder of a serializer snapshot tree, or ``None`` when a class is unsupported."""
     if node is None:
@@ -174,6 +242,13 @@ def flink_serializer(node: SerializerNode | None) -> FlinkSerializer | None:
         return FlinkSerializer("VoidNamespace", "string", 1, _void)
     if cls == TIME_WINDOW_CLASS:
         return FlinkSerializer("TimeWindow", "struct<start:bigint,end:bigint>", 16, _time_window)
+    if cls == BYTE_ARRAY_WRAPPER_SNAPSHOT:
+        return FlinkSerializer("ByteArrayWrapper", "binary", None, _bytes)
+    if cls == AVRO_SNAPSHOT:
+        from statekit.flink.avro import avro_serializer
+
+        avro: FlinkSerializer | None = avro_serializer(node.text)
+        return avro
     children = [flink_serializer(child) for child in node.children]
     if any(child is None for child in children):
         return None
@@ -184,6 +259,12 @@ def flink_serializer(node: SerializerNode | None) -> FlinkSerializer | None:
         return _list(nested[0])
     if cls == MAP_CLASS and len(nested) == 2:
         return _map(nested[0], nested[1])
+    if cls == TTL_CLASS and len(nested) == 2 and nested[0].name == "Long":
+        return _ttl(nested[1])
+    if cls == TIMER_CLASS and len(nested) == 2:
+        return _timer(nested[0], nested[1])
+    if cls == POJO_SNAPSHOT and len(nested) == len(node.names) and node.names:
+        return _pojo(node, nested)
     return None
 
 

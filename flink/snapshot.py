@@ -6,6 +6,7 @@ dataclasses for the CLI to render. Paths may name a snapshot directory or its ``
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from statekit.flink.dispose import (
@@ -38,18 +39,26 @@ __all__ = [
 ]
 
 StorageOptions = dict[str, Any] | None
+Uids = Sequence[str]
 
 
-def open_flink_snapshot(path: str, *, storage_options: StorageOptions = None) -> FlinkSnapshot:
+def open_flink_snapshot(path: str, *, storage_options: StorageOptions = None, uids: Uids = ()) -> FlinkSnapshot:
     """Open a Flink checkpoint/savepoint directory or its ``_metadata`` file.
 
+    Args:
+        path: The snapshot directory or its ``_metadata``, local or an fsspec URL.
+        storage_options: fsspec options.
+        uids: Operator uids the user knows (metadata v3/v4 records none): every operator
+            whose id is Flink's hash of one of them is labelled with it.
+
     Raises:
+        BadInputError: A uid that names no operator of the snapshot.
         PathNotFoundError: Nothing at ``path``.
         IncompleteCheckpointError: A ``chk-N`` directory without ``_metadata``.
         NotACheckpointError: Not a Flink snapshot (no ``_metadata``, or not Flink's).
         MetadataError: A damaged ``_metadata``; the message names the byte offset.
     """
-    return load_snapshot(path, storage_options=storage_options)
+    return load_snapshot(path, storage_options=storage_options, uids=uids)
 
 
 def list_flink_checkpoints(
@@ -60,10 +69,10 @@ def list_flink_checkpoints(
 
 
 def inspect_flink_snapshot(
-    path: str, *, storage_options: StorageOptions = None, read_state_meta: bool = True
+    path: str, *, storage_options: StorageOptions = None, read_state_meta: bool = True, uids: Uids = ()
 ) -> FlinkSnapshotSummary:
     """Open a snapshot and summarize it (operators, key groups, sizes, state names)."""
-    snapshot = load_snapshot(path, storage_options=storage_options)
+    snapshot = load_snapshot(path, storage_options=storage_options, uids=uids)
     return summarize_snapshot(snapshot, read_state_meta=read_state_meta)
 
 
@@ -72,14 +81,15 @@ def flink_referenced_files(path: str, *, storage_options: StorageOptions = None)
     return list(referenced_files(load_snapshot(path, storage_options=storage_options)))
 
 
-def verify_flink_snapshot(path: str, *, storage_options: StorageOptions = None) -> list[FlinkProblem]:
+def verify_flink_snapshot(path: str, *, storage_options: StorageOptions = None,
+                          uids: Uids = ()) -> list[FlinkProblem]:
     """Every problem of a snapshot: missing or resized files, bad offsets, damaged metadata.
 
     A damaged ``_metadata`` is reported as a problem of kind ``metadata``; a path that is not
     a snapshot at all raises (``NotACheckpointError``, ``PathNotFoundError``).
     """
     try:
-        snapshot = load_snapshot(path, storage_options=storage_options)
+        snapshot = load_snapshot(path, storage_options=storage_options, uids=uids)
     except MetadataError as exc:
         return [FlinkProblem("metadata", exc.path or path, str(exc))]
     return list(verify_snapshot(snapshot))

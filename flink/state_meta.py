@@ -28,7 +28,10 @@ from dataclasses import dataclass, field
 from statekit.flink.cursor import ByteCursor, decode_modified_utf8
 from statekit.statefmt.errors import CorruptStateError
 
-__all__ = ["SerializerNode", "SerializerInfo", "FlinkStateMeta", "KeyedBackendMeta", "read_keyed_backend_meta"]
+__all__ = [
+    "SerializerNode", "SerializerInfo", "FlinkStateMeta", "KeyedBackendMeta", "read_keyed_backend_meta",
+    "BYTE_ARRAY_WRAPPER_SNAPSHOT", "POJO_SNAPSHOT", "AVRO_SNAPSHOT", "KRYO_SNAPSHOTS",
+]
 
 PROXY_VERSION = 6
 SNAPSHOT_PROXY_VERSION = 2
@@ -40,6 +43,17 @@ BACKEND_STATE_TYPES = ("key-value", "operator", "broadcast", "priority-queue")
 SERIALIZER_KEYS = frozenset({"KEY_SERIALIZER", "NAMESPACE_SERIALIZER", "VALUE_SERIALIZER"})
 
 _BASE = "org.apache.flink.api.common.typeutils.base."
+# PyFlink keys map state by this wrapper of the Python-encoded user key (int length + bytes).
+BYTE_ARRAY_WRAPPER_SNAPSHOT = (
+    "org.apache.flink.streaming.api.utils.ByteArrayWrapperSerializer$ByteArrayWrapperSerializerSnapshot"
+)
+POJO_SNAPSHOT = "org.apache.flink.api.java.typeutils.runtime.PojoSerializerSnapshot"
+AVRO_SNAPSHOT = "org.apache.flink.formats.avro.typeutils.AvroSerializerSnapshot"
+KRYO_SNAPSHOTS = frozenset({
+    "org.apache.flink.api.java.typeutils.runtime.kryo.KryoSerializerSnapshot",
+    "org.apache.flink.api.java.typeutils.runtime.kryo.Kryo5SerializerSnapshot",
+})
+OPTIONAL_MAP_HEADER = 0x4F2C69A3D70  # LinkedOptionalMapSerializer.HEADER
 _ARRAY = _BASE + "array."
 # SimpleTypeSerializerSnapshot subclasses: no content from version 3 (version 2: a class name).
 SIMPLE_SNAPSHOTS = frozenset(
@@ -64,6 +78,7 @@ SIMPLE_SNAPSHOTS = frozenset(
         "$TimeWindowSerializerSnapshot",
         "org.apache.flink.streaming.api.windowing.windows.GlobalWindow$Serializer"
         "$GlobalWindowSerializerSnapshot",
+        BYTE_ARRAY_WRAPPER_SNAPSHOT,
     ]
 )
 ROW_SNAPSHOT = "org.apache.flink.api.java.typeutils.runtime.RowSerializer$RowSerializerSnapshot"
@@ -75,10 +90,16 @@ class _Unskippable(Exception):
 
 @dataclass(frozen=True)
 class SerializerNode:
-    """A serializer snapshot class and its nested snapshots (a composite's fields, in order)."""
+    """A serializer snapshot class and its nested snapshots (a composite's fields, in order).
+
+    ``names`` are the field names of a POJO (one per child); ``text`` is what else the
+    snapshot says that decoding needs: the class of a POJO, the schema of an Avro type.
+    """
 
     snapshot_class: str
     children: tuple[SerializerNode, ...] = ()
+    names: tuple[str, ...] = ()
+    text: str | None = None
 
     def descendants(self) -> tuple[str, ...]:
         """The classes of every nested snapshot, depth first."""
@@ -169,11 +190,66 @@ def _versioned_snapshot(cur: ByteCursor, depth: int) -> SerializerNode:
         elif version < 2:
             raise _Unskippable(f"{class_name} snapshot version {version}")
         return SerializerNode(class_name)
+    special = _SPECIAL.get(class_name)
+    if special is not None:
+        return special(cur, class_name, version, depth)
+    if class_name in KRYO_SNAPSHOTS:
+        raise _Unskippable(f"values of class {cur.utf('Kryo type class')} are serialized by Kryo "
+                           "(Flink's generic fallback), which statekit does not decode")
     if version >= 3 and cur.peek_i32() == COMPOSITE_MAGIC:
         cur.i32("composite snapshot magic")
         _skip_outer(cur, class_name, cur.i32("outer snapshot version"))
         return SerializerNode(class_name, _nested_snapshots(cur, depth))
     raise _Unskippable(f"cannot skip serializer snapshot {class_name} (version {version})")
+
+
+def _pojo(cur: ByteCursor, class_name: str, version: int, depth: int) -> SerializerNode:
+    """``PojoSerializerSnapshot`` v2: class name, then three optional maps (fields, subclasses).
+
+    Optional map: header long, size int, each: name utf | [has key: framed key] | [has value:
+    framed versioned snapshot]; a frame is an int length and the bytes.
+    """
+    if version != 2:
+        raise _Unskippable(f"{class_name} snapshot version {version}")
+    pojo_class = cur.utf("POJO class name")
+    names: list[str] = []
+    fields: list[SerializerNode | None] = []
+    for which in ("POJO fields", "registered subclasses", "non-registered subclasses"):
+        at = cur.pos
+        if cur.i64(f"{which} header") != OPTIONAL_MAP_HEADER:
+            raise cur.error(f"wrong {which} header in a POJO serializer snapshot", at=at)
+        for _ in range(cur.count(f"number of {which}", min_item_size=4)):
+            name = cur.utf(f"{which} name")
+            if cur.boolean(f"{which} key flag"):
+                cur.skip(cur.count(f"{which} key length"), f"{which} key")
+            node = None
+            if cur.boolean(f"{which} snapshot flag"):
+                frame = cur.take(cur.count(f"{which} snapshot length"), f"{which} snapshot")
+                try:  # framed: an unknown snapshot leaves the rest readable
+                    node = _versioned_snapshot(ByteCursor(frame, source=cur.source, error=cur.error_class), depth + 1)
+                except _Unskippable as exc:
+                    node = SerializerNode(str(exc))
+            if which == "POJO fields":
+                names.append(name)
+                fields.append(node)
+            elif node is not None:
+                raise _Unskippable(f"POJO {pojo_class} has subclass {name}, which statekit does not decode")
+    if any(node is None for node in fields):
+        raise _Unskippable(f"POJO {pojo_class}: a field serializer snapshot is missing")
+    return SerializerNode(class_name, tuple(f for f in fields if f is not None), tuple(names), pojo_class)
+
+
+def _avro(cur: ByteCursor, class_name: str, version: int, depth: int) -> SerializerNode:
+    """``AvroSerializerSnapshot``: v1 the schema, v2 the runtime class then the schema (utf)."""
+    if version == 1:
+        return SerializerNode(class_name, text=cur.utf("Avro schema"))
+    if version == 2:
+        runtime_class = cur.utf("Avro runtime class")
+        return SerializerNode(class_name, names=(runtime_class,), text=cur.utf("Avro schema"))
+    raise _Unskippable(f"{class_name} snapshot version {version}")
+
+
+_SPECIAL = {POJO_SNAPSHOT: _pojo, AVRO_SNAPSHOT: _avro}
 
 
 def _nested_snapshots(cur: ByteCursor, depth: int) -> tuple[SerializerNode, ...]:

@@ -41,6 +41,7 @@ __all__ = [
     "resolve_absolute",
     "read_stream_bytes",
     "read_stream_ranges",
+    "resolve_stream",
 ]
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):(.*)$")
@@ -70,6 +71,8 @@ class FlinkSnapshot:
         metadata: The parsed metadata.
         directory: The snapshot directory as a :class:`FileLocation`.
         storage_options: fsspec options used to open it (reused for same-scheme files).
+        uids: Operator uids the user named (``--uid``); operators whose id is the hash of one
+            carry it as their uid (see :mod:`statekit.flink.uids`).
     """
 
     path: str
@@ -77,6 +80,7 @@ class FlinkSnapshot:
     metadata: FlinkCheckpointMetadata
     directory: FileLocation = field(repr=False, compare=False)
     storage_options: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    uids: tuple[str, ...] = ()
 
     @property
     def job_dir(self) -> FileLocation | None:
@@ -132,10 +136,18 @@ def _protocol(io: FileIO) -> str:
     return "file" if io.is_local else io.protocol
 
 
-def load_snapshot(path: str, *, storage_options: dict[str, Any] | None = None) -> FlinkSnapshot:
+def load_snapshot(path: str, *, storage_options: dict[str, Any] | None = None, uids: Iterable[str] = (),
+                  strict_uids: bool = True) -> FlinkSnapshot:
     """Open a snapshot directory or its ``_metadata`` file and parse the metadata.
 
+    Args:
+        path: The snapshot directory or its ``_metadata``, local or an fsspec URL.
+        storage_options: fsspec options.
+        uids: Operator uids to label operators with (metadata v3/v4 records none).
+        strict_uids: Refuse a uid that names no operator of the snapshot.
+
     Raises:
+        BadInputError: With ``strict_uids``, a uid that names no operator.
         PathNotFoundError: Nothing at ``path``.
         IncompleteCheckpointError: A ``chk-N`` directory without ``_metadata``.
         NotACheckpointError: A directory without ``_metadata`` or a non-Flink ``_metadata``.
@@ -163,8 +175,17 @@ def load_snapshot(path: str, *, storage_options: dict[str, Any] | None = None) -
         raise NotACheckpointError("not a Flink _metadata file (wrong magic number)",
                                   path=io.url(meta_path))
     metadata = read_flink_metadata(data, source=io.url(meta_path))
+    names = tuple(dict.fromkeys(uids))
+    if names:
+        from statekit.flink.uids import label_operators, operator_id_for_uid, unmatched_uids
+
+        unmatched = unmatched_uids(metadata, names)
+        if unmatched and strict_uids:
+            raise BadInputError(f"--uid {unmatched[0]!r} (operator id {operator_id_for_uid(unmatched[0])}) "
+                                "names no operator of this snapshot", path=io.url(directory))
+        metadata = label_operators(metadata, names)
     location = FileLocation(io, _protocol(io), directory)
-    return FlinkSnapshot(io.url(directory), io.url(meta_path), metadata, location, options)
+    return FlinkSnapshot(io.url(directory), io.url(meta_path), metadata, location, options, names)
 
 
 def _flink_path_parts(path: str) -> tuple[str | None, str]:
@@ -279,17 +300,29 @@ def read_stream_ranges(
     if handle.kind is StreamHandleKind.KEY_GROUPS and handle.delegate is not None:
         yield from read_stream_ranges(snapshot, handle.delegate, ranges)
         return
+    location = resolve_stream(snapshot, handle)
+    with location.io.open_input(location.path) as stream:
+        for offset, length in ranges:
+            stream.seek(offset)
+            yield bytes(stream.read() if length is None else stream.read(length))
+
+
+def resolve_stream(snapshot: FlinkSnapshot, handle: StreamHandle) -> FileLocation:
+    """The file of a file stream handle, inside the snapshot directory or its job's ``shared/``.
+
+    Raises:
+        BadInputError: An inline handle, or a path that cannot be resolved.
+        UnsafePathError: A file outside the snapshot directory and its job's ``shared/``.
+    """
+    if handle.kind not in (StreamHandleKind.FILE, StreamHandleKind.RELATIVE_FILE):
+        raise BadInputError(f"a {handle.kind.value} handle has no file", path=snapshot.metadata_path)
     ref = _ref(snapshot, handle, "data", "?", None)
     if ref.resolved is None:
         raise BadInputError(ref.problem or "cannot resolve state file", path=ref.location)
     if ref.scope == "external":
         raise UnsafePathError(
             "state file outside the snapshot directory and its job's shared/ directory; refusing "
-            "to read it (a moved checkpoint: rewrite its paths with `statekit relocate`)",
+            "to read it (a moved checkpoint: rewrite its paths with `statekit relocate --auto`)",
             path=ref.url,
         )
-    location = ref.resolved
-    with location.io.open_input(location.path) as stream:
-        for offset, length in ranges:
-            stream.seek(offset)
-            yield bytes(stream.read() if length is None else stream.read(length))
+    return ref.resolved

@@ -6,69 +6,127 @@ and value bytes: an entry is *only in A*, *only in B*, *changed* or *unchanged*.
 not part of the comparison (it moves on its own). Identity does not depend on files or
 parallelism, so a savepoint and its rescaled copy compare equal.
 
-The local engine (:func:`diff_savepoints`) streams:
+A :class:`DiffSpec` says what to compare; :meth:`DiffInputs.open` opens both savepoints and
+makes the plan (every input check, shared by both engines). The local engine
+(:func:`diff_locally`) streams:
 
 * same max parallelism: both sides' blocks in key-group order; a key group whose blocks
   have equal CRC-32, length and entry count on both sides is counted unchanged without
-  being read; other key groups are joined in chunks of about :data:`CHUNK_ROWS` rows;
-* different max parallelism: entries are spilled into hash buckets (``key_hash % buckets``,
-  sized to :data:`MEMORY_BUDGET`) and joined bucket by bucket.
+  being read or decoded; other key groups are compared in chunks of about
+  :data:`CHUNK_ROWS` rows — row by row where both blocks hold the same identities in the
+  same order, by a join otherwise;
+* different max parallelism: by buckets of ``key_hash % g`` where ``g`` divides both max
+  parallelisms (the key groups ``b, b + g, ...`` of each side, read straight from the
+  files) when such a bucket is at most :data:`BUCKET_BYTES`; else entries are spilled into
+  hash buckets of that size. A bucket is sorted into identity order (key hash, key,
+  namespace, user key) on both sides and compared like a changed block.
 
-Memory stays bounded by a chunk (or a bucket) plus one block. Operator state is compared as
+Values are compared as stored: typed columns of one primitive type directly, anything else
+as serialized bytes (:class:`_ValueForm`). Memory stays bounded by a chunk (or a bucket)
+plus one block. Operator state is compared as
 a multiset of elements (list, union) or by broadcast key. Layout changes (parallelism, max
 parallelism, operator name) are listed but do not make the savepoints different.
+
+This module only reads: differing entries go, as rows of :func:`diff_arrow_schema`, to a
+:class:`DifferenceOutput` the caller gives (``statekit.writers.diff_output`` writes them as
+Parquet for ``diff -o``); the hash join parks rows in process-private scratch files
+(:class:`statekit.statefmt.spill.ArrowSpill`).
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
-import posixpath
-import shutil
-import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+from statekit.readers.progress import Advance, ProgressFactory, no_progress
 from statekit.readers.savepoint_reader import SavepointReader
 from statekit.readers.typed_columns import python_values, to_json_text
 from statekit.statefmt.entries import StateCodec
 from statekit.statefmt.errors import BadInputError, StateNotFoundError
 from statekit.statefmt.metadata import OperatorMetadata, StateDescriptor, StateKind
+from statekit.statefmt.encoding import is_serialized, keyed_schema
+from statekit.statefmt.spill import ArrowSpill
 from statekit.statefmt.statefile import IndexEntry
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
 __all__ = [
+    "DiffSpec",
+    "DiffInputs",
+    "DifferenceWriter",
+    "DifferenceOutput",
     "StructuralChange",
     "KeyDifference",
     "StateDiff",
     "SavepointDiff",
     "DiffPlan",
     "StatePair",
-    "diff_savepoints",
+    "diff_locally",
     "plan_diff",
     "diff_operator_state",
+    "diff_arrow_schema",
     "DifferenceSink",
     "DIFF_COLUMNS",
-    "hive_partition_dir",
-    "open_progress",
-    "ProgressFactory",
 ]
 
 CHUNK_ROWS = 65536
 MEMORY_BUDGET = 128 << 20
+# Stored bytes of both sides compared at once when max parallelisms differ: a bucket is
+# decoded, sorted and joined, which takes a few times its stored size.
+BUCKET_BYTES = MEMORY_BUDGET // 6
 LAYOUT_CHANGES = ("parallelism_changed", "max_parallelism_changed", "name_changed")
 DIFF_COLUMNS = ("change", "key", "namespace", "user_key", "value_a", "value_b", "key_group")
 _DESCRIPTOR_FIELDS = ("kind", "value_serializer", "value_type", "user_key_serializer", "user_key_type",
                       "namespace_serializer", "ttl_ms")
 _SERIALIZER_FIELDS = ("kind", "value_serializer", "user_key_serializer", "namespace_serializer")
-Progress = Callable[[str, int], None]
-ProgressFactory = Callable[..., AbstractContextManager[Progress]]
+
+
+# ---------------------------------------------------------------- what to compare
+
+
+@dataclass(frozen=True)
+class DiffSpec:
+    """One diff of savepoint ``a`` (before) with ``b`` (after), whichever engine runs it.
+
+    Attributes:
+        a, b: Savepoint/checkpoint paths or URLs.
+        operator, state: Restrict the diff to one operator and/or state name.
+        keys: Decode and return up to ``limit`` differing entries per state.
+        limit: How many differing entries per state ``keys`` returns (not negative).
+        output: A new directory for every differing entry, Hive-partitioned by
+            ``operator_uid`` and ``state_name`` (written by the engine's writer:
+            ``statekit.writers.diff_output`` locally, Spark on Spark).
+        trust_pickle: Allow decoding pickle state (for ``keys``/``output``).
+        storage_options: fsspec options for both savepoints and the output.
+    """
+
+    a: str
+    b: str
+    operator: str | None = None
+    state: str | None = None
+    keys: bool = False
+    limit: int = 20
+    output: str | None = None
+    trust_pickle: bool = False
+    storage_options: dict[str, Any] | None = None
+
+
+class DifferenceWriter(Protocol):
+    """Takes the differing entries of one state, as tables of :func:`diff_arrow_schema`'s columns."""
+
+    def write_table(self, table: pa.Table) -> None: ...
+
+
+class DifferenceOutput(Protocol):
+    """Where the differing entries of a diff go: one writer per state, opened by the diff."""
+
+    def state_writer(self, uid: str, state: str) -> AbstractContextManager[DifferenceWriter]: ...
 
 
 # ---------------------------------------------------------------- results
@@ -284,23 +342,12 @@ def state_entries(reader: SavepointReader | None, op: OperatorMetadata | None,
 # ---------------------------------------------------------------- difference rows
 
 
-def hive_partition_dir(uid: str, state: str) -> str:
-    """``operator_uid=<uid>/state_name=<state>`` with Hive's path escaping."""
-    return f"operator_uid={_hive_escape(uid)}/state_name={_hive_escape(state)}"
-
-
-_HIVE_SPECIAL = set('"#%\'*/:=?\\\x7f{[]^')
-
-
-def _hive_escape(value: str) -> str:
-    return "".join(f"%{ord(c):02X}" if c in _HIVE_SPECIAL or ord(c) < 0x20 else c for c in value)
-
-
 class DifferenceSink:
-    """Collects differing entries of one state: the first ``limit`` decoded, all to Parquet."""
+    """Collects differing entries of one state: the first ``limit`` decoded, all to ``writer``
+    (as JSON text columns and the key group, :func:`diff_arrow_schema`)."""
 
     def __init__(self, pair: StatePair, codec_a: StateCodec | None, codec_b: StateCodec | None, *,
-                 limit: int, writer: Any | None, max_parallelism: int) -> None:
+                 limit: int, writer: DifferenceWriter | None, max_parallelism: int) -> None:
         self.pair = pair
         self.codec_a, self.codec_b = codec_a, codec_b
         self.limit = limit
@@ -358,10 +405,10 @@ def _texts(column: Any, serializer: Any) -> list[str | None]:
 
 
 def _value_texts(column: Any, codec: StateCodec | None) -> list[str | None]:
-    values = column.to_pylist()
     if codec is None:
-        return [None] * len(values)
-    return [None if v is None else to_json_text(codec.decode_value(v)) for v in values]
+        return [None] * len(column)
+    column = column.combine_chunks() if hasattr(column, "combine_chunks") else column
+    return [None if v is None else to_json_text(v) for v in codec.decode_values(column)]
 
 
 # ---------------------------------------------------------------- joining
@@ -381,17 +428,34 @@ def _identity(descriptor: StateDescriptor) -> list[str]:
     return ["key", "namespace", "user_key"] if descriptor.kind is StateKind.MAP else ["key", "namespace"]
 
 
+def values_differ(a: Any, b: Any) -> pa.Array:
+    """Row by row, whether two value columns of one type differ: stored bytes (serialized
+    values), or typed values compared as stored (floats by their bits: NaN equals NaN,
+    -0.0 differs from 0.0, as in the serialized form); a null differs from a value."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    a = a.combine_chunks() if hasattr(a, "combine_chunks") else a
+    b = b.combine_chunks() if hasattr(b, "combine_chunks") else b
+    if a.type == pa.float64():
+        a, b = a.view(pa.int64()), b.view(pa.int64())
+    both_null = pc.and_(pc.is_null(a), pc.is_null(b))
+    return pc.fill_null(pc.not_equal(a, b), pc.invert(both_null))
+
+
 def join_chunk(a: pa.Table, b: pa.Table, identity: list[str], counts: _Counts, sink: DifferenceSink | None) -> None:
-    """Full outer join of two chunks holding the same key groups; adds to ``counts``."""
+    """Full outer join of two chunks holding the same key groups; adds to ``counts``.
+
+    A row is in A (B) when its key hash from A (B) is set: values may be null."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     left = a.select(identity + ["value", "key_hash"]).rename_columns(identity + ["value_a", "hash_a"])
     right = b.select(identity + ["value", "key_hash"]).rename_columns(identity + ["value_b", "hash_b"])
     joined = left.join(right, keys=identity, join_type="full outer")
-    in_a, in_b = pc.is_valid(joined.column("value_a")), pc.is_valid(joined.column("value_b"))
+    in_a, in_b = pc.is_valid(joined.column("hash_a")), pc.is_valid(joined.column("hash_b"))
     both = pc.and_(in_a, in_b)
-    changed = pc.fill_null(pc.and_(both, pc.not_equal(joined.column("value_a"), joined.column("value_b"))), False)
+    changed = pc.and_(both, values_differ(joined.column("value_a"), joined.column("value_b")))
     n_both = pc.sum(both.cast(pa.int64())).as_py() or 0
     n_changed = pc.sum(changed.cast(pa.int64())).as_py() or 0
     counts.only_in_a += joined.num_rows - (pc.sum(in_b.cast(pa.int64())).as_py() or 0)
@@ -402,24 +466,80 @@ def join_chunk(a: pa.Table, b: pa.Table, identity: list[str], counts: _Counts, s
         differs = pc.invert(pc.and_(both, pc.invert(changed)))
         rows = joined.filter(differs)
         if rows.num_rows:
-            change = pc.if_else(pc.is_null(rows.column("value_b")), "only_in_a",
-                                pc.if_else(pc.is_null(rows.column("value_a")), "only_in_b", "changed"))
+            change = pc.if_else(pc.is_null(rows.column("hash_b")), "only_in_a",
+                                pc.if_else(pc.is_null(rows.column("hash_a")), "only_in_b", "changed"))
             key_hash = pc.coalesce(rows.column("hash_a"), rows.column("hash_b"))
             if "user_key" not in identity:
                 rows = rows.append_column("user_key", pa.nulls(rows.num_rows, pa.binary()))
             sink.add(rows.append_column("change", change).append_column("key_hash", key_hash))
 
 
-def _empty_keyed() -> pa.Table:
-    from statekit.statefmt.statefile import keyed_schema
-
-    return keyed_schema().empty_table()
+# ---------------------------------------------------------------- the form values are compared in
 
 
-def _concat(batches: list[pa.RecordBatch]) -> pa.Table:
-    import pyarrow as pa
+_COMPARABLE = ("int64", "double", "string", "bool", "timestamp[ms, tz=UTC]")
 
-    return pa.Table.from_batches(batches) if batches else _empty_keyed()
+
+class _ValueForm:
+    """The one value column type both sides of a state are compared in.
+
+    Every file of both sides holds typed values of one primitive type: that type (compared
+    without decoding). Otherwise — serialized values anywhere, nested types, a version 1
+    file on one side — serialized bytes: typed columns are serialized with the side's value
+    serializer, giving the bytes a version 1 file holds for the same values.
+    """
+
+    def __init__(self, value_types: set[Any], codec_a: StateCodec | None, codec_b: StateCodec | None) -> None:
+        import pyarrow as pa
+
+        only = next(iter(value_types)) if len(value_types) == 1 else None
+        self.type = only if only is not None and str(only) in _COMPARABLE else pa.binary()
+        self.codecs = {"a": codec_a, "b": codec_b}
+
+    def schema(self) -> pa.Schema:
+        return keyed_schema(None if is_serialized(self.type) else self.type)
+
+    def conform(self, side: str, batch: pa.RecordBatch) -> pa.RecordBatch:
+        import pyarrow as pa
+
+        value = batch.column("value")
+        if value.type == self.type:
+            return batch
+        codec = self.codecs[side]
+        assert codec is not None and is_serialized(self.type)
+        index = batch.schema.get_field_index("value")
+        columns = list(batch.columns)
+        columns[index] = codec.serialized_values(value)
+        return pa.RecordBatch.from_arrays(columns, schema=keyed_schema())
+
+    def empty(self) -> pa.Table:
+        return self.schema().empty_table()
+
+    def concat(self, batches: list[pa.RecordBatch]) -> pa.Table:
+        import pyarrow as pa
+
+        return pa.Table.from_batches(batches, schema=self.schema()) if batches else self.empty()
+
+
+def _value_form(ra: SavepointReader | None, rb: SavepointReader | None, pair: StatePair) -> _ValueForm:
+    """The form of ``pair``'s values, from the headers of every file of both sides."""
+    types = set()
+    for reader, op in ((ra, pair.op_a), (rb, pair.op_b)):
+        if reader is None or op is None:
+            continue
+        for subtask in op.subtasks:
+            file = subtask.file_of(pair.name)
+            if file is not None and file.entries:
+                with reader.open_subtask_file(op, subtask, file) as state_file:
+                    types.add(state_file.codec.schema.field("value").type)
+    return _ValueForm(types, _serializing_codec(pair.a, pair.op_a), _serializing_codec(pair.b, pair.op_b))
+
+
+def _serializing_codec(descriptor: StateDescriptor | None, op: OperatorMetadata | None) -> StateCodec | None:
+    """A codec that only serializes values (safe for every serializer: nothing is decoded)."""
+    if descriptor is None or op is None:
+        return None
+    return StateCodec(descriptor, op.key_serializer, for_write=True)
 
 
 # ---------------------------------------------------------------- keyed state, same max parallelism
@@ -460,11 +580,13 @@ def _diff_aligned(ra: SavepointReader | None, rb: SavepointReader | None, pair: 
 
     A key group whose blocks hold the same identities on both sides (only values changed)
     goes to the *aligned* chunk, compared row by row; any other goes to the *join* chunk.
+    Blocks are equal byte for byte only between files of one encoding; a version 1 and a
+    version 2 file of the same entries are compared entry by entry.
     """
-    identity = _identity(pair.descriptor)
+    form = _value_form(ra, rb, pair)
     side_a, side_b = _blocks(ra, pair.op_a, pair.name), _blocks(rb, pair.op_b, pair.name)
     x, y = next(side_a, None), next(side_b, None)
-    chunks = _Chunks(identity, counts, sink)
+    chunks = _Chunks(_identity(pair.descriptor), counts, sink, form)
     while x is not None or y is not None:
         if x is not None and y is not None and x.key_group == y.key_group:
             if _same_block(x, y):
@@ -486,30 +608,37 @@ def _diff_aligned(ra: SavepointReader | None, rb: SavepointReader | None, pair: 
     chunks.flush()
 
 
+_SORT_COLUMNS = ("key_hash", "key", "namespace", "user_key")
+
+
 class _Chunks:
     """Blocks waiting to be compared: aligned pairs (row by row) and the rest (a join)."""
 
-    def __init__(self, identity: list[str], counts: _Counts, sink: DifferenceSink | None) -> None:
-        self.identity, self.counts, self.sink = identity, counts, sink
+    def __init__(self, identity: list[str], counts: _Counts, sink: DifferenceSink | None, form: _ValueForm) -> None:
+        self.identity, self.counts, self.sink, self.form = identity, counts, sink, form
         self.aligned: tuple[list[pa.RecordBatch], list[pa.RecordBatch]] = ([], [])
         self.joined: tuple[list[pa.RecordBatch], list[pa.RecordBatch]] = ([], [])
         self.rows = 0
 
-    def add_pair(self, a: pa.RecordBatch, b: pa.RecordBatch) -> None:
+    def add_pair(self, a: pa.RecordBatch | pa.Table, b: pa.RecordBatch | pa.Table) -> None:
         if a.num_rows == b.num_rows and all(a.column(n).equals(b.column(n)) for n in self.identity):
-            self.aligned[0].append(a)
-            self.aligned[1].append(b)
-            self.rows += a.num_rows
+            self._append(self.aligned, a, b)
             self._maybe_flush()
         else:
             self.add(a, b)
 
-    def add(self, a: pa.RecordBatch | None, b: pa.RecordBatch | None) -> None:
-        for side, batch in ((0, a), (1, b)):
-            if batch is not None:
-                self.joined[side].append(batch)
-                self.rows += batch.num_rows
+    def add(self, a: pa.RecordBatch | pa.Table | None, b: pa.RecordBatch | pa.Table | None) -> None:
+        self._append(self.joined, a, b)
         self._maybe_flush()
+
+    def _append(self, target: tuple[list[pa.RecordBatch], list[pa.RecordBatch]],
+                a: pa.RecordBatch | pa.Table | None, b: pa.RecordBatch | pa.Table | None) -> None:
+        for side, index, data in (("a", 0, a), ("b", 1, b)):
+            if data is None or not data.num_rows:
+                continue
+            batches = data.to_batches() if hasattr(data, "to_batches") else [data]
+            target[index].extend(self.form.conform(side, batch) for batch in batches)
+            self.rows += data.num_rows
 
     def _maybe_flush(self) -> None:
         if self.rows >= CHUNK_ROWS:
@@ -517,9 +646,10 @@ class _Chunks:
 
     def flush(self) -> None:
         if self.aligned[0]:
-            compare_rows(_concat(self.aligned[0]), _concat(self.aligned[1]), self.counts, self.sink)
+            compare_rows(self.form.concat(self.aligned[0]), self.form.concat(self.aligned[1]), self.counts, self.sink)
         if self.joined[0] or self.joined[1]:
-            join_chunk(_concat(self.joined[0]), _concat(self.joined[1]), self.identity, self.counts, self.sink)
+            join_chunk(self.form.concat(self.joined[0]), self.form.concat(self.joined[1]), self.identity, self.counts,
+                       self.sink)
         self.aligned, self.joined, self.rows = ([], []), ([], []), 0
 
 
@@ -528,7 +658,7 @@ def compare_rows(a: pa.Table, b: pa.Table, counts: _Counts, sink: DifferenceSink
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    changed = pc.not_equal(a.column("value"), b.column("value"))
+    changed = values_differ(a.column("value"), b.column("value"))
     n_changed = pc.sum(changed.cast(pa.int64())).as_py() or 0
     counts.changed += n_changed
     counts.unchanged += a.num_rows - n_changed
@@ -542,83 +672,106 @@ def compare_rows(a: pa.Table, b: pa.Table, counts: _Counts, sink: DifferenceSink
         }))
 
 
+def _sorted(table: pa.Table) -> pa.Table:
+    """Rows in the canonical order of identities: (key hash, key, namespace, user key)."""
+    import pyarrow.compute as pc
+
+    if table.num_rows < 2:
+        return table
+    return table.take(pc.sort_indices(table, sort_keys=[(c, "ascending") for c in _SORT_COLUMNS]))
+
+
 # ---------------------------------------------------------------- keyed state, different max parallelism
 
 
-class _HashSpill:
-    """Both sides' entries cut into ``buckets`` by ``key_hash % buckets``, spilled as Arrow IPC files."""
+def _diff_regrouped(ra: SavepointReader, rb: SavepointReader, pair: StatePair, counts: _Counts,
+                    sink: DifferenceSink | None, buckets: int) -> None:
+    """Different max parallelism, compared by bucket ``key_hash % buckets`` where ``buckets``
+    divides both max parallelisms: a bucket is the key groups ``b, b + buckets, ...`` of
+    each side, read straight from the files (no spill), sorted into identity order and
+    compared like a changed block. Memory: one bucket of both sides."""
+    assert pair.op_a is not None and pair.op_b is not None
+    form = _value_form(ra, rb, pair)
+    chunks = _Chunks(_identity(pair.descriptor), counts, sink, form)
+    with _GroupSource(ra, pair.op_a, pair.name) as side_a, _GroupSource(rb, pair.op_b, pair.name) as side_b:
+        for bucket in range(buckets):
+            a = _sorted(form.concat([form.conform("a", x) for x in side_a.bucket(bucket, buckets)]))
+            b = _sorted(form.concat([form.conform("b", x) for x in side_b.bucket(bucket, buckets)]))
+            chunks.add_pair(a.combine_chunks(), b.combine_chunks())
+    chunks.flush()
+    counts.compared += pair.op_a.max_parallelism
 
-    def __init__(self, buckets: int) -> None:
-        self.buckets = buckets
-        self.directory = tempfile.mkdtemp(prefix="statekit-diff-")
-        self._writers: dict[tuple[str, int], Any] = {}
-        self._sinks: dict[tuple[str, int], Any] = {}
 
-    def add(self, side: str, batch: pa.RecordBatch) -> None:
-        import pyarrow as pa
-        import pyarrow.compute as pc
+class _GroupSource:
+    """The blocks of one side's state by key group, its files kept open for random access."""
 
-        bucket = pc.remainder(batch.column("key_hash"), pa.scalar(self.buckets, pa.uint32()))
-        order = pc.sort_indices(bucket)
-        ordered, bucket = batch.take(order), bucket.take(order)
-        runs = pc.run_end_encode(bucket)
-        start = 0
-        for value, end in zip(runs.values.to_pylist(), runs.run_ends.to_pylist()):
-            self._writer(side, int(value)).write_batch(ordered.slice(start, end - start))
-            start = end
+    def __init__(self, reader: SavepointReader, op: OperatorMetadata, state: str) -> None:
+        self.reader, self.op, self.state = reader, op, state
+        self._stack = ExitStack()
+        self._owner: dict[int, Any] = {}
 
-    def _writer(self, side: str, bucket: int) -> Any:
-        import pyarrow as pa
+    def __enter__(self) -> _GroupSource:
+        for subtask in self.op.subtasks:
+            file = subtask.file_of(self.state)
+            if file is not None:
+                state_file = self._stack.enter_context(self.reader.open_subtask_file(self.op, subtask, file))
+                self._owner.update((g, state_file) for g in state_file.key_groups)
+        return self
 
-        key = (side, bucket)
-        if key not in self._writers:
-            sink = pa.OSFile(os.path.join(self.directory, f"{side}-{bucket}.arrow"), "wb")
-            self._sinks[key] = sink
-            self._writers[key] = pa.ipc.new_stream(sink, _empty_keyed().schema)
-        return self._writers[key]
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
 
-    def finish(self) -> None:
-        for key, writer in self._writers.items():
-            writer.close()
-            self._sinks[key].close()
-        self._writers.clear()
+    def bucket(self, bucket: int, buckets: int) -> Iterator[pa.RecordBatch]:
+        for key_group in range(bucket, self.op.max_parallelism, buckets):
+            state_file = self._owner.get(key_group)
+            if state_file is not None:
+                yield state_file.read_block(key_group)
 
-    def load(self, side: str, bucket: int) -> pa.Table:
-        import pyarrow as pa
 
-        path = os.path.join(self.directory, f"{side}-{bucket}.arrow")
-        if not os.path.exists(path):
-            return _empty_keyed()
-        with pa.OSFile(path, "rb") as source:
-            return pa.ipc.open_stream(source).read_all()
+def _spill(spill: ArrowSpill, side: str, batch: pa.RecordBatch, buckets: int) -> None:
+    """Cut ``batch`` by ``key_hash % buckets`` into the spill's ``<side>-<bucket>`` buckets."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
 
-    def close(self) -> None:
-        shutil.rmtree(self.directory, ignore_errors=True)
+    bucket = pc.remainder(batch.column("key_hash"), pa.scalar(buckets, pa.uint32()))
+    order = pc.sort_indices(bucket)
+    ordered, bucket = batch.take(order), bucket.take(order)
+    runs = pc.run_end_encode(bucket)
+    start = 0
+    for value, end in zip(runs.values.to_pylist(), runs.run_ends.to_pylist()):
+        spill.append(f"{side}-{value}", ordered.slice(start, end - start))
+        start = end
+
+
+def _state_bytes(pair: StatePair) -> int:
+    return sum(f.size for op in (pair.op_a, pair.op_b) if op is not None
+               for st in op.subtasks for f in st.files if f.state == pair.name)
 
 
 def _diff_by_hash(ra: SavepointReader, rb: SavepointReader, pair: StatePair, counts: _Counts,
                   sink: DifferenceSink | None) -> None:
+    """Different max parallelism: by buckets of key groups both sides share when they are
+    small enough (:func:`_diff_regrouped`), else entries spilled into hash buckets sized to
+    :data:`MEMORY_BUDGET` and compared bucket by bucket."""
     assert pair.op_a is not None and pair.op_b is not None
-    total = sum(f.size for op in (pair.op_a, pair.op_b) for st in op.subtasks for f in st.files if f.state == pair.name)
-    buckets = max(1, math.ceil(2 * total / MEMORY_BUDGET))
-    identity = _identity(pair.descriptor)
-    if buckets == 1:
-        a = _concat([b for _, _, b in ra.read_keyed_batches(pair.uid, pair.name)])
-        b = _concat([b for _, _, b in rb.read_keyed_batches(pair.uid, pair.name)])
-        counts.compared += pair.op_a.max_parallelism
-        join_chunk(a, b, identity, counts, sink)
+    total = _state_bytes(pair)
+    shared = math.gcd(pair.op_a.max_parallelism, pair.op_b.max_parallelism)
+    if total <= shared * BUCKET_BYTES:
+        _diff_regrouped(ra, rb, pair, counts, sink, shared)
         return
-    spill = _HashSpill(buckets)
-    try:
+    form = _value_form(ra, rb, pair)
+    buckets = max(1, math.ceil(total / BUCKET_BYTES))
+    chunks = _Chunks(_identity(pair.descriptor), counts, sink, form)
+    with ArrowSpill(form.schema(), prefix="statekit-diff-") as spill:
         for side, reader in (("a", ra), ("b", rb)):
             for _, _, batch in reader.read_keyed_batches(pair.uid, pair.name):
-                spill.add(side, batch)
+                _spill(spill, side, form.conform(side, batch), buckets)
         spill.finish()
         for bucket in range(buckets):
-            join_chunk(spill.load("a", bucket), spill.load("b", bucket), identity, counts, sink)
-        counts.compared += pair.op_a.max_parallelism
-    finally:
-        spill.close()
+            chunks.add_pair(_sorted(spill.load(f"a-{bucket}")).combine_chunks(),
+                            _sorted(spill.load(f"b-{bucket}")).combine_chunks())
+            chunks.flush()
+    counts.compared += pair.op_a.max_parallelism
 
 
 # ---------------------------------------------------------------- operator state
@@ -685,71 +838,52 @@ def _tally(counts: _Counts, change: str) -> None:
 # ---------------------------------------------------------------- the local engine
 
 
-def open_pair(a: str, b: str, trust_pickle: bool = False,
-              storage_options: dict[str, Any] | None = None) -> tuple[SavepointReader, SavepointReader]:
-    """Open both savepoints (any failure is bad input: exit 2)."""
-    return (SavepointReader.read(a, trust_pickle=trust_pickle, storage_options=storage_options),
-            SavepointReader.read(b, trust_pickle=trust_pickle, storage_options=storage_options))
+@dataclass(frozen=True)
+class DiffInputs:
+    """Both savepoints of a :class:`DiffSpec` opened and the plan made: every input check,
+    done before any engine starts (any failure is bad input: exit 2)."""
+
+    spec: DiffSpec
+    a: SavepointReader
+    b: SavepointReader
+    plan: DiffPlan
+
+    @classmethod
+    def open(cls, spec: DiffSpec) -> DiffInputs:
+        if spec.limit < 0:
+            raise BadInputError(f"--limit must not be negative, got {spec.limit}")
+        a = SavepointReader.read(spec.a, trust_pickle=spec.trust_pickle, storage_options=spec.storage_options)
+        b = SavepointReader.read(spec.b, trust_pickle=spec.trust_pickle, storage_options=spec.storage_options)
+        return cls(spec, a, b, plan_diff(a, b, spec.operator, spec.state))
+
+    def codecs(self, pair: StatePair) -> tuple[StateCodec | None, StateCodec | None]:
+        """The codec of ``pair`` on each side (None where the state does not exist)."""
+        return (self.a.codec(pair.uid, pair.name) if pair.a is not None else None,
+                self.b.codec(pair.uid, pair.name) if pair.b is not None else None)
 
 
-def codecs(ra: SavepointReader, rb: SavepointReader, pair: StatePair) -> tuple[StateCodec | None, StateCodec | None]:
-    return (ra.codec(pair.uid, pair.name) if pair.a is not None else None,
-            rb.codec(pair.uid, pair.name) if pair.b is not None else None)
-
-
-def diff_savepoints(
-    a: str,
-    b: str,
-    *,
-    operator: str | None = None,
-    state: str | None = None,
-    keys: bool = False,
-    limit: int = 20,
-    output: str | None = None,
-    trust_pickle: bool = False,
-    storage_options: dict[str, Any] | None = None,
-    progress: ProgressFactory | None = None,
-) -> SavepointDiff:
-    """Diff savepoint ``a`` (before) with ``b`` (after) on this machine.
+def diff_locally(inputs: DiffInputs, differences: DifferenceOutput | None = None,
+                 progress: ProgressFactory | None = None) -> SavepointDiff:
+    """Diff on this machine, streaming with bounded memory.
 
     Args:
-        a, b: savepoint/checkpoint paths or URLs.
-        operator, state: restrict the diff to one operator and/or state name.
-        keys: decode and return up to ``limit`` differing entries per state.
-        limit: how many differing entries per state ``keys`` returns.
-        output: write every differing entry as Parquet under this new directory
-            (Hive-partitioned by ``operator_uid`` and ``state_name``).
-        trust_pickle: allow decoding pickle state (for ``keys``/``output``).
-        storage_options: fsspec options for both savepoints and the output.
+        inputs: The opened savepoints and the plan.
+        differences: Where every differing entry goes (``spec.output``'s writer), or None.
         progress: ``Output.progress``-like factory, advanced once per state.
     """
-    if limit < 0:
-        raise BadInputError(f"--limit must not be negative, got {limit}")
-    ra, rb = open_pair(a, b, trust_pickle, storage_options)
-    plan = plan_diff(ra, rb, operator, state)
-    with DiffOutput.open(output, storage_options) as out, open_progress(progress, len(plan.pairs)) as advance:
-        states = tuple(_diff_state(ra, rb, pair, keys, limit, out, advance) for pair in plan.pairs)
-    return SavepointDiff(ra.path, rb.path, "local", plan.structural, states, out.url if out.url else None)
+    total = len(inputs.plan.pairs)
+    with (progress or no_progress)(f"comparing {total} state(s)", total=total, unit="items") as advance:
+        states = tuple(_diff_state(inputs, pair, differences, advance) for pair in inputs.plan.pairs)
+    return SavepointDiff(inputs.a.path, inputs.b.path, "local", inputs.plan.structural, states)
 
 
-def open_progress(factory: ProgressFactory | None, total: int) -> AbstractContextManager[Progress]:
-    """The progress of comparing ``total`` states (a no-op without a factory)."""
-    if factory is None:
-        return nullcontext(lambda _name, _amount: None)
-    return factory(f"comparing {total} state(s)", total=total, unit="items")
-
-
-def decode_needed(keys: bool, out: DiffOutput) -> bool:
-    return keys or out.enabled
-
-
-def _diff_state(ra: SavepointReader, rb: SavepointReader, pair: StatePair, keys: bool, limit: int,
-                out: DiffOutput, advance: Progress) -> StateDiff:
+def _diff_state(inputs: DiffInputs, pair: StatePair, differences: DifferenceOutput | None,
+                advance: Advance) -> StateDiff:
     reason = pair.incomparable_reason()
     if reason is not None:
         result = StateDiff(pair.uid, pair.name, pair.descriptor.kind.value, "incomparable", reason=reason)
     else:
-        result = _compare(ra, rb, pair, keys, limit, out)
+        result = _compare(inputs, pair, differences)
     advance(f"{pair.uid}/{pair.name}", 1)
     return result
 
@@ -758,20 +892,23 @@ def status_of(pair: StatePair) -> str:
     return "added" if pair.a is None else "removed" if pair.b is None else "compared"
 
 
-def _compare(ra: SavepointReader, rb: SavepointReader, pair: StatePair, keys: bool, limit: int,
-             out: DiffOutput) -> StateDiff:
+def _compare(inputs: DiffInputs, pair: StatePair, differences: DifferenceOutput | None) -> StateDiff:
+    ra, rb, keys = inputs.a, inputs.b, inputs.spec.keys
     status = status_of(pair)
     kind = pair.descriptor.kind.value
-    if status != "compared" and not decode_needed(keys, out):
+    decode = keys or differences is not None
+    if status != "compared" and not decode:
         return StateDiff(pair.uid, pair.name, kind, status, only_in_a=state_entries(ra, pair.op_a, pair.a),
                          only_in_b=state_entries(rb, pair.op_b, pair.b))
     counts = _Counts()
     max_p = (pair.op_a or pair.op_b).max_parallelism  # type: ignore[union-attr]
-    with out.state_writer(pair.uid, pair.name) as writer:
+    opened = differences.state_writer(pair.uid, pair.name) if differences is not None else nullcontext(None)
+    with opened as writer:
         sink = None
-        if decode_needed(keys, out):
-            codec_a, codec_b = codecs(ra, rb, pair)
-            sink = DifferenceSink(pair, codec_a, codec_b, limit=limit if keys else 0, writer=writer, max_parallelism=max_p)
+        if decode:
+            codec_a, codec_b = inputs.codecs(pair)
+            sink = DifferenceSink(pair, codec_a, codec_b, limit=inputs.spec.limit if keys else 0, writer=writer,
+                                  max_parallelism=max_p)
         if not pair.keyed:
             counts = diff_operator_state(ra if pair.a else None, rb if pair.b else None, pair, sink)
         elif status == "compared" and pair.op_a is not None and pair.op_b is not None \
@@ -784,95 +921,11 @@ def _compare(ra: SavepointReader, rb: SavepointReader, pair: StatePair, keys: bo
                      examples=tuple(sink.examples) if sink is not None else ())
 
 
-# ---------------------------------------------------------------- Parquet output
-
-
-class DiffOutput:
-    """The ``-o`` directory: appears whole when the diff finishes, nothing when it fails.
-
-    Local disks: written in a hidden sibling directory and renamed into place. Object
-    stores: written in place and removed again on failure.
-    """
-
-    def __init__(self, url: str | None, storage_options: dict[str, Any] | None) -> None:
-        self.url = url
-        self.storage_options = storage_options
-        self.io: Any = None
-        self.directory = ""
-        self._final = ""
-
-    @property
-    def enabled(self) -> bool:
-        return self.url is not None
-
-    @classmethod
-    def open(cls, url: str | None, storage_options: dict[str, Any] | None) -> DiffOutput:
-        return cls(url, storage_options)
-
-    def __enter__(self) -> DiffOutput:
-        if self.url is None:
-            return self
-        from statekit.statefmt.fileio import FileIO
-
-        self.io, self._final = FileIO.for_path(self.url, self.storage_options)
-        self.url = self.io.url(self._final)
-        if self.io.exists(self._final) and (not self.io.isdir(self._final) or self.io.list_dir(self._final)):
-            raise BadInputError("output exists and is not an empty directory; choose a new path", path=self.url)
-        if self.io.is_local:
-            parent, name = posixpath.split(self._final)
-            if not os.path.isdir(parent):
-                raise BadInputError("the output's parent directory does not exist", path=self.url)
-            self.directory = posixpath.join(parent, f".{name}.inprogress-{os.urandom(6).hex()}")
-        else:
-            self.directory = self._final
-        self.io.makedirs(self.directory)
-        return self
-
-    def __exit__(self, exc_type: Any, *_: Any) -> None:
-        if self.url is None:
-            return
-        if exc_type is not None:
-            if self.io.exists(self.directory):
-                self.io.rm(self.directory, recursive=True)
-            return
-        if self.io.is_local:
-            if self.io.exists(self._final):
-                os.rmdir(self._final)  # empty, checked on entry
-            self.io.rename(self.directory, self._final)
-
-    def state_writer(self, uid: str, state: str) -> Any:
-        return _StateWriter(self, uid, state)
-
-
-class _StateWriter:
-    """A Parquet writer for one state's differences, opened on the first row."""
-
-    def __init__(self, out: DiffOutput, uid: str, state: str) -> None:
-        self.out, self.uid, self.state = out, uid, state
-        self._stream: Any = None
-        self._writer: Any = None
-        self._context: Any = None
-
-    def __enter__(self) -> _StateWriter | None:
-        return self if self.out.enabled else None
-
-    def write_table(self, table: pa.Table) -> None:
-        import pyarrow.parquet as pq
-
-        if self._writer is None:
-            path = posixpath.join(self.out.directory, hive_partition_dir(self.uid, self.state), "part-00000.parquet")
-            self._context = self.out.io.open_output(path)
-            self._stream = self._context.__enter__()
-            self._writer = pq.ParquetWriter(self._stream, diff_arrow_schema())
-        self._writer.write_table(table.select(list(DIFF_COLUMNS)).cast(diff_arrow_schema()))
-
-    def __exit__(self, *exc: Any) -> None:
-        if self._writer is not None:
-            self._writer.close()
-            self._context.__exit__(*exc)
+# ---------------------------------------------------------------- difference rows, as written
 
 
 def diff_arrow_schema() -> pa.Schema:
+    """The columns of the differing entries handed to a :class:`DifferenceWriter`."""
     import pyarrow as pa
 
     return pa.schema([(c, pa.string()) for c in DIFF_COLUMNS[:-1]] + [("key_group", pa.int32())])

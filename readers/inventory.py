@@ -1,7 +1,7 @@
 """What a snapshot directory holds, entry by entry: the ground ``dispose`` stands on.
 
 ``dispose`` deletes only files it can account for; this module lists what is there without
-following or opening anything, and removes exactly the files it is given.
+following or opening anything (:mod:`statekit.writers.removal` deletes).
 
 Invariants:
     * A snapshot directory or ``_metadata`` that is itself a symbolic link is refused before
@@ -10,21 +10,17 @@ Invariants:
     * Local directories are walked with ``lstat`` only: a symbolic link (to a file or a
       directory) and a special file (FIFO, socket, device) are recorded in
       :attr:`SnapshotInventory.odd`, never followed, never opened.
-    * :func:`remove_files` deletes the files it is given, in order, stopping at the first
-      failure; then the directories left empty, deepest first, each with ``rmdir``, so a
-      file that appeared after the inventory is never deleted: it is reported instead.
     * Object stores have no links or directories of their own: their listing comes from
-      fsspec ``find``, and the directory prefix goes only when no file is left under it.
+      fsspec ``find``.
 
-Also the vocabulary of statekit's staging folders (``writers.staging`` names them
-``.<name>.inprogress-<12 hex>``, beside the output they become).
+Also what statekit's staging folders are (``.<name>.inprogress-<12 hex>``, beside the output
+they become; the name is :data:`statekit.statefmt.layout.STAGING_DIR_PATTERN`).
 """
 
 from __future__ import annotations
 
 import os
 import posixpath
-import re
 import stat
 import time
 from collections.abc import Sequence
@@ -32,23 +28,19 @@ from dataclasses import dataclass
 
 from statekit.statefmt.errors import BadInputError
 from statekit.statefmt.fileio import FileIO
+from statekit.statefmt.layout import STAGING_DIR_PATTERN
 
 __all__ = [
-    "IN_PROGRESS_DIR_PATTERN",
     "IN_PROGRESS_IDLE_S",
     "InventoryEntry",
     "SnapshotInventory",
-    "Removal",
     "is_in_progress_dir",
     "is_in_progress_savepoint",
     "refuse_linked_path",
     "take_inventory",
     "foreign_files_error",
-    "remove_files",
 ]
 
-# writers.staging: f".{name}.inprogress-{uuid4().hex[:12]}", a sibling of the final output.
-IN_PROGRESS_DIR_PATTERN = re.compile(r"^\.(?P<name>.+)\.inprogress-(?P<token>[0-9a-f]{12})$")
 # A staging folder changed more recently than this may still be written by a running job or
 # command (the runtime aborts a savepoint after its checkpoint timeout, 10 minutes by default).
 IN_PROGRESS_IDLE_S = 600.0
@@ -56,12 +48,12 @@ IN_PROGRESS_IDLE_S = 600.0
 
 def is_in_progress_dir(name: str) -> bool:
     """True for a statekit staging folder name, ``.<name>.inprogress-<12 hex>``."""
-    return IN_PROGRESS_DIR_PATTERN.match(name) is not None
+    return STAGING_DIR_PATTERN.match(name) is not None
 
 
 def is_in_progress_savepoint(name: str) -> bool:
     """True for the staging folder of a savepoint, ``.savepoint-*.inprogress-<12 hex>``."""
-    match = IN_PROGRESS_DIR_PATTERN.match(name)
+    match = STAGING_DIR_PATTERN.match(name)
     return match is not None and match.group("name").startswith("savepoint-")
 
 
@@ -118,22 +110,6 @@ class SnapshotInventory:
         if not times:
             return None
         return max(0.0, (time.time() if now is None else now) - max(times))
-
-
-@dataclass(frozen=True)
-class Removal:
-    """What :func:`remove_files` did.
-
-    Attributes:
-        deleted: Files deleted, in order (user-facing names).
-        failed: ``(name, reason)`` of the deletion that failed (at most one: it stops there),
-            or of a directory that was not empty any more.
-        removed_root: True when the directory itself is gone.
-    """
-
-    deleted: tuple[str, ...]
-    failed: tuple[tuple[str, str], ...]
-    removed_root: bool
 
 
 def refuse_linked_path(io: FileIO, path: str) -> None:
@@ -226,45 +202,3 @@ def foreign_files_error(url: str, foreign: Sequence[InventoryEntry], why: str) -
         "remove them first if they are yours",
         path=url,
     )
-
-
-def remove_files(io: FileIO, inventory: SnapshotInventory, files: Sequence[str], *, remove_root: bool) -> Removal:
-    """Delete ``files`` in order, then (``remove_root``) the directories left empty and the root.
-
-    Stops at the first failure, so a ``_metadata`` that cannot be deleted keeps every state
-    file it names. Never deletes a directory recursively on a local disk.
-    """
-    deleted: list[str] = []
-    for path in files:
-        try:
-            io.rm_file(path)
-        except OSError as exc:
-            return Removal(tuple(deleted), ((io.url(path), exc.strerror or str(exc)),), False)
-        deleted.append(io.url(path))
-    if not remove_root:
-        return Removal(tuple(deleted), (), False)
-    failure = _remove_dirs(io, inventory) if io.is_local else _remove_prefix(io, inventory.root)
-    return Removal(tuple(deleted), (failure,) if failure else (), failure is None)
-
-
-def _remove_dirs(io: FileIO, inventory: SnapshotInventory) -> tuple[str, str] | None:
-    deepest_first = sorted(inventory.dirs, key=lambda d: d.relative.count("/"), reverse=True)
-    for path in [d.path for d in deepest_first] + [inventory.root]:
-        try:
-            os.rmdir(path)
-        except FileNotFoundError:
-            continue
-        except OSError as exc:
-            reason = exc.strerror or str(exc)
-            return io.url(path), f"{reason}: kept it and what appeared in it after the plan"
-    return None
-
-
-def _remove_prefix(io: FileIO, root: str) -> tuple[str, str] | None:
-    if not io.exists(root):
-        return None
-    left = io.walk_files(root)
-    if left:
-        return io.url(left[0].path), "appeared after the plan: kept it and its directory"
-    io.rm(root, recursive=True)  # only empty pseudo-directories are left
-    return None

@@ -1,7 +1,8 @@
-"""Progress reporting seam between long-running writers and whoever displays progress.
+"""Progress reporting seam between long-running work and whoever displays progress.
 
-A writer receives a :data:`ProgressFactory` — the shape of ``Output.progress`` in
-``statekit.cli.output`` — and opens a bar once it knows the total amount of work::
+The one definition for every layer: a diff, a writer or a Spark job receives a
+:data:`ProgressFactory` — the shape of ``Output.progress`` in ``statekit.cli.output`` — and
+opens a bar once it knows the total amount of work::
 
     with (progress or no_progress)("rescaling", total=work_bytes) as advance:
         advance(file_name, bytes_done)

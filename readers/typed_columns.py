@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 import msgpack
 
+from statekit.statefmt.encoding import is_serialized
+from statekit.statefmt.encoding import python_values as typed_python_values
 from statekit.statefmt.entries import StateCodec
 from statekit.statefmt.errors import SerializationError
 from statekit.statefmt.metadata import StateDescriptor, StateKind
@@ -197,6 +199,8 @@ def decode_values(
     import pyarrow as pa
 
     arrow_type = to_arrow_type(value_type)
+    if not is_serialized(column.type):  # a typed column (format version 2): already the values
+        return _typed_to_arrow(column, value_type, arrow_type, what=what, state=state, source=source)
     if serializer.name == "bytes":
         return column.cast(pa.binary())
     if serializer.name == "utf8" and value_type.name == "string":
@@ -206,6 +210,21 @@ def decode_values(
             raise SerializationError(f"state {state!r}: a {what} is not valid UTF-8: {exc}", path=source) from exc
     values = python_values(column, serializer, what, source)
     return _to_arrow(values, value_type, arrow_type, what=what, state=state, source=source)
+
+
+def _typed_to_arrow(column: pa.Array, value_type: ValueType, arrow_type: Any, *, what: str, state: str,
+                    source: str | None) -> pa.Array:
+    """A typed value column as ``value_type``: cast when Arrow can, else through Python values."""
+    import pyarrow as pa
+
+    if column.type == arrow_type:
+        return column
+    if value_type.name != "json":
+        try:
+            return column.cast(arrow_type)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+            pass
+    return _to_arrow(typed_python_values(column), value_type, arrow_type, what=what, state=state, source=source)
 
 
 def _to_arrow(values: list[Any], value_type: ValueType, arrow_type: Any, *, what: str, state: str,
@@ -233,8 +252,13 @@ def what_option(what: str) -> str:
 def decode_list_values(
     column: pa.Array, serializer: Serializer, element_type: ValueType, *, state: str, source: str | None = None
 ) -> pa.Array:
-    """List-state values (framed element lists) as an Arrow list column of ``element_type``."""
+    """List-state values (framed element lists, or a typed list column) as an Arrow list
+    column of ``element_type``."""
     import pyarrow as pa
+
+    if not is_serialized(column.type):
+        list_type = ValueType("list", (element_type,))
+        return _typed_to_arrow(column, list_type, to_arrow_type(list_type), what="value", state=state, source=source)
 
     offsets = [0]
     elements: list[bytes] = []

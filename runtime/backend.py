@@ -1,4 +1,4 @@
-"""Keyed state backends: the seam between state handles and storage.
+"""Keyed state backends: the seam between state handles and storage, and their registry.
 
 A backend holds the keyed state of one operator subtask. The runtime sets
 ``current_key`` before each record; handles read and write the state of that key.
@@ -6,38 +6,60 @@ A snapshot has a synchronous part (:meth:`KeyedStateBackend.snapshot`, called at
 barrier in the task thread) and an asynchronous part (:meth:`KeyedSnapshot.write`, run
 on a snapshot thread while processing continues). Files are written only through
 ``statekit.writers.state_writer``.
+
+Every backend is a :class:`StateBackendEntry` in this module's registry, the only place
+that names them: ``env.set_state_backend``, :class:`RunOptions`, the launcher, job control
+and ``statekit run --state-backend`` all read it. An entry declares what its backend needs
+(a scratch working directory, an optional package); nothing else special-cases a name.
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
+from statekit.runtime.state import AggregatingStateDescriptor, ReducingStateDescriptor, ValueStateDescriptor
 from statekit.statefmt import layout
 from statekit.statefmt.entries import StateCodec, group_by_key_group
 from statekit.statefmt.errors import BadInputError
 from statekit.statefmt.keygroups import KeyGroupRange
 from statekit.statefmt.metadata import StateDescriptor, StateFile, StateKind
-from statekit.writers.state_writer import write_keyed_file
+from statekit.statefmt.native_state import NativeKeyedState
 
 if TYPE_CHECKING:
     from statekit.runtime.checkpoint_storage import CheckpointStorageLocation
-    from statekit.runtime.state import State, StateDescriptorBase
+    from statekit.runtime.restore import NativeRestoreSource
+    from statekit.runtime.state import AggregatingState, ListState, MapState, ReducingState, State, ValueState
+    from statekit.runtime.state import StateDescriptorBase
 
 __all__ = [
     "KeyedStateBackend",
     "KeyedSnapshot",
+    "NativeKeyedSnapshot",
+    "SnapshotRequest",
+    "StateSlot",
+    "StateHandles",
     "SubtaskScope",
+    "StateBackendEntry",
+    "DEFAULT_STATE_BACKEND",
+    "register_state_backend",
+    "unregister_state_backend",
+    "state_backend_names",
+    "state_backend",
+    "resolve_state_backend",
+    "incremental_backend_names",
     "create_keyed_backend",
     "write_keyed_rows",
     "hashable",
     "check_compatible",
-    "BACKEND_NAMES",
+    "rows_of",
 ]
 
-BACKEND_NAMES = ("hashmap", "rocksdb")
+DEFAULT_STATE_BACKEND = "hashmap"
 
 
 @dataclass(frozen=True)
@@ -64,26 +86,155 @@ class KeyedSnapshot(ABC):
         """Give up the snapshot (after writing or when the checkpoint is aborted)."""
 
 
-class KeyedStateBackend(ABC):
-    """Keyed state of one operator subtask."""
+class NativeKeyedSnapshot(KeyedSnapshot):
+    """The asynchronous part of a native snapshot: the backend's own files.
 
-    current_key: Any
+    Attributes:
+        new_shared: Files this snapshot added to the job's ``shared/`` (relative to it).
+        bytes_written: Bytes written (shared files reused from the base checkpoint excluded).
+    """
 
-    def __init__(self, scope: SubtaskScope) -> None:
-        self.scope = scope
-        self.current_key = None
+    new_shared: list[str]
+    bytes_written: int
 
     @abstractmethod
+    def write_native(self, location: CheckpointStorageLocation) -> NativeKeyedState:
+        """Write (or reference) the store's files for ``location``; return what ``_metadata`` records."""
+
+    def write(self, location: CheckpointStorageLocation) -> list[StateFile]:
+        raise TypeError("a native keyed snapshot is written with write_native")
+
+
+@dataclass(frozen=True)
+class SnapshotRequest:
+    """What a barrier asks of a keyed backend.
+
+    Attributes:
+        checkpoint_id: The checkpoint.
+        native: The backend's native format is wanted (a backend without one writes canonical files).
+        incremental: A native checkpoint may reference the shared files of ``base_checkpoint_id``
+            instead of writing them again.
+        base_checkpoint_id: The latest completed checkpoint when this one was triggered.
+    """
+
+    checkpoint_id: int
+    native: bool = False
+    incremental: bool = False
+    base_checkpoint_id: int | None = None
+
+
+class StateSlot(Protocol):
+    """A backend's storage of one state; ``descriptor`` is the latest declared (or restored) one."""
+
+    descriptor: StateDescriptor
+
+
+SlotT = TypeVar("SlotT", bound=StateSlot)
+BackendT = TypeVar("BackendT", bound="KeyedStateBackend[Any]")
+
+
+@dataclass(frozen=True)
+class StateHandles(Generic[BackendT, SlotT]):
+    """A backend's handle class for each keyed state kind.
+
+    Each is called with the backend, the state's slot and what its kind needs: the default
+    (value state), the reduce function (reducing), the aggregate function (aggregating).
+    """
+
+    value_state: Callable[[BackendT, SlotT, Any], ValueState[Any]]
+    list_state: Callable[[BackendT, SlotT], ListState[Any]]
+    map_state: Callable[[BackendT, SlotT], MapState[Any]]
+    reducing_state: Callable[[BackendT, SlotT, Callable[[Any, Any], Any]], ReducingState[Any]]
+    aggregating_state: Callable[[BackendT, SlotT, Any], AggregatingState[Any]]
+
+
+class KeyedStateBackend(ABC, Generic[SlotT]):
+    """Keyed state of one operator subtask, kept in one slot (``SlotT``) per state.
+
+    The base owns what every backend shares: the slots by state name, the compatibility
+    check between a restored and a declared state, one handle per state name, and the
+    switch from a descriptor's :class:`StateKind` to the backend's handle of that kind.
+    A backend supplies its slots (:meth:`new_slot`), its handle classes (``handle_types``),
+    restore, snapshot and key iteration.
+
+    Attributes:
+        scope: The subtask served.
+        working_dir: A local scratch directory of this execution attempt when the backend's
+            registry entry declares ``needs_working_dir`` (the job master creates and
+            removes it), else None.
+        current_key: The key whose state the handles read and write.
+    """
+
+    current_key: Any
+    handle_types: ClassVar[StateHandles[Any, Any]]
+
+    def __init__(self, scope: SubtaskScope, *, working_dir: str | None = None) -> None:
+        self.scope = scope
+        self.working_dir = working_dir
+        self.current_key = None
+        self._slots: dict[str, SlotT] = {}
+        self._handles: dict[str, State] = {}
+
+    # ------------------------------------------------------------ shared by every backend
+
     def get_state(self, descriptor: StateDescriptorBase) -> State:
-        """The handle of ``descriptor`` (created, or bound to restored state of that name)."""
+        """The handle of ``descriptor`` (created once, bound to restored state of that name)."""
+        handle = self._handles.get(descriptor.name)
+        if handle is None:
+            slot = self.declare(descriptor.to_metadata())
+            handle = self._handles[descriptor.name] = self._new_handle(descriptor, slot)
+        return handle
+
+    def _new_handle(self, descriptor: StateDescriptorBase, slot: SlotT) -> State:
+        kind, types = descriptor.kind, self.handle_types
+        if kind is StateKind.VALUE:
+            assert isinstance(descriptor, ValueStateDescriptor)
+            return types.value_state(self, slot, descriptor.default)
+        if kind is StateKind.LIST:
+            return types.list_state(self, slot)
+        if kind is StateKind.MAP:
+            return types.map_state(self, slot)
+        if kind is StateKind.REDUCING:
+            assert isinstance(descriptor, ReducingStateDescriptor) and descriptor.reduce_function
+            return types.reducing_state(self, slot, descriptor.reduce_function)
+        assert isinstance(descriptor, AggregatingStateDescriptor)
+        return types.aggregating_state(self, slot, descriptor.aggregate_function)
+
+    def declare(self, declared: StateDescriptor) -> SlotT:
+        """The slot of ``declared``: new, or the existing one after :func:`check_compatible`."""
+        slot = self._slots.get(declared.name)
+        if slot is None:
+            slot = self._slots[declared.name] = self.new_slot(declared)
+        else:
+            check_compatible(slot.descriptor, declared, self.scope.uid)
+            slot.descriptor = declared
+        return slot
+
+    def restored_slot(self, descriptor: StateDescriptor) -> SlotT:
+        """The slot restored entries of ``descriptor`` go to (the existing one, unchecked, or new)."""
+        return self._slots.get(descriptor.name) or self.declare(descriptor)
+
+    def slot(self, state: str) -> SlotT | None:
+        """The slot of the state named ``state``, if any."""
+        return self._slots.get(state)
+
+    def slots(self) -> list[SlotT]:
+        """Every slot, in state-name order."""
+        return [self._slots[name] for name in sorted(self._slots)]
+
+    def descriptors(self) -> list[StateDescriptor]:
+        """Every state this backend holds (registered or restored), in name order."""
+        return [slot.descriptor for slot in self.slots()]
+
+    # ------------------------------------------------------------ what a backend supplies
+
+    @abstractmethod
+    def new_slot(self, descriptor: StateDescriptor) -> SlotT:
+        """Empty storage for the state ``descriptor`` (called once per state name)."""
 
     @abstractmethod
     def restore_state(self, descriptor: StateDescriptor, entries: Iterable[Any]) -> None:
         """Load restored entries (``KeyedStateEntry``/``MapStateEntry``) of one state."""
-
-    @abstractmethod
-    def descriptors(self) -> list[StateDescriptor]:
-        """Every state this backend holds (registered or restored), in name order."""
 
     @abstractmethod
     def snapshot(self) -> KeyedSnapshot:
@@ -93,22 +244,153 @@ class KeyedStateBackend(ABC):
     def keys(self, state: str) -> Iterator[Any]:
         """The keys that have a value in ``state``."""
 
+    def native_snapshot(self, request: SnapshotRequest) -> NativeKeyedSnapshot | None:
+        """The synchronous part of a native snapshot, or None: the backend has no native format
+        (the caller then takes a canonical :meth:`snapshot`)."""
+        return None
+
+    def restore_native(self, sources: list[NativeRestoreSource]) -> bool:
+        """Restore keyed state from native snapshot files, or return False: the backend cannot
+        (the caller then restores canonical entries through :meth:`restore_state`)."""
+        return False
+
     def close(self) -> None:
         """Release resources."""
 
 
-def create_keyed_backend(name: str, scope: SubtaskScope, *, working_dir: str | None = None) -> KeyedStateBackend:
-    """Instantiate the backend named ``name`` (``hashmap`` or ``rocksdb``)."""
-    if name == "hashmap":
-        from statekit.runtime.backend_hashmap import HashMapKeyedStateBackend
+# -- the registry --------------------------------------------------------------------------
 
-        return HashMapKeyedStateBackend(scope)
-    if name == "rocksdb":
-        from statekit.runtime.backend_rocksdb import RocksDBKeyedStateBackend
 
-        backend: KeyedStateBackend = RocksDBKeyedStateBackend(scope, working_dir=working_dir)
-        return backend
-    raise BadInputError(f"unknown state backend {name!r}; use one of {', '.join(BACKEND_NAMES)}")
+@dataclass(frozen=True)
+class StateBackendEntry:
+    """A keyed state backend by name: how to build it and what it needs.
+
+    Attributes:
+        name: What users pass (``env.set_state_backend``, ``--state-backend``).
+        factory: The :class:`KeyedStateBackend` subclass, or ``"module:attribute"`` naming it
+            (imported on first use, so listing the backends imports none of them). It is
+            called as ``factory(scope, working_dir=...)``.
+        needs_working_dir: Give each execution attempt a local scratch directory (created
+            and removed by the job master) as the backend's ``working_dir``.
+        requires: An optional package the backend imports; a job refuses to start without it.
+        install_hint: How to install ``requires`` (shown in that refusal).
+        supports_incremental: The backend takes native incremental checkpoints (its snapshots
+            share files between checkpoints in the job's ``shared/``).
+    """
+
+    name: str
+    factory: str | type[KeyedStateBackend[Any]]
+    needs_working_dir: bool = False
+    requires: str | None = None
+    install_hint: str | None = None
+    supports_incremental: bool = False
+
+    def check_incremental(self) -> None:
+        """Raise BadInputError unless the backend takes incremental checkpoints (naming those that do)."""
+        if not self.supports_incremental:
+            able = incremental_backend_names()
+            hint = f"use --state-backend {' or '.join(able)}" if able else "no registered backend supports them"
+            raise BadInputError(f"incremental checkpoints need a state backend that supports them; "
+                                f"{self.name!r} does not ({hint})")
+
+    @property
+    def available(self) -> bool:
+        """Whether the optional package it requires (if any) is installed."""
+        return self.requires is None or importlib.util.find_spec(self.requires) is not None
+
+    def check_available(self) -> None:
+        """Raise BadInputError naming the missing package and how to install it."""
+        if not self.available:
+            raise BadInputError(
+                f"state backend {self.name!r} needs the optional package {self.requires!r}, which is not "
+                f"installed; {self.install_hint or 'install it'} or choose another state backend"
+            )
+
+    def backend_class(self) -> type[KeyedStateBackend[Any]]:
+        """The backend class (imported now when ``factory`` names it)."""
+        if not isinstance(self.factory, str):
+            return self.factory
+        module, _, attribute = self.factory.partition(":")
+        found = getattr(importlib.import_module(module), attribute)
+        assert isinstance(found, type) and issubclass(found, KeyedStateBackend), self.factory
+        return found
+
+    def create(self, scope: SubtaskScope, *, working_dir: str | None = None) -> KeyedStateBackend[Any]:
+        """A new backend for ``scope``."""
+        return self.backend_class()(scope, working_dir=working_dir)
+
+
+_REGISTRY: dict[str, StateBackendEntry] = {}
+
+
+def register_state_backend(entry: StateBackendEntry) -> None:
+    """Make ``entry`` selectable by its name everywhere a state backend is chosen.
+
+    Raises:
+        ValueError: A backend of that name is already registered.
+    """
+    if entry.name in _REGISTRY:
+        raise ValueError(f"state backend {entry.name!r} is already registered")
+    _REGISTRY[entry.name] = entry
+
+
+def unregister_state_backend(name: str) -> None:
+    """Remove the backend ``name`` from the registry (no-op when absent)."""
+    _REGISTRY.pop(name, None)
+
+
+def state_backend_names() -> tuple[str, ...]:
+    """The registered backend names, in registration order (the default first)."""
+    return tuple(_REGISTRY)
+
+
+def state_backend(name: str) -> StateBackendEntry:
+    """The registry entry of ``name``.
+
+    Raises:
+        BadInputError: No backend of that name is registered.
+    """
+    entry = _REGISTRY.get(name)
+    if entry is None:
+        raise BadInputError(f"unknown state backend {name!r}; use one of {', '.join(_REGISTRY)}")
+    return entry
+
+
+def incremental_backend_names() -> tuple[str, ...]:
+    """The registered backends that take incremental checkpoints."""
+    return tuple(name for name, entry in _REGISTRY.items() if entry.supports_incremental)
+
+
+def resolve_state_backend(name: str) -> StateBackendEntry:
+    """The registry entry of ``name`` for a job about to start: registered and installed.
+
+    Raises:
+        BadInputError: No backend of that name, or the optional package it requires is missing.
+    """
+    entry = state_backend(name)
+    entry.check_available()
+    return entry
+
+
+def create_keyed_backend(name: str, scope: SubtaskScope, *, working_dir: str | None = None) -> KeyedStateBackend[Any]:
+    """Instantiate the registered backend ``name`` for ``scope``."""
+    return state_backend(name).create(scope, working_dir=working_dir)
+
+
+# The built-in backends. Adding one: an entry here plus its module runtime/backend_<name>.py.
+_BUILT_IN = (
+    StateBackendEntry(DEFAULT_STATE_BACKEND, "statekit.runtime.backend_hashmap:HashMapKeyedStateBackend"),
+    StateBackendEntry(
+        "rocksdb", "statekit.runtime.backend_rocksdb:RocksDBKeyedStateBackend",
+        needs_working_dir=True, requires="rocksdict", install_hint="pip install 'statekit[rocksdb]'",
+        supports_incremental=True,
+    ),
+)
+for _entry in _BUILT_IN:
+    register_state_backend(_entry)
+
+
+# -- helpers of the backends -----------------------------------------------------------------
 
 
 def check_compatible(restored: StateDescriptor, declared: StateDescriptor, uid: str) -> None:
@@ -135,6 +417,9 @@ def write_keyed_rows(
     rows: list[Any],
 ) -> StateFile | None:
     """Encode rows of one state, group them by key group, write one file (None if no rows)."""
+    # imported here, not at the top: the CLI reads the registry and must not load the IO stack
+    from statekit.writers.state_writer import write_keyed_file
+
     if not rows:
         return None
     codec = StateCodec(descriptor, scope.key_serializer, for_write=True, trust_pickle=True)
@@ -161,5 +446,3 @@ def rows_of(kind: StateKind, data: dict[Any, Any]) -> list[Any]:
         return [(key, user_key, value) for key, entries in data.items() for user_key, value in entries.items()]
     return list(data.items())
 
-
-__all__ += ["rows_of"]

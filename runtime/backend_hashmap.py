@@ -20,25 +20,14 @@ from typing import Any
 from statekit.runtime.backend import (
     KeyedSnapshot,
     KeyedStateBackend,
+    StateHandles,
     SubtaskScope,
-    check_compatible,
     hashable,
     rows_of,
     write_keyed_rows,
 )
 from statekit.runtime.checkpoint_storage import CheckpointStorageLocation
-from statekit.runtime.state import (
-    AggregatingState,
-    AggregatingStateDescriptor,
-    ListState,
-    MapState,
-    ReducingState,
-    ReducingStateDescriptor,
-    State,
-    StateDescriptorBase,
-    ValueState,
-    ValueStateDescriptor,
-)
+from statekit.runtime.state import AggregatingState, ListState, MapState, ReducingState, ValueState
 from statekit.statefmt.entries import KeyedStateEntry, MapStateEntry
 from statekit.statefmt.metadata import StateDescriptor, StateFile, StateKind
 
@@ -92,82 +81,6 @@ class _Snapshot(KeyedSnapshot):
             for table, _ in self._copies:
                 table.sharing -= 1
         self._copies = []
-
-
-class HashMapKeyedStateBackend(KeyedStateBackend):
-    """Keyed state in dicts on the heap."""
-
-    name = "hashmap"
-
-    def __init__(self, scope: SubtaskScope) -> None:
-        super().__init__(scope)
-        self.lock = threading.Lock()
-        self._tables: dict[str, _Table] = {}
-        self._handles: dict[str, State] = {}
-
-    def _table(self, declared: StateDescriptor) -> _Table:
-        table = self._tables.get(declared.name)
-        if table is None:
-            table = self._tables[declared.name] = _Table(declared)
-        else:
-            check_compatible(table.descriptor, declared, self.scope.uid)
-            table.descriptor = declared
-        return table
-
-    def get_state(self, descriptor: StateDescriptorBase) -> State:
-        handle = self._handles.get(descriptor.name)
-        if handle is not None:
-            return handle
-        table = self._table(descriptor.to_metadata())
-        kind = descriptor.kind
-        if kind is StateKind.VALUE:
-            assert isinstance(descriptor, ValueStateDescriptor)
-            handle = _ValueState(self, table, descriptor.default)
-        elif kind is StateKind.LIST:
-            handle = _ListState(self, table)
-        elif kind is StateKind.MAP:
-            handle = _MapState(self, table)
-        elif kind is StateKind.REDUCING:
-            assert isinstance(descriptor, ReducingStateDescriptor) and descriptor.reduce_function
-            handle = _ReducingState(self, table, descriptor.reduce_function)
-        else:
-            assert isinstance(descriptor, AggregatingStateDescriptor)
-            handle = _AggregatingState(self, table, descriptor.aggregate_function)
-        self._handles[descriptor.name] = handle
-        return handle
-
-    def restore_state(self, descriptor: StateDescriptor, entries: Iterable[Any]) -> None:
-        table = self._tables.get(descriptor.name) or self._table(descriptor)
-        data = table.data
-        if descriptor.kind is StateKind.MAP:
-            for entry in entries:
-                assert isinstance(entry, MapStateEntry)
-                data.setdefault(hashable(entry.key), {})[hashable(entry.user_key)] = entry.value
-        else:
-            for entry in entries:
-                assert isinstance(entry, KeyedStateEntry)
-                data[hashable(entry.key)] = entry.value
-
-    def descriptors(self) -> list[StateDescriptor]:
-        return [self._tables[name].descriptor for name in sorted(self._tables)]
-
-    def snapshot(self) -> KeyedSnapshot:
-        with self.lock:
-            copies = []
-            for name in sorted(self._tables):
-                table = self._tables[name]
-                copies.append((table, table.data.copy()))
-                table.sharing += 1
-                table.owned = set()
-        return _Snapshot(self, copies)
-
-    def keys(self, state: str) -> Iterator[Any]:
-        table = self._tables.get(state)
-        return iter(list(table.data) if table else [])
-
-    def table_data(self, state: str) -> dict[Any, Any]:
-        """The live ``key -> value`` dict of one state (tests and debugging)."""
-        return self._tables[state].data
 
 
 class _KeyedHandle:
@@ -326,3 +239,44 @@ class _AggregatingState(_KeyedHandle, AggregatingState[Any]):
         else:
             accumulator = self._table.own(key, accumulator)
         self._data[key] = self._function.add(value, accumulator)
+
+
+class HashMapKeyedStateBackend(KeyedStateBackend[_Table]):
+    """Keyed state in dicts on the heap."""
+
+    handle_types = StateHandles(_ValueState, _ListState, _MapState, _ReducingState, _AggregatingState)
+
+    def __init__(self, scope: SubtaskScope, *, working_dir: str | None = None) -> None:
+        super().__init__(scope, working_dir=working_dir)
+        self.lock = threading.Lock()
+
+    def new_slot(self, descriptor: StateDescriptor) -> _Table:
+        return _Table(descriptor)
+
+    def restore_state(self, descriptor: StateDescriptor, entries: Iterable[Any]) -> None:
+        data = self.restored_slot(descriptor).data
+        if descriptor.kind is StateKind.MAP:
+            for entry in entries:
+                assert isinstance(entry, MapStateEntry)
+                data.setdefault(hashable(entry.key), {})[hashable(entry.user_key)] = entry.value
+        else:
+            for entry in entries:
+                assert isinstance(entry, KeyedStateEntry)
+                data[hashable(entry.key)] = entry.value
+
+    def snapshot(self) -> KeyedSnapshot:
+        with self.lock:
+            copies = []
+            for table in self.slots():
+                copies.append((table, table.data.copy()))
+                table.sharing += 1
+                table.owned = set()
+        return _Snapshot(self, copies)
+
+    def keys(self, state: str) -> Iterator[Any]:
+        table = self.slot(state)
+        return iter(list(table.data) if table else [])
+
+    def table_data(self, state: str) -> dict[Any, Any]:
+        """The live ``key -> value`` dict of one state (tests and debugging)."""
+        return self._slots[state].data

@@ -1,235 +1,218 @@
 """The ``rocksdb`` keyed state backend: state in an embedded RocksDB (through rocksdict).
 
-Layout: one database per operator subtask under the job's working directory; a state
-entry is stored under ``state id (u16) | key length (u32) | key bytes [| user key bytes]``
-with the value serialized by the state's serializer (list state: the framed element
-bytes of the state file format), so snapshots copy bytes without decoding values.
+Layout: one database per operator subtask under the job's working directory; a state entry
+is stored under ``state id (u16) | key group (u16) | key length (u32) | key bytes [| user key
+bytes]`` (:mod:`statekit.statefmt.native_state`, format ``rocksdb-sst/1``) with the value
+serialized by the state's serializer (list state: the framed element bytes of the state file
+format), so snapshots copy bytes without decoding values, and the entries of one state in one
+key group are one contiguous key range.
 
-Snapshot: the synchronous part creates a RocksDB checkpoint (memtable flush plus hard
-links of the immutable SST files: a consistent point-in-time copy, cheap); the
-asynchronous part opens that copy read-only, streams each state into key-group blocks and
-writes them through ``write_keyed_file``, then deletes the copy.
+Snapshots: the synchronous part creates a RocksDB checkpoint (memtable flush plus hard links
+of the immutable SST files: a consistent point-in-time copy, cheap). The asynchronous part
+then either
+
+* *canonical* (savepoints, and checkpoints without ``incremental``): streams each state, key
+  group by key group, into key-group blocks written through ``write_keyed_file``; or
+* *native*: uploads the store's files. In an incremental checkpoint every SST file goes to the
+  job's ``shared/`` once: an SST file the base checkpoint (the latest completed one when the
+  checkpoint was triggered) already uploaded is referenced, not written again; the other
+  files (manifest, options, logs) are private to the checkpoint. A native savepoint copies
+  every file into the savepoint directory (self-contained).
+
+Restore from a native snapshot: a subtask whose key-group range is unchanged copies the
+store's files and opens them (its next incremental checkpoint reuses the restored
+checkpoint's shared files when they belong to this job); after a rescale, each new subtask
+opens every old store overlapping its range read-only and copies the entries of its key
+groups only.
 """
 
 from __future__ import annotations
 
+import copy
 import os
+import posixpath
 import shutil
 import struct
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from statekit.runtime.backend import KeyedSnapshot, KeyedStateBackend, SubtaskScope, check_compatible, hashable
-from statekit.runtime.checkpoint_storage import CheckpointStorageLocation
-from statekit.runtime.state import (
-    AggregatingState,
-    AggregatingStateDescriptor,
-    ListState,
-    MapState,
-    ReducingState,
-    ReducingStateDescriptor,
-    State,
-    StateDescriptorBase,
-    ValueState,
-    ValueStateDescriptor,
+import mmh3
+
+from statekit.runtime.backend import (
+    KeyedSnapshot,
+    KeyedStateBackend,
+    NativeKeyedSnapshot,
+    SnapshotRequest,
+    StateHandles,
+    SubtaskScope,
+    hashable,
 )
+from statekit.runtime.checkpoint_storage import CheckpointStorageLocation
+from statekit.runtime.state import AggregatingState, ListState, MapState, ReducingState, ValueState
 from statekit.statefmt import layout
+from statekit.statefmt.checksum import Crc32
 from statekit.statefmt.entries import KeyedStateEntry, MapStateEntry, group_by_key_group
 from statekit.statefmt.metadata import StateDescriptor, StateFile, StateKind
+from statekit.statefmt.native_state import (
+    KEY_PREFIX,
+    NATIVE_ROCKSDB_FORMAT,
+    NativeFile,
+    NativeKeyedState,
+    key_group_prefix,
+    native_private_dir,
+    shared_file_path,
+    state_prefix,
+)
+from statekit.statefmt.native_store import StoreScratch, fetch_store_files, open_store, scan_prefix
+from statekit.statefmt.paths import SHARED_PREFIX
 from statekit.statefmt.serializers import decode_list, encode_list, get_serializer
 from statekit.writers.state_writer import write_keyed_file
 
+if TYPE_CHECKING:
+    from statekit.runtime.restore import NativeRestoreSource
+
 __all__ = ["RocksDBKeyedStateBackend"]
 
-_STATE_ID = struct.Struct(">H")
-_KEY_LENGTH = struct.Struct(">I")
+_GROUP_KEY_LENGTH = struct.Struct(">HI")  # key group u16 | key length u32 (after the state id)
+_RESTORE_BATCH = 20_000
+_CHUNK = 8 << 20
 
 
-def _open(path: str, *, read_only: bool = False) -> Any:
-    from rocksdict import AccessType, Options, Rdict
-
-    if read_only:
-        return Rdict(path, Options(raw_mode=True), access_type=AccessType.read_only())
-    return Rdict(path, Options(raw_mode=True))
-
-
-def _scan(db: Any, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
-    """(key, value) of every entry whose key starts with ``prefix``, in key order."""
-    it = db.iter()
-    it.seek(prefix)
-    while it.valid():
-        key = it.key()
-        if not key.startswith(prefix):
-            break
-        yield key, it.value()
-        it.next()
+def _open(path: str) -> Any:
+    return open_store(path, read_only=False)
 
 
 class _StateInfo:
     def __init__(self, descriptor: StateDescriptor, state_id: int) -> None:
         self.descriptor = descriptor
-        self.prefix = _STATE_ID.pack(state_id)
+        self.state_id = state_id
+        self.prefix = state_prefix(state_id)
         self.value = get_serializer(descriptor.value_serializer, for_write=True, trust_pickle=True)
         self.user_key = get_serializer(descriptor.user_key_serializer or "msgpack", for_write=True, trust_pickle=True)
 
 
 class _Snapshot(KeyedSnapshot):
+    """A canonical snapshot: key-group blocks streamed from the checkpoint copy."""
+
     def __init__(self, backend: RocksDBKeyedStateBackend, path: str, states: list[_StateInfo]) -> None:
         self.backend = backend
         self.path = path
         self.states = states
 
     def write(self, location: CheckpointStorageLocation) -> list[StateFile]:
+        scope = self.backend.scope
+        db = open_store(self.path)
+        files = []
+        try:
+            for info in self.states:
+                blocks = self._blocks(db, info)
+                first = next(blocks, None)
+                if first is None:
+                    continue
+                relative = layout.state_file_path(scope.uid, info.descriptor.name, scope.subtask, scope.parallelism)
+                files.append(write_keyed_file(location.io, location.directory, relative, info.descriptor.name,
+                                              _chain(first, blocks)))
+        finally:
+            db.close()
+        return files
+
+    def _blocks(self, db: Any, info: _StateInfo) -> Iterator[tuple[int, Any]]:
+        """(key group, sorted batch) of one state, one key group at a time."""
         import pyarrow as pa
 
         from statekit.statefmt.keygroups import key_hash
         from statekit.statefmt.statefile import keyed_schema
 
         scope = self.backend.scope
-        db = _open(self.path, read_only=True)
-        files = []
-        try:
-            for info in self.states:
-                keys: list[bytes] = []
-                user_keys: list[bytes | None] = []
-                values: list[bytes] = []
-                is_map = info.descriptor.kind is StateKind.MAP
-                offset = len(info.prefix)
-                for raw, value in _scan(db, info.prefix):
-                    (length,) = _KEY_LENGTH.unpack_from(raw, offset)
-                    start = offset + _KEY_LENGTH.size
-                    keys.append(raw[start:start + length])
-                    user_keys.append(raw[start + length:] if is_map else None)
-                    values.append(value)
-                if not keys:
-                    continue
-                table = pa.table([
-                    pa.array([key_hash(k) for k in keys], pa.uint32()),
-                    pa.array(keys, pa.binary()),
-                    pa.array([b""] * len(keys), pa.binary()),
-                    pa.array(user_keys, pa.binary()),
-                    pa.array(values, pa.binary()),
-                    pa.array([None] * len(keys), pa.int64()),
-                ], schema=keyed_schema())
-                relative = layout.state_file_path(scope.uid, info.descriptor.name, scope.subtask, scope.parallelism)
-                files.append(write_keyed_file(location.io, location.directory, relative, info.descriptor.name,
-                                              group_by_key_group(table, scope.max_parallelism)))
-        finally:
-            db.close()
-        return files
+        is_map = info.descriptor.kind is StateKind.MAP
+        start = KEY_PREFIX.size
+        for key_group in scope.key_group_range:
+            keys: list[bytes] = []
+            user_keys: list[bytes | None] = []
+            values: list[bytes] = []
+            for raw, value in scan_prefix(db, key_group_prefix(info.state_id, key_group)):
+                length = KEY_PREFIX.unpack_from(raw, 0)[2]
+                keys.append(raw[start:start + length])
+                user_keys.append(raw[start + length:] if is_map else None)
+                values.append(value)
+            if not keys:
+                continue
+            table = pa.table([
+                pa.array([key_hash(k) for k in keys], pa.uint32()),
+                pa.array(keys, pa.binary()),
+                pa.array([b""] * len(keys), pa.binary()),
+                pa.array(user_keys, pa.binary()),
+                pa.array(values, pa.binary()),
+                pa.array([None] * len(keys), pa.int64()),
+            ], schema=keyed_schema())
+            yield from group_by_key_group(table, scope.max_parallelism)
 
     def release(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)
 
 
-class RocksDBKeyedStateBackend(KeyedStateBackend):
-    """Keyed state in an embedded RocksDB; values are kept serialized."""
+def _chain(first: tuple[int, Any], rest: Iterator[tuple[int, Any]]) -> Iterator[tuple[int, Any]]:
+    yield first
+    yield from rest
 
-    name = "rocksdb"
 
-    def __init__(self, scope: SubtaskScope, *, working_dir: str | None = None) -> None:
-        super().__init__(scope)
-        import tempfile
+def _upload(location: CheckpointStorageLocation, local: str, target: str) -> str:
+    """Copy a local file to ``target`` of the location's filesystem; its CRC-32."""
+    running = Crc32()
+    with open(local, "rb") as source, location.io.open_output(target) as out:
+        while chunk := source.read(_CHUNK):
+            running.update(chunk)
+            out.write(chunk)
+    return running.checksum
 
-        base = working_dir or tempfile.gettempdir()
-        self.directory = os.path.join(base, f"{scope.uid[:40]}-{scope.subtask}-{uuid.uuid4().hex[:8]}")
-        os.makedirs(self.directory, exist_ok=True)
-        self.db = _open(os.path.join(self.directory, "db"))
-        self.key_serializer = get_serializer(scope.key_serializer, for_write=True, trust_pickle=True)
-        self._states: dict[str, _StateInfo] = {}
-        self._handles: dict[str, State] = {}
-        self._last_key: Any = object()
-        self._last_key_bytes = b""
-        self._lock = threading.Lock()
 
-    def key_bytes(self) -> bytes:
-        """``length | serialized current key`` (cached for repeated access to one key)."""
-        key = self.current_key
-        if key is not self._last_key:
-            data = self.key_serializer.serialize(key)
-            self._last_key_bytes = _KEY_LENGTH.pack(len(data)) + data
-            self._last_key = key
-        return self._last_key_bytes
+class _NativeSnapshot(NativeKeyedSnapshot):
+    """A native snapshot: the checkpoint copy's files, SST files shared when incremental."""
 
-    def _info(self, declared: StateDescriptor) -> _StateInfo:
-        info = self._states.get(declared.name)
-        if info is None:
-            info = self._states[declared.name] = _StateInfo(declared, len(self._states))
-        else:
-            check_compatible(info.descriptor, declared, self.scope.uid)
-            info.descriptor = declared
-        return info
+    def __init__(self, backend: RocksDBKeyedStateBackend, path: str, request: SnapshotRequest,
+                 reuse: dict[str, NativeFile]) -> None:
+        self.backend = backend
+        self.path = path
+        self.request = request
+        self.reuse = reuse
+        self.state_ids = tuple(sorted((s.descriptor.name, s.state_id) for s in backend.slots()))
+        self.new_shared = []
+        self.bytes_written = 0
 
-    def get_state(self, descriptor: StateDescriptorBase) -> State:
-        handle = self._handles.get(descriptor.name)
-        if handle is not None:
-            return handle
-        info = self._info(descriptor.to_metadata())
-        kind = descriptor.kind
-        if kind is StateKind.VALUE:
-            assert isinstance(descriptor, ValueStateDescriptor)
-            handle = _ValueState(self, info, descriptor.default)
-        elif kind is StateKind.LIST:
-            handle = _ListState(self, info)
-        elif kind is StateKind.MAP:
-            handle = _MapState(self, info)
-        elif kind is StateKind.REDUCING:
-            assert isinstance(descriptor, ReducingStateDescriptor) and descriptor.reduce_function
-            handle = _ReducingState(self, info, descriptor.reduce_function)
-        else:
-            assert isinstance(descriptor, AggregatingStateDescriptor)
-            handle = _AggregatingState(self, info, descriptor.aggregate_function)
-        self._handles[descriptor.name] = handle
-        return handle
+    def write_native(self, location: CheckpointStorageLocation) -> NativeKeyedState:
+        scope = self.backend.scope
+        shared_root = location.shared_directory if self.request.incremental else None
+        private = native_private_dir(scope.uid, scope.subtask, scope.parallelism)
+        files: list[NativeFile] = []
+        for name in sorted(os.listdir(self.path)):
+            local = os.path.join(self.path, name)
+            size = os.path.getsize(local)
+            if shared_root is not None and name.endswith(".sst"):
+                files.append(self._shared(location, shared_root, name, local, size))
+                continue
+            relative = f"{private}/{name}"
+            checksum = _upload(location, local, posixpath.join(location.directory, relative))
+            self.bytes_written += size
+            files.append(NativeFile(name, relative, size, checksum))
+        if shared_root is not None:
+            self.backend.record_uploads(self.request.checkpoint_id, [f for f in files if f.shared])
+        return NativeKeyedState(NATIVE_ROCKSDB_FORMAT, self.state_ids, tuple(files))
 
-    def restore_state(self, descriptor: StateDescriptor, entries: Iterable[Any]) -> None:
-        from rocksdict import WriteBatch
+    def _shared(self, location: CheckpointStorageLocation, shared_root: str, name: str, local: str,
+                size: int) -> NativeFile:
+        known = self.reuse.get(name)
+        if known is not None and known.size == size:
+            return NativeFile(name, known.path, known.size, known.checksum)
+        relative = shared_file_path(self.backend.scope.uid, uuid.uuid4().hex)
+        checksum = _upload(location, local, posixpath.join(shared_root, relative))
+        self.new_shared.append(relative)
+        self.bytes_written += size
+        return NativeFile(name, SHARED_PREFIX + relative, size, checksum)
 
-        info = self._states.get(descriptor.name) or self._info(descriptor)
-        batch = WriteBatch(raw_mode=True)
-        serialize_key = self.key_serializer.serialize
-        for entry in entries:
-            data = serialize_key(entry.key)
-            key = info.prefix + _KEY_LENGTH.pack(len(data)) + data
-            if isinstance(entry, MapStateEntry):
-                batch.put(key + info.user_key.serialize(entry.user_key), info.value.serialize(entry.value))
-            else:
-                assert isinstance(entry, KeyedStateEntry)
-                batch.put(key, _encode(info, entry.value))
-        self.db.write(batch)
-
-    def descriptors(self) -> list[StateDescriptor]:
-        return [self._states[name].descriptor for name in sorted(self._states)]
-
-    def snapshot(self) -> KeyedSnapshot:
-        from rocksdict import Checkpoint
-
-        path = os.path.join(self.directory, f"snapshot-{uuid.uuid4().hex[:8]}")
-        Checkpoint(self.db).create_checkpoint(path)
-        return _Snapshot(self, path, [self._states[name] for name in sorted(self._states)])
-
-    def keys(self, state: str) -> Iterator[Any]:
-        info = self._states.get(state)
-        if info is None:
-            return iter(())
-        seen: list[Any] = []
-        last = None
-        offset = len(info.prefix)
-        for raw, _ in _scan(self.db, info.prefix):
-            (length,) = _KEY_LENGTH.unpack_from(raw, offset)
-            data = raw[offset + _KEY_LENGTH.size:offset + _KEY_LENGTH.size + length]
-            if data != last:
-                seen.append(hashable(self.key_serializer.deserialize(data)))
-                last = data
-        return iter(seen)
-
-    def close(self) -> None:
-        try:
-            self.db.close()
-        finally:
-            shutil.rmtree(self.directory, ignore_errors=True)
+    def release(self) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)
 
 
 def _encode(info: _StateInfo, value: Any) -> bytes:
@@ -250,7 +233,7 @@ class _Handle:
         return self.info.prefix + self.backend.key_bytes()
 
     def clear(self) -> None:
-        self.db.delete(self._key())
+        self.backend.db.delete(self._key())
 
 
 class _ValueState(_Handle, ValueState[Any]):
@@ -259,23 +242,21 @@ class _ValueState(_Handle, ValueState[Any]):
         self.default = default
 
     def value(self) -> Any:
-        data = self.db.get(self._key())
+        data = self.backend.db.get(self._key())
         if data is None:
-            import copy
-
-            return copy.deepcopy(self.default)
+            return copy.deepcopy(self.default) if self.default is not None else None
         return self.loads(data)
 
     def update(self, value: Any) -> None:
         if value is None:
             self.clear()
         else:
-            self.db.put(self._key(), self.dumps(value))
+            self.backend.db.put(self._key(), self.dumps(value))
 
 
 class _ListState(_Handle, ListState[Any]):
     def get(self) -> list[Any]:
-        data = self.db.get(self._key())
+        data = self.backend.db.get(self._key())
         return [] if data is None else [self.loads(e) for e in decode_list(data)]
 
     def add(self, value: Any) -> None:
@@ -286,13 +267,14 @@ class _ListState(_Handle, ListState[Any]):
         if not new:
             return
         key = self._key()
-        data = self.db.get(key)
-        self.db.put(key, encode_list((decode_list(data) if data is not None else []) + new))
+        db = self.backend.db
+        data = db.get(key)
+        db.put(key, encode_list((decode_list(data) if data is not None else []) + new))
 
     def update(self, values: Iterable[Any]) -> None:
         encoded = [self.dumps(v) for v in values]
         if encoded:
-            self.db.put(self._key(), encode_list(encoded))
+            self.backend.db.put(self._key(), encode_list(encoded))
         else:
             self.clear()
 
@@ -302,34 +284,35 @@ class _MapState(_Handle, MapState[Any]):
         return self._key() + self.info.user_key.serialize(user_key)
 
     def get(self, user_key: Any) -> Any:
-        data = self.db.get(self._user_key(user_key))
+        data = self.backend.db.get(self._user_key(user_key))
         return None if data is None else self.loads(data)
 
     def put(self, user_key: Any, value: Any) -> None:
-        self.db.put(self._user_key(user_key), self.dumps(value))
+        self.backend.db.put(self._user_key(user_key), self.dumps(value))
 
     def put_all(self, entries: dict[Any, Any]) -> None:
         for user_key, value in entries.items():
             self.put(user_key, value)
 
     def remove(self, user_key: Any) -> None:
-        self.db.delete(self._user_key(user_key))
+        self.backend.db.delete(self._user_key(user_key))
 
     def contains(self, user_key: Any) -> bool:
-        return self.db.get(self._user_key(user_key)) is not None
+        return self.backend.db.get(self._user_key(user_key)) is not None
 
     def items(self) -> list[tuple[Any, Any]]:
         prefix = self._key()
         n = len(prefix)
         load_key = self.info.user_key.deserialize
-        return [(hashable(load_key(k[n:])), self.loads(v)) for k, v in _scan(self.db, prefix)]
+        return [(hashable(load_key(k[n:])), self.loads(v)) for k, v in scan_prefix(self.backend.db, prefix)]
 
     def clear(self) -> None:
-        for key, _ in list(_scan(self.db, self._key())):
-            self.db.delete(key)
+        db = self.backend.db
+        for key, _ in list(scan_prefix(db, self._key())):
+            db.delete(key)
 
     def is_empty(self) -> bool:
-        return next(iter(_scan(self.db, self._key())), None) is None
+        return next(iter(scan_prefix(self.backend.db, self._key())), None) is None
 
 
 class _ReducingState(_Handle, ReducingState[Any]):
@@ -338,12 +321,12 @@ class _ReducingState(_Handle, ReducingState[Any]):
         self.reduce = reduce
 
     def get(self) -> Any:
-        data = self.db.get(self._key())
+        data = self.backend.db.get(self._key())
         return None if data is None else self.loads(data)
 
     def add(self, value: Any) -> None:
         current = self.get()
-        self.db.put(self._key(), self.dumps(value if current is None else self.reduce(current, value)))
+        self.backend.db.put(self._key(), self.dumps(value if current is None else self.reduce(current, value)))
 
 
 class _AggregatingState(_Handle, AggregatingState[Any]):
@@ -352,7 +335,7 @@ class _AggregatingState(_Handle, AggregatingState[Any]):
         self.function = function
 
     def _accumulator(self) -> Any:
-        data = self.db.get(self._key())
+        data = self.backend.db.get(self._key())
         return None if data is None else self.loads(data)
 
     def get(self) -> Any:
@@ -363,4 +346,172 @@ class _AggregatingState(_Handle, AggregatingState[Any]):
         accumulator = self._accumulator()
         if accumulator is None:
             accumulator = self.function.create_accumulator()
-        self.db.put(self._key(), self.dumps(self.function.add(value, accumulator)))
+        self.backend.db.put(self._key(), self.dumps(self.function.add(value, accumulator)))
+
+
+class RocksDBKeyedStateBackend(KeyedStateBackend[_StateInfo]):
+    """Keyed state in an embedded RocksDB; values are kept serialized.
+
+    The database lives under ``working_dir`` (the system temp directory without one).
+    """
+
+    handle_types = StateHandles(_ValueState, _ListState, _MapState, _ReducingState, _AggregatingState)
+
+    def __init__(self, scope: SubtaskScope, *, working_dir: str | None = None) -> None:
+        super().__init__(scope, working_dir=working_dir)
+        import tempfile
+
+        base = working_dir or tempfile.gettempdir()
+        self.directory = os.path.join(base, f"{scope.uid[:40]}-{scope.subtask}-{uuid.uuid4().hex[:8]}")
+        os.makedirs(self.directory, exist_ok=True)
+        self.db_path = os.path.join(self.directory, "db")
+        self.db = _open(self.db_path)
+        self.key_serializer = get_serializer(scope.key_serializer, for_write=True, trust_pickle=True)
+        self._serialize_key = self.key_serializer.serialize
+        self._max_parallelism = scope.max_parallelism
+        self._last_key: Any = object()
+        self._last_key_bytes = b""
+        self._next_id = 0
+        self._uploads: dict[int, dict[str, NativeFile]] = {}
+        self._uploads_lock = threading.Lock()
+
+    def key_bytes(self) -> bytes:
+        """``key group | length | serialized current key`` (cached for repeated access to one key)."""
+        key = self.current_key
+        if key is not self._last_key:
+            data = self._serialize_key(key)
+            key_group = mmh3.hash(data, 0, False) % self._max_parallelism
+            self._last_key_bytes = _GROUP_KEY_LENGTH.pack(key_group, len(data)) + data
+            self._last_key = key
+        return self._last_key_bytes
+
+    def new_slot(self, descriptor: StateDescriptor) -> _StateInfo:
+        info = _StateInfo(descriptor, self._next_id)
+        self._next_id += 1
+        return info
+
+    def restore_state(self, descriptor: StateDescriptor, entries: Iterable[Any]) -> None:
+        from rocksdict import WriteBatch
+
+        info = self.restored_slot(descriptor)
+        serialize_key = self._serialize_key
+        batch, pending = WriteBatch(raw_mode=True), 0
+        for entry in entries:
+            data = serialize_key(entry.key)
+            key_group = mmh3.hash(data, 0, False) % self._max_parallelism
+            key = info.prefix + _GROUP_KEY_LENGTH.pack(key_group, len(data)) + data
+            if isinstance(entry, MapStateEntry):
+                batch.put(key + info.user_key.serialize(entry.user_key), info.value.serialize(entry.value))
+            else:
+                assert isinstance(entry, KeyedStateEntry)
+                batch.put(key, _encode(info, entry.value))
+            pending += 1
+            if pending >= _RESTORE_BATCH:
+                self.db.write(batch)
+                batch, pending = WriteBatch(raw_mode=True), 0
+        if pending:
+            self.db.write(batch)
+
+    # ------------------------------------------------------------ snapshots
+
+    def _checkpoint_copy(self) -> str:
+        from rocksdict import Checkpoint
+
+        path = os.path.join(self.directory, f"snapshot-{uuid.uuid4().hex[:8]}")
+        Checkpoint(self.db).create_checkpoint(path)
+        return path
+
+    def snapshot(self) -> KeyedSnapshot:
+        return _Snapshot(self, self._checkpoint_copy(), self.slots())
+
+    def native_snapshot(self, request: SnapshotRequest) -> NativeKeyedSnapshot | None:
+        reuse: dict[str, NativeFile] = {}
+        if request.incremental:
+            with self._uploads_lock:
+                base = request.base_checkpoint_id
+                for checkpoint_id in [i for i in self._uploads if base is None or i < base]:
+                    del self._uploads[checkpoint_id]  # older than the base: never reused again
+                reuse = dict(self._uploads.get(base, {})) if base is not None else {}
+        return _NativeSnapshot(self, self._checkpoint_copy(), request, reuse)
+
+    def record_uploads(self, checkpoint_id: int, files: list[NativeFile]) -> None:
+        """Remember the shared files of ``checkpoint_id``: a later checkpoint whose base it is reuses them."""
+        with self._uploads_lock:
+            self._uploads[checkpoint_id] = {f.name: f for f in files}
+
+    # ------------------------------------------------------------ native restore
+
+    def restore_native(self, sources: list[NativeRestoreSource]) -> bool:
+        if any(s.handle.format != NATIVE_ROCKSDB_FORMAT for s in sources):
+            return False
+        if len(sources) == 1 and sources[0].old_range == self.scope.key_group_range:
+            self._restore_whole(sources[0])
+        else:
+            self._restore_key_groups(sources)
+        return True
+
+    def _restore_whole(self, source: NativeRestoreSource) -> None:
+        """The store's files become this subtask's database (its key-group range is unchanged)."""
+        self.db.close()
+        shutil.rmtree(self.db_path, ignore_errors=True)
+        fetch_store_files(source.io, source.resolve, source.handle, self.db_path, link=False, verify=True)
+        self.db = _open(self.db_path)
+        for name, state_id in source.handle.state_ids:
+            self._restore_slot(source.descriptors[name], state_id)
+        if source.shared_reusable:
+            self.record_uploads(source.checkpoint_id, [f for f in source.handle.files if f.shared])
+
+    def _restore_key_groups(self, sources: list[NativeRestoreSource]) -> None:
+        """Copy the entries of this subtask's key groups out of every overlapping old store."""
+        from rocksdict import WriteBatch
+
+        with StoreScratch(prefix="statekit-restore-") as scratch:
+            for source in sources:
+                store = scratch.open(source.io, source.resolve, source.handle, source.where)
+                for name, old_id in source.handle.state_ids:
+                    new_id = self._restore_slot(source.descriptors[name], None).state_id
+                    new_prefix = state_prefix(new_id)
+                    batch, pending = WriteBatch(raw_mode=True), 0
+                    for key_group in source.key_groups:
+                        for raw, value in scan_prefix(store.db, key_group_prefix(old_id, key_group)):
+                            batch.put(new_prefix + raw[2:], value)
+                            pending += 1
+                            if pending >= _RESTORE_BATCH:
+                                self.db.write(batch)
+                                batch, pending = WriteBatch(raw_mode=True), 0
+                    if pending:
+                        self.db.write(batch)
+
+    def _restore_slot(self, descriptor: StateDescriptor, state_id: int | None) -> _StateInfo:
+        """The slot of a restored state: an existing one, or new with ``state_id`` (None: the next)."""
+        slot = self.slot(descriptor.name)
+        if slot is not None:
+            return slot
+        if state_id is None:
+            return self.restored_slot(descriptor)
+        info = self._slots[descriptor.name] = _StateInfo(descriptor, state_id)
+        self._next_id = max(self._next_id, state_id + 1)
+        return info
+
+    # ------------------------------------------------------------ keys, close
+
+    def keys(self, state: str) -> Iterator[Any]:
+        info = self.slot(state)
+        if info is None:
+            return iter(())
+        seen: list[Any] = []
+        last = None
+        start = KEY_PREFIX.size
+        for raw, _ in scan_prefix(self.db, info.prefix):
+            length = KEY_PREFIX.unpack_from(raw, 0)[2]
+            data = raw[start:start + length]
+            if data != last:
+                seen.append(hashable(self.key_serializer.deserialize(data)))
+                last = data
+        return iter(seen)
+
+    def close(self) -> None:
+        try:
+            self.db.close()
+        finally:
+            shutil.rmtree(self.directory, ignore_errors=True)

@@ -1,21 +1,40 @@
 """Bounded channels between subtasks, events that travel in them, and record writers.
 
-Every consuming subtask has one :class:`InputGate`: a bounded queue of
-``(channel, payload)`` items, where ``channel`` numbers the producing subtask's channel
-into this gate and ``payload`` is a buffer (a ``list`` of records) or an event. A full
-gate blocks its producers (backpressure). Control mails (``channel == MAIL``) bypass the
-bound so that checkpoint notifications and cancellation never wait behind data.
+Every consuming subtask has one :class:`InputGate` with two lanes:
 
-A :class:`RecordWriter` fills one buffer per output channel and hands it over when full,
-at every event, and whenever the producing task runs out of input (so records do not
-wait). Keyed exchange routes by key group: ``assign_to_key_group(serialize(key), M)`` then
-``compute_operator_index_for_key_group(M, p, kg)``.
+* the *data lane*: a bounded FIFO of ``(channel, payload)`` items, where ``channel`` numbers
+  the producing subtask's channel into this gate and ``payload`` is a buffer (a ``list`` of
+  records) or an in-band event (barrier, end of input, end of partition). A full gate refuses
+  more data (backpressure). Control mails (``channel == MAIL``) enter it past the bound, in
+  order with the data;
+* the *priority lane*: unbounded, always taken first. Only :class:`PriorityBarrier` travels
+  there: the barrier of an unaligned checkpoint, which overtakes the data queued before it.
+
+Counting invariant (what lets a barrier overtake data without losing its place): a producer
+counts the data-lane items it delivered on each channel (``RecordWriter.sent``), the gate
+counts the items it handed out per channel (``InputGate.received``). A priority barrier
+carries its producer's count at the moment it was sent, so the consumer knows that exactly
+the items of that channel numbered ``received + 1 .. sent`` were sent before the barrier —
+they are in its gate now, because the data lane is FIFO and a gate hands out priority items
+first under the same lock.
+
+A :class:`RecordWriter` fills one buffer per output channel and hands it over when full, at
+every event, and whenever the producing task runs out of input. It never blocks: a buffer the
+consumer's gate cannot take goes to the writer's *backlog*; the task delivers the backlog
+between input buffers and takes no new input while it is not empty, so a subtask overdraws
+by at most what one input buffer produces — and stays responsive to priority barriers and
+mails while backpressured. Keyed exchange routes by key group:
+``assign_to_key_group(serialize(key), M)`` then ``compute_operator_index_for_key_group(M, p, kg)``.
+
+Nothing here is shared between tasks but the gate itself, the channel (in a multi-process
+runtime a socket pair): barriers, counts and backlogs are values owned by one side.
 """
 
 from __future__ import annotations
 
-import queue
+import collections
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
@@ -28,7 +47,9 @@ from statekit.statefmt.serializers import get_serializer
 __all__ = [
     "MAIL",
     "BUFFER_SIZE",
+    "Alignment",
     "Barrier",
+    "PriorityBarrier",
     "EndOfInput",
     "EndOfPartition",
     "CheckpointOptions",
@@ -42,10 +63,25 @@ __all__ = [
 MAIL = -1
 BUFFER_SIZE = 512
 _ROUTE_CACHE_LIMIT = 1 << 20
+_WAIT_SLICE_S = 0.002
 
 
 class TaskCancelled(Exception):
     """Raised inside a task whose job is being cancelled or torn down."""
+
+
+class Alignment(str, Enum):
+    """How the barriers of one checkpoint travel and are handled.
+
+    ``ALIGNED``: in-band; a task with several inputs blocks the channels that delivered the
+    barrier until all did (exactly-once; also every savepoint). ``UNALIGNED``: the barrier
+    overtakes in-flight data (priority lane), which is stored as channel state (exactly-once).
+    ``AT_LEAST_ONCE``: in-band, never blocking; a task snapshots when the last barrier arrived.
+    """
+
+    ALIGNED = "aligned"
+    UNALIGNED = "unaligned"
+    AT_LEAST_ONCE = "at-least-once"
 
 
 @dataclass(frozen=True)
@@ -53,11 +89,19 @@ class CheckpointOptions:
     """What a barrier asks for.
 
     Attributes:
-        is_savepoint: Savepoint (canonical, never disposed) rather than checkpoint.
+        is_savepoint: Savepoint (never disposed) rather than checkpoint.
         location: Where tasks write their files (None: a checkpoint that is not stored).
         stop: After this snapshot sources stop emitting (stop-with-savepoint).
         drain: Sources emitted end-of-input before this barrier.
         final: The final checkpoint of a bounded job.
+        alignment: How barriers travel (:class:`Alignment`).
+        aligned_timeout_ms: With ``ALIGNED``: once this long has passed since the trigger, a
+            barrier still queued behind data is converted to an unaligned one (None: never).
+        native: Keyed state in its backend's native format (incremental for checkpoints when
+            the backend supports and the job asks for it), else canonical.
+        incremental: Native checkpoints upload only the files the base checkpoint lacks.
+        base_checkpoint_id: The latest completed checkpoint when this one was triggered: the
+            only one whose shared files an incremental snapshot may reuse.
     """
 
     is_savepoint: bool = False
@@ -65,6 +109,16 @@ class CheckpointOptions:
     stop: bool = False
     drain: bool = False
     final: bool = False
+    alignment: Alignment = Alignment.ALIGNED
+    aligned_timeout_ms: int | None = None
+    native: bool = False
+    incremental: bool = False
+    base_checkpoint_id: int | None = None
+
+    @property
+    def timeoutable(self) -> bool:
+        """An aligned barrier that turns unaligned after ``aligned_timeout_ms``."""
+        return self.alignment is Alignment.ALIGNED and self.aligned_timeout_ms is not None
 
 
 @dataclass(frozen=True)
@@ -74,6 +128,22 @@ class Barrier:
     checkpoint_id: int
     timestamp_ms: int
     options: CheckpointOptions = field(default_factory=CheckpointOptions)
+
+    @property
+    def deadline_ms(self) -> int | None:
+        """When a timeoutable aligned barrier turns unaligned (None: never)."""
+        timeout = self.options.aligned_timeout_ms
+        return None if not self.options.timeoutable or timeout is None else self.timestamp_ms + timeout
+
+
+@dataclass(frozen=True)
+class PriorityBarrier:
+    """A barrier that overtook data: it belongs after the first ``sent`` data-lane items its
+    producer delivered on the channel (the items after the consumer's ``received`` count, up to
+    ``sent``, are in flight)."""
+
+    barrier: Barrier
+    sent: int
 
 
 class EndOfInput:
@@ -93,53 +163,151 @@ END_OF_PARTITION = EndOfPartition()
 
 
 class InputGate:
-    """The bounded input queue of one subtask."""
+    """The input of one subtask: a bounded data lane and a priority lane (see the module doc).
 
-    def __init__(self, capacity: int) -> None:
-        self._queue: queue.Queue[tuple[int, Any]] = queue.Queue(maxsize=capacity)
+    Args:
+        capacity: Data-lane items (buffers, events, mails) the gate holds before refusing data.
+        channels: Number of input channels (their data-lane items are counted).
+    """
+
+    def __init__(self, capacity: int, channels: int = 0) -> None:
+        self._lock = threading.Lock()
+        self._not_empty = threading.Condition(self._lock)
+        self._not_full = threading.Condition(self._lock)
+        self._data: collections.deque[tuple[int, Any]] = collections.deque()
+        self._priority: collections.deque[tuple[int, Any]] = collections.deque()
+        self.capacity = capacity
+        self.received: collections.Counter[int] = collections.Counter({c: 0 for c in range(channels)})
         self.cancelled = threading.Event()
 
+    # ------------------------------------------------------------ producers
+
+    def offer(self, item: tuple[int, Any]) -> bool:
+        """Enqueue a data-lane item if there is room; never blocks."""
+        with self._lock:
+            if len(self._data) >= self.capacity:
+                return False
+            self._data.append(item)
+            self._not_empty.notify()
+            return True
+
     def put(self, item: tuple[int, Any]) -> None:
-        """Enqueue a buffer or event; blocks while the gate is full (backpressure)."""
-        try:
-            self._queue.put_nowait(item)
-            return
-        except queue.Full:
-            pass
-        while True:
+        """Enqueue a data-lane item; blocks while the gate is full (backpressure)."""
+        while not self.put_timeout(item, 0.1):
             if self.cancelled.is_set():
                 raise TaskCancelled()
-            try:
-                self._queue.put(item, timeout=0.1)
-                return
-            except queue.Full:
-                continue
+
+    def put_timeout(self, item: tuple[int, Any], timeout: float) -> bool:
+        """Enqueue a data-lane item, waiting up to ``timeout`` seconds for room."""
+        with self._lock:
+            if len(self._data) >= self.capacity:
+                self._not_full.wait(timeout)
+                if len(self._data) >= self.capacity:
+                    return False
+            self._data.append(item)
+            self._not_empty.notify()
+            return True
+
+    def wait_for_room(self, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds until the data lane has room."""
+        with self._lock:
+            if len(self._data) >= self.capacity:
+                self._not_full.wait(timeout)
 
     def put_mail(self, mail: Any) -> None:
-        """Enqueue a control mail, ignoring the bound (never blocks)."""
-        q = self._queue
-        with q.mutex:
-            q.queue.append((MAIL, mail))
-            q.unfinished_tasks += 1
-            q.not_empty.notify()
+        """Enqueue a control mail into the data lane, past the bound (never blocks)."""
+        with self._lock:
+            self._data.append((MAIL, mail))
+            self._not_empty.notify()
+
+    def put_priority(self, item: tuple[int, Any]) -> None:
+        """Enqueue a priority item (a :class:`PriorityBarrier`); taken before any data."""
+        with self._lock:
+            self._priority.append(item)
+            self._not_empty.notify()
+
+    # ------------------------------------------------------------ the consumer
+
+    def _next(self) -> tuple[int, Any] | None:
+        if self._priority:
+            return self._priority.popleft()
+        if self._data:
+            item = self._data.popleft()
+            if item[0] >= 0:
+                self.received[item[0]] += 1
+            self._not_full.notify()
+            return item
+        return None
 
     def poll(self) -> tuple[int, Any] | None:
-        """The next item, or None when the gate is empty."""
-        try:
-            return self._queue.get_nowait()
-        except queue.Empty:
-            return None
+        """The next item (priority first), or None when the gate is empty."""
+        with self._lock:
+            return self._next()
 
     def take(self, timeout: float | None = None) -> tuple[int, Any] | None:
-        """The next item, waiting up to ``timeout`` seconds (None: until one arrives)."""
-        try:
-            return self._queue.get(timeout=timeout)
-        except queue.Empty:
-            return None
+        """The next item (priority first), waiting up to ``timeout`` seconds (None: until one arrives)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            while True:
+                item = self._next()
+                if item is not None:
+                    return item
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return None
+                self._not_empty.wait(remaining)
+
+    def poll_priority(self) -> tuple[int, Any] | None:
+        """The next priority item, if any (data stays queued)."""
+        with self._lock:
+            return self._priority.popleft() if self._priority else None
+
+    def has_priority(self) -> bool:
+        with self._lock:
+            return bool(self._priority)
+
+    def has_items(self) -> bool:
+        with self._lock:
+            return bool(self._priority or self._data)
+
+    def peek_channel(self, channel: int, count: int) -> list[Any]:
+        """The payloads of the next ``count`` data-lane items of ``channel``, left in place."""
+        found: list[Any] = []
+        if count <= 0:
+            return found
+        with self._lock:
+            for item_channel, payload in self._data:
+                if item_channel == channel:
+                    found.append(payload)
+                    if len(found) == count:
+                        break
+        return found
+
+    def extract_barrier(self, channel: int, checkpoint_id: int) -> list[Any] | None:
+        """Take the in-band barrier of ``checkpoint_id`` out of ``channel``'s queued data.
+
+        Returns the payloads of that channel queued before it (left in place), or None when the
+        barrier is not in the gate. The barrier counts as handed out.
+        """
+        with self._lock:
+            before: list[Any] = []
+            for position, (item_channel, payload) in enumerate(self._data):
+                if item_channel != channel:
+                    continue
+                if isinstance(payload, Barrier) and payload.checkpoint_id == checkpoint_id:
+                    del self._data[position]
+                    self.received[channel] += 1
+                    self._not_full.notify()
+                    return before
+                before.append(payload)
+        return None
 
     def cancel(self) -> None:
         """Release producers blocked on this gate (they raise :class:`TaskCancelled`)."""
         self.cancelled.set()
+        with self._lock:
+            self._not_full.notify_all()
+            self._not_empty.notify_all()
 
 
 class Partitioning(str, Enum):
@@ -160,7 +328,12 @@ class ChannelTarget:
 
 
 class RecordWriter:
-    """Buffers records per output channel and hands full buffers to the consumers' gates."""
+    """Buffers records per output channel and hands them to the consumers' gates, never blocking.
+
+    Attributes:
+        sent: Data-lane items delivered into each channel's gate so far.
+        pending: Items waiting in the backlog (0: output available).
+    """
 
     def __init__(
         self,
@@ -176,8 +349,11 @@ class RecordWriter:
         self._targets = targets
         self._n = len(targets)
         self._buffers: list[list[Any]] = [[] for _ in targets]
+        self._backlog: list[collections.deque[Any]] = [collections.deque() for _ in targets]
+        self.sent = [0] * len(targets)
+        self.pending = 0
         self._size = buffer_size
-        self._partitioning = partitioning
+        self.partitioning = partitioning
         self._selector = key_selector
         self._serialize = get_serializer(key_serializer, for_write=True).serialize
         self._max_parallelism = max_parallelism
@@ -187,16 +363,20 @@ class RecordWriter:
             self._hash_emitter = self._make_hash_emitter()
         self.emit: Callable[[Any], None] = self._emitter()
 
+    @property
+    def channels(self) -> int:
+        return self._n
+
     def _emitter(self) -> Callable[[Any], None]:
-        if self._n == 1 and self._partitioning is not Partitioning.BROADCAST:
+        if self._n == 1 and self.partitioning is not Partitioning.BROADCAST:
             return self._emit_single
-        if self._partitioning is Partitioning.HASH:
+        if self.partitioning is Partitioning.HASH:
             return self._hash_emitter
         return {
             Partitioning.FORWARD: self._emit_single,
             Partitioning.REBALANCE: self._emit_rebalance,
             Partitioning.BROADCAST: self._emit_broadcast,
-        }[self._partitioning]
+        }[self.partitioning]
 
     def channel_for_key(self, key: Any) -> int:
         """The consumer subtask that owns ``key`` (by its key group)."""
@@ -216,9 +396,6 @@ class RecordWriter:
         buffer.append(record)
         if len(buffer) >= self._size:
             self.flush_channel(channel)
-
-    def _emit_hash(self, record: Any) -> None:
-        self._hash_emitter(record)
 
     def _make_hash_emitter(self) -> Callable[[Any], None]:
         """The keyed-exchange hot path as a closure over locals (no attribute lookups)."""
@@ -254,13 +431,25 @@ class RecordWriter:
             if len(buffer) >= self._size:
                 self.flush_channel(channel)
 
+    # ------------------------------------------------------------ delivery
+
+    def _send(self, channel: int, payload: Any) -> None:
+        """Deliver ``payload`` now if the gate has room and nothing is queued before it, else queue it."""
+        backlog = self._backlog[channel]
+        if not backlog:
+            target = self._targets[channel]
+            if target.gate.offer((target.channel, payload)):
+                self.sent[channel] += 1
+                return
+        backlog.append(payload)
+        self.pending += 1
+
     def flush_channel(self, channel: int) -> None:
-        """Hand the buffer of ``channel`` to its consumer."""
+        """Hand the buffer of ``channel`` to its consumer (or to the backlog)."""
         buffer = self._buffers[channel]
         if buffer:
             self._buffers[channel] = []
-            target = self._targets[channel]
-            target.gate.put((target.channel, buffer))
+            self._send(channel, buffer)
 
     def flush(self) -> None:
         """Hand over every non-empty buffer."""
@@ -271,5 +460,93 @@ class RecordWriter:
     def broadcast_event(self, event: Any) -> None:
         """Flush, then send ``event`` on every channel (records before it stay before it)."""
         self.flush()
-        for target in self._targets:
-            target.gate.put((target.channel, event))
+        for channel in range(self._n):
+            self._send(channel, event)
+
+    def deliver(self) -> bool:
+        """Move backlogged items into their gates while they have room; True when none is left."""
+        if not self.pending:
+            return True
+        for channel, backlog in enumerate(self._backlog):
+            target = self._targets[channel]
+            while backlog and target.gate.offer((target.channel, backlog[0])):
+                backlog.popleft()
+                self.pending -= 1
+                self.sent[channel] += 1
+        return not self.pending
+
+    def wait_for_room(self, timeout: float = _WAIT_SLICE_S) -> None:
+        """Wait up to ``timeout`` seconds for room in the gate of the first backlogged channel."""
+        for channel, backlog in enumerate(self._backlog):
+            if backlog:
+                gate = self._targets[channel].gate
+                if gate.cancelled.is_set():
+                    raise TaskCancelled()
+                gate.wait_for_room(timeout)
+                return
+
+    # ------------------------------------------------------------ barriers that overtake
+
+    def _backlog_records(self, channel: int, stop_at: Barrier | None = None) -> list[Any] | None:
+        """The records queued on ``channel`` (backlog, then the open buffer unless ``stop_at``
+        bounds them), or None when an in-band event other than ``stop_at`` is among them."""
+        records: list[Any] = []
+        for payload in self._backlog[channel]:
+            if payload is stop_at:
+                return records
+            if payload.__class__ is not list:
+                return None
+            records.extend(payload)
+        if stop_at is not None:
+            return None
+        records.extend(self._buffers[channel])
+        return records
+
+    def send_priority_barrier(self, barrier: Barrier) -> dict[int, list[Any]]:
+        """Send ``barrier`` ahead of every queued record, on every channel.
+
+        Returns, per channel, the records it overtook (the backlog and the open buffer): the
+        output channel state of the checkpoint. As in Flink, barriers never overtake on a
+        forward or broadcast exchange (its in-flight records could not be redistributed at
+        another parallelism): there, and on a channel whose backlog holds another in-band
+        event (which a barrier cannot overtake), the barrier goes in-band and no entry is made.
+        """
+        overtaken: dict[int, list[Any]] = {}
+        if self.partitioning in (Partitioning.FORWARD, Partitioning.BROADCAST):
+            self.broadcast_event(barrier)
+            return overtaken
+        for channel in range(self._n):
+            records = self._backlog_records(channel)
+            if records is None:
+                self.flush_channel(channel)
+                self._send(channel, barrier)
+                continue
+            overtaken[channel] = records
+            target = self._targets[channel]
+            target.gate.put_priority((target.channel, PriorityBarrier(barrier, self.sent[channel])))
+        return overtaken
+
+    def queued_barrier(self, checkpoint_id: int) -> bool:
+        """Whether the in-band barrier of ``checkpoint_id`` still waits in a backlog."""
+        return any(isinstance(p, Barrier) and p.checkpoint_id == checkpoint_id
+                   for backlog in self._backlog if backlog for p in backlog)
+
+    def convert_queued_barrier(self, barrier: Barrier) -> dict[int, list[Any]]:
+        """Turn the in-band ``barrier`` still in backlogs into priority barriers (its alignment
+        timed out). Returns, per converted channel, the records it overtook."""
+        overtaken: dict[int, list[Any]] = {}
+        if self.partitioning in (Partitioning.FORWARD, Partitioning.BROADCAST):
+            return overtaken
+        for channel, backlog in enumerate(self._backlog):
+            queued = next((p for p in backlog if p is barrier), None)
+            if queued is None:
+                continue
+            records = self._backlog_records(channel, stop_at=queued)
+            if records is None:
+                continue
+            backlog.remove(queued)
+            self.pending -= 1
+            overtaken[channel] = records
+            target = self._targets[channel]
+            target.gate.put_priority((target.channel, PriorityBarrier(barrier, self.sent[channel])))
+        return overtaken

@@ -5,9 +5,34 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from statekit.runtime.channels import Alignment
 from statekit.statefmt.errors import BadInputError
 
-__all__ = ["CheckpointConfig", "ExternalizedCheckpointCleanup"]
+__all__ = ["CheckpointConfig", "CheckpointingMode", "ExternalizedCheckpointCleanup"]
+
+
+class CheckpointingMode(str, Enum):
+    """Flink's checkpointing modes.
+
+    ``EXACTLY_ONCE``: barriers are aligned (or unaligned, with in-flight records stored), so a
+    restore replays every record exactly once into the state. ``AT_LEAST_ONCE``: channels are
+    never blocked; after a restore, records that arrived behind an early barrier are applied
+    again (never lost, possibly twice).
+    """
+
+    EXACTLY_ONCE = "exactly-once"
+    AT_LEAST_ONCE = "at-least-once"
+
+    @classmethod
+    def parse(cls, value: CheckpointingMode | str) -> CheckpointingMode:
+        """A mode from itself or its name (``exactly-once``, ``EXACTLY_ONCE``, ...)."""
+        if isinstance(value, CheckpointingMode):
+            return value
+        text = str(value).strip().lower().replace("_", "-")
+        for mode in cls:
+            if mode.value == text:
+                return mode
+        raise BadInputError(f"unknown checkpointing mode {value!r}; use exactly-once or at-least-once")
 
 
 class ExternalizedCheckpointCleanup(str, Enum):
@@ -35,6 +60,13 @@ class CheckpointConfig:
         externalized_cleanup: Retention on cancellation.
         checkpoint_storage: Checkpoint directory URL (``<dir>/<job_id>/chk-N``).
         default_savepoint_dir: Target of savepoints triggered without a directory.
+        mode: Exactly-once (default) or at-least-once.
+        unaligned: Exactly-once checkpoints whose barriers overtake in-flight records, which
+            are stored with the checkpoint (savepoints stay aligned).
+        aligned_checkpoint_timeout_ms: With ``unaligned``: checkpoints start aligned and turn
+            unaligned once this long passed since the trigger; 0 starts them unaligned.
+        channel_state_serializer: How in-flight records are stored: ``records`` (safe msgpack,
+            tuples kept) or ``pickle`` (any picklable record; reading needs trust).
     """
 
     interval_ms: int | None = None
@@ -46,6 +78,10 @@ class CheckpointConfig:
     externalized_cleanup: ExternalizedCheckpointCleanup = ExternalizedCheckpointCleanup.RETAIN_ON_CANCELLATION
     checkpoint_storage: str | None = None
     default_savepoint_dir: str | None = None
+    mode: CheckpointingMode = CheckpointingMode.EXACTLY_ONCE
+    unaligned: bool = False
+    aligned_checkpoint_timeout_ms: int = 0
+    channel_state_serializer: str = "records"
 
     @property
     def enabled(self) -> bool:
@@ -88,6 +124,28 @@ class CheckpointConfig:
         self.default_savepoint_dir = url
         return self
 
+    def set_checkpointing_mode(self, mode: CheckpointingMode | str) -> CheckpointConfig:
+        self.mode = CheckpointingMode.parse(mode)
+        return self
+
+    def get_checkpointing_mode(self) -> CheckpointingMode:
+        return self.mode
+
+    def enable_unaligned_checkpoints(self, enabled: bool = True) -> CheckpointConfig:
+        self.unaligned = enabled
+        return self
+
+    def is_unaligned_checkpoints_enabled(self) -> bool:
+        return self.unaligned
+
+    def set_aligned_checkpoint_timeout(self, timeout_ms: int) -> CheckpointConfig:
+        self.aligned_checkpoint_timeout_ms = timeout_ms
+        return self
+
+    def set_channel_state_serializer(self, name: str) -> CheckpointConfig:
+        self.channel_state_serializer = name
+        return self
+
     def validate(self) -> None:
         """Raise BadInputError for settings that cannot work."""
         if self.min_pause_ms < 0 or self.timeout_ms <= 0:
@@ -98,3 +156,27 @@ class CheckpointConfig:
             raise BadInputError("tolerable failed checkpoints must be >= 0")
         if self.num_retained < 1:
             raise BadInputError(f"retained checkpoints must be >= 1, got {self.num_retained}")
+        if self.unaligned and self.mode is CheckpointingMode.AT_LEAST_ONCE:
+            raise BadInputError("unaligned checkpoints need the exactly-once checkpointing mode "
+                                "(at-least-once never aligns, so there is nothing to overtake)")
+        if self.unaligned and self.max_concurrent > 1:
+            raise BadInputError(f"unaligned checkpoints cannot run concurrently; max concurrent checkpoints "
+                                f"must be 1, got {self.max_concurrent}")
+        if self.aligned_checkpoint_timeout_ms < 0:
+            raise BadInputError(f"aligned checkpoint timeout must be >= 0, got {self.aligned_checkpoint_timeout_ms} ms")
+        if self.aligned_checkpoint_timeout_ms and not self.unaligned:
+            raise BadInputError("an aligned checkpoint timeout needs unaligned checkpoints "
+                                "(it is when an aligned checkpoint turns unaligned)")
+        if self.channel_state_serializer not in ("records", "pickle"):
+            raise BadInputError(f"unknown channel state serializer {self.channel_state_serializer!r}; "
+                                "use records or pickle")
+
+    def barrier_alignment(self) -> tuple[Alignment, int | None]:
+        """How periodic checkpoint barriers travel: (alignment, aligned timeout in ms or None)."""
+        if self.mode is CheckpointingMode.AT_LEAST_ONCE:
+            return Alignment.AT_LEAST_ONCE, None
+        if not self.unaligned:
+            return Alignment.ALIGNED, None
+        if self.aligned_checkpoint_timeout_ms > 0:
+            return Alignment.ALIGNED, self.aligned_checkpoint_timeout_ms
+        return Alignment.UNALIGNED, None

@@ -38,6 +38,7 @@ class CheckpointStorageLocation:
     checkpoint_id: int
     is_savepoint: bool
     _stage: contextlib.ExitStack | None = field(default=None, repr=False)
+    shared_directory: str | None = None  # the job's shared/ (checkpoints only; savepoints are self-contained)
 
     def commit(self, metadata: CheckpointMetadata) -> None:
         """Publish ``_metadata`` (last), then, for a savepoint, move it into place."""
@@ -68,9 +69,11 @@ class CheckpointStorage:
         self.storage_options = storage_options
         self.io: FileIO | None = None
         self.job_dir: str | None = None
+        self.shared_dir: str | None = None
         if checkpoint_dir:
             self.io, base = FileIO.for_path(checkpoint_dir, storage_options)
             self.job_dir = posixpath.join(base, job_id)
+            self.shared_dir = posixpath.join(self.job_dir, layout.SHARED_DIR)
 
     @property
     def job_dir_url(self) -> str | None:
@@ -89,7 +92,8 @@ class CheckpointStorage:
         if self.io.exists(directory):
             self.io.rm(directory, recursive=True)
         self.io.makedirs(directory)
-        return CheckpointStorageLocation(self.io, directory, self.io.url(directory), checkpoint_id, False)
+        return CheckpointStorageLocation(self.io, directory, self.io.url(directory), checkpoint_id, False,
+                                         shared_directory=self.shared_dir)
 
     def is_complete(self, checkpoint_id: int) -> bool:
         """Whether ``chk-N`` exists with its ``_metadata`` under this job's directory."""

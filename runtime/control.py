@@ -68,10 +68,8 @@ __all__ = [
     "trigger_savepoint",
     "stop_job",
     "cancel_job",
-    "STATE_BACKENDS",
 ]
 
-STATE_BACKENDS = ("hashmap", "rocksdb")
 STARTUP_TIMEOUT_S = 60.0
 FETCH_GRACE_S = 5.0
 LOG_TAIL_LINES = 6
@@ -239,8 +237,10 @@ def validate_run(job_file: str, options: RunOptions) -> None:
             1 if options.parallelism is None else options.parallelism,
             UPPER_BOUND_MAX_PARALLELISM if options.max_parallelism is None else options.max_parallelism,
         )
-    if options.state_backend is not None and options.state_backend not in STATE_BACKENDS:
-        raise BadInputError(f"unknown state backend {options.state_backend!r}; use one of {', '.join(STATE_BACKENDS)}")
+    if options.state_backend is not None:
+        from statekit.runtime.backend import resolve_state_backend
+
+        resolve_state_backend(options.state_backend)
     if options.checkpoint_interval_ms is not None and options.checkpoint_interval_ms < 1:
         raise BadInputError(f"checkpoint interval must be at least 1 ms, got {options.checkpoint_interval_ms}")
     if options.restore_path is not None:

@@ -3,18 +3,28 @@
 Protocol (Flink's asynchronous barrier snapshotting):
     1. *trigger*: allocate the next checkpoint id, create its storage location, and mail
        every source task a barrier (under one lock, so barriers enter all sources in id
-       order).
-    2. each task snapshots at the aligned barrier, forwards it, writes its files
-       asynchronously and *acknowledges* with its operators' descriptors and files.
+       order). The barrier says how it travels (aligned, unaligned, at-least-once), whether
+       keyed state is written natively (incremental checkpoints, native savepoints), and the
+       base checkpoint: the latest completed one, whose shared files an incremental snapshot
+       may reference.
+    2. each task snapshots at its barrier, forwards it, writes its files asynchronously
+       (in-flight records of an unaligned checkpoint included) and *acknowledges* with its
+       operators' descriptors and files.
     3. *complete* when every task acknowledged: build the metadata and publish
-       ``_metadata`` last (``commit_metadata``), dispose checkpoints beyond
-       ``num_retained``, then mail every task *notify complete* (sinks commit).
+       ``_metadata`` last (``commit_metadata``), register its shared files, dispose checkpoints
+       beyond ``num_retained`` (their shared files go once no retained checkpoint names them),
+       then mail every task *notify complete* (sinks commit).
     A checkpoint that cannot be started (its directory cannot be created: storage gone,
-    unwritable, full), times out or is declined is aborted: its directory is removed, and
-    consecutive failed checkpoints beyond ``tolerable_failed`` fail the job (which then
-    restarts per its strategy). Savepoints and the final checkpoint of a finishing job are
-    never counted: their failure reaches whoever asked for them (the final checkpoint is
-    retried by the job master, which fails the job when it cannot be taken).
+    unwritable, full), times out or is declined is aborted: its directory and the shared files
+    it uploaded are removed, and consecutive failed checkpoints beyond ``tolerable_failed``
+    fail the job (which then restarts per its strategy). Savepoints and the final checkpoint
+    of a finishing job are never counted: their failure reaches whoever asked for them (the
+    final checkpoint is retried by the job master, which fails the job when it cannot be
+    taken). A checkpoint a task gave up because a newer one subsumed it is not counted either.
+
+A coordinator starting on an existing job directory (a job id reused after a crash) adopts its
+complete checkpoints into retention and the shared-file registry, and deletes the shared
+files none of them names (uploads of a run killed mid-checkpoint).
 """
 
 from __future__ import annotations
@@ -28,20 +38,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from statekit.runtime.channels import Barrier, CheckpointOptions
-from statekit.runtime.checkpoint_config import CheckpointConfig
+from statekit.runtime.channels import Alignment, Barrier, CheckpointOptions
+from statekit.runtime.checkpoint_config import CheckpointConfig, CheckpointingMode
 from statekit.runtime.checkpoint_storage import CheckpointStorage, CheckpointStorageLocation
 from statekit.runtime.mails import NotifyCheckpointAborted, NotifyCheckpointComplete, TriggerCheckpoint
+from statekit.runtime.shared_registry import SharedStateRegistry
+from statekit.runtime.subtask_checkpoint import SubtaskStats
 from statekit.statefmt.errors import BadInputError, JobError, JobFailedError, StatekitError
-from statekit.statefmt.keygroups import compute_key_group_range_for_operator_index
-from statekit.statefmt.metadata import (
-    CheckpointMetadata,
-    OperatorMetadata,
-    SnapshotFormat,
-    SnapshotKind,
-    StateDescriptor,
-    SubtaskState,
-)
+from statekit.statefmt.metadata import CheckpointMetadata, OperatorMetadata, SnapshotFormat, SnapshotKind
+from statekit.statefmt.metadata import StateDescriptor
+from statekit.statefmt.paths import SHARED_PREFIX
+from statekit.writers.metadata_builder import SnapshotMetadataBuilder, operator_metadata
 
 if TYPE_CHECKING:
     from statekit.runtime.operators import OperatorSnapshot
@@ -94,7 +101,12 @@ class PendingCheckpoint:
     acks: dict[TaskKey, list[OperatorSnapshot]] = field(default_factory=dict)
     future: concurrent.futures.Future[str] = field(default_factory=concurrent.futures.Future)
     last_ack_ms: int = 0
+    end_ms: int = 0
     state_size: int = 0
+    bytes_written: int = 0
+    inflight_bytes: int = 0
+    alignment_ms: int = 0
+    unaligned: bool = False
     done: bool = False
     barrier_sent: bool = True
 
@@ -102,9 +114,27 @@ class PendingCheckpoint:
     def is_savepoint(self) -> bool:
         return self.options.is_savepoint
 
+    @property
+    def mode(self) -> str:
+        """``aligned``, ``unaligned`` (some task snapshotted at its first barrier) or ``at-least-once``."""
+        if self.options.alignment is Alignment.AT_LEAST_ONCE:
+            return Alignment.AT_LEAST_ONCE.value
+        return Alignment.UNALIGNED.value if self.unaligned or self.options.alignment is Alignment.UNALIGNED \
+            else Alignment.ALIGNED.value
+
+    def new_shared(self) -> list[str]:
+        return [p for snapshots in self.acks.values() for s in snapshots for p in s.new_shared]
+
 
 class CheckpointCoordinator:
-    """Triggers and completes checkpoints and savepoints of one job (across restarts)."""
+    """Triggers and completes checkpoints and savepoints of one job (across restarts).
+
+    Args:
+        incremental: Checkpoints write keyed state natively and incrementally (the backend
+            supports it: the job master checked).
+        base_checkpoint_id: The checkpoint a first incremental checkpoint may build on (the
+            restored one, when it is a checkpoint of this job directory).
+    """
 
     def __init__(
         self,
@@ -117,6 +147,8 @@ class CheckpointCoordinator:
         first_checkpoint_id: int = 1,
         properties: dict[str, str] | None = None,
         on_tolerable_exceeded: Callable[[BaseException], None] | None = None,
+        incremental: bool = False,
+        base_checkpoint_id: int | None = None,
     ) -> None:
         self.job_id = job_id
         self.job_name = job_name
@@ -124,6 +156,8 @@ class CheckpointCoordinator:
         self.config = config
         self.storage = storage
         self.properties = dict(properties or {})
+        self.incremental = incremental
+        self._base_id = base_checkpoint_id
         self._next_id = first_checkpoint_id
         self._lock = threading.RLock()
         self._wakeup = threading.Condition(self._lock)
@@ -138,13 +172,42 @@ class CheckpointCoordinator:
         self.retained: collections.deque[tuple[int, str]] = collections.deque()
         self.latest_completed: str | None = None
         self.latest_completed_id: int | None = None
+        self.shared = SharedStateRegistry()
         self._history: collections.deque[dict[str, Any]] = collections.deque(maxlen=HISTORY_SIZE)
         self._counts = {"completed": 0, "failed": 0}
         self._latest: dict[str, dict[str, Any] | None] = {"completed": None, "savepoint": None, "failed": None}
         self.restored: dict[str, Any] | None = None
+        self._adopt()
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="snapshot")
         self._timer = threading.Thread(target=self._timer_loop, name="checkpoint-timer", daemon=True)
         self._timer.start()
+
+    # ------------------------------------------------------------ an existing job directory
+
+    def _adopt(self) -> None:
+        """Retain the complete checkpoints already in the job directory, register their shared
+        files, and delete shared files none of them names."""
+        io, job_dir = self.storage.io, self.storage.job_dir
+        if io is None or job_dir is None:
+            return
+        from statekit.readers.shared_refs import shared_files_of, shared_references, unreferenced_files
+
+        try:
+            references = shared_references(io, job_dir)
+            for checkpoint_id, directory, metadata in references.checkpoints:
+                self.retained.append((checkpoint_id, io.url(directory)))
+                self.shared.register(checkpoint_id, shared_files_of(metadata))
+            orphans = unreferenced_files(io, job_dir, references)
+        except Exception as exc:  # noqa: BLE001 - an unreadable old job directory never stops the job
+            log.warning("job %s: could not read the existing checkpoints of %s: %s", self.job_id, job_dir, exc)
+            return
+        if references.damaged:
+            log.warning("job %s: %d checkpoint(s) in %s cannot be read (e.g. %s); their shared files are kept",
+                        self.job_id, len(references.damaged), job_dir, references.damaged[0])
+        if orphans:
+            log.info("job %s: deleting %d shared file(s) no checkpoint names (left by a killed run)",
+                     self.job_id, len(orphans))
+            self._delete_shared(orphans)
 
     # ------------------------------------------------------------ attempts
 
@@ -187,6 +250,19 @@ class CheckpointCoordinator:
 
     # ------------------------------------------------------------ trigger
 
+    def _options(self, location: CheckpointStorageLocation | None, *, is_savepoint: bool, stop: bool, drain: bool,
+                 final: bool, native: bool) -> CheckpointOptions:
+        if is_savepoint:  # always aligned; native only when asked for, never incremental
+            return CheckpointOptions(is_savepoint=True, location=location, stop=stop, drain=drain, native=native)
+        alignment, timeout = (Alignment.ALIGNED, None) if final else self.config.barrier_alignment()
+        if final and self.config.mode is CheckpointingMode.AT_LEAST_ONCE:
+            alignment = Alignment.AT_LEAST_ONCE
+        return CheckpointOptions(
+            location=location, stop=stop, drain=drain, final=final, alignment=alignment,
+            aligned_timeout_ms=timeout, native=self.incremental, incremental=self.incremental,
+            base_checkpoint_id=self._base_id,
+        )
+
     def trigger(
         self,
         *,
@@ -195,8 +271,13 @@ class CheckpointCoordinator:
         stop: bool = False,
         drain: bool = False,
         final: bool = False,
+        native: bool = False,
     ) -> concurrent.futures.Future[str]:
-        """Trigger a checkpoint or savepoint; the future resolves to its path ('' if not stored)."""
+        """Trigger a checkpoint or savepoint; the future resolves to its path ('' if not stored).
+
+        Args:
+            native: A savepoint in the backends' native format (self-contained).
+        """
         with self._wakeup:
             execution = self._execution
             if execution is None or self._closed:
@@ -227,7 +308,8 @@ class CheckpointCoordinator:
                 error = exc
             self._next_id = checkpoint_id + 1
             self._last_trigger = time.monotonic()
-            options = CheckpointOptions(is_savepoint=is_savepoint, location=location, stop=stop, drain=drain, final=final)
+            options = self._options(location, is_savepoint=is_savepoint, stop=stop, drain=drain, final=final,
+                                    native=native)
             now_ms = int(time.time() * 1000)
             pending = PendingCheckpoint(
                 checkpoint_id, options, location, now_ms,
@@ -243,7 +325,8 @@ class CheckpointCoordinator:
         if error is not None:
             self._not_started(pending, error)
         else:
-            log.debug("triggered %s %d", "savepoint" if is_savepoint else "checkpoint", checkpoint_id)
+            log.debug("triggered %s %d (%s)", "savepoint" if is_savepoint else "checkpoint", checkpoint_id,
+                      options.alignment.value)
         return pending.future
 
     def _not_started(self, pending: PendingCheckpoint, error: Exception) -> None:
@@ -257,10 +340,11 @@ class CheckpointCoordinator:
 
     # ------------------------------------------------------------ acknowledge
 
-    def submit_snapshot(self, key: TaskKey, barrier: Barrier, snapshots: list[OperatorSnapshot]) -> None:
+    def submit_snapshot(self, key: TaskKey, barrier: Barrier, snapshots: list[OperatorSnapshot],
+                        stats: SubtaskStats | None = None) -> None:
         """A task's synchronous part is done: write its files asynchronously, then acknowledge."""
         try:
-            self._executor.submit(self._write_and_ack, key, barrier, snapshots)
+            self._executor.submit(self._write_and_ack, key, barrier, snapshots, stats or SubtaskStats())
         except RuntimeError:  # shut down
             for snapshot in snapshots:
                 snapshot.release()
@@ -270,7 +354,8 @@ class CheckpointCoordinator:
             pending = self._pending.get(checkpoint_id)
             return pending is not None and not pending.done
 
-    def _write_and_ack(self, key: TaskKey, barrier: Barrier, snapshots: list[OperatorSnapshot]) -> None:
+    def _write_and_ack(self, key: TaskKey, barrier: Barrier, snapshots: list[OperatorSnapshot],
+                       stats: SubtaskStats) -> None:
         checkpoint_id = barrier.checkpoint_id
         location = barrier.options.location
         try:
@@ -278,6 +363,7 @@ class CheckpointCoordinator:
                 for snapshot in snapshots:
                     snapshot.write(location)
         except Exception as exc:  # noqa: BLE001 - any write failure declines the checkpoint
+            self._delete_shared([p for s in snapshots for p in s.new_shared])
             if self._alive(checkpoint_id):
                 log.warning("task %s failed to write checkpoint %d: %s", key, checkpoint_id, exc)
                 self.decline(checkpoint_id, f"task {key} could not write its state: {exc}")
@@ -289,18 +375,27 @@ class CheckpointCoordinator:
                 snapshot.release()
         if location is not None and not self._alive(checkpoint_id):
             location.discard()  # aborted while this task wrote: remove what it re-created
+            self._delete_shared([p for s in snapshots for p in s.new_shared])
             return
-        self.acknowledge(key, checkpoint_id, snapshots)
+        self.acknowledge(key, checkpoint_id, snapshots, stats)
 
-    def acknowledge(self, key: TaskKey, checkpoint_id: int, snapshots: list[OperatorSnapshot]) -> None:
+    def acknowledge(self, key: TaskKey, checkpoint_id: int, snapshots: list[OperatorSnapshot],
+                    stats: SubtaskStats | None = None) -> None:
         """Record one task's snapshot; complete the checkpoint when every task acknowledged."""
+        stats = stats or SubtaskStats()
         with self._lock:
             pending = self._pending.get(checkpoint_id)
             if pending is None or pending.done:
+                if pending is None:
+                    self._delete_shared([p for s in snapshots for p in s.new_shared])
                 return
             pending.acks[key] = snapshots
             pending.last_ack_ms = int(time.time() * 1000)
-            pending.state_size += sum(f.size for s in snapshots for f in s.files)
+            pending.state_size += sum(s.full_size for s in snapshots)
+            pending.bytes_written += sum(s.bytes_written for s in snapshots)
+            pending.inflight_bytes += sum(s.channel_file.size for s in snapshots if s.channel_file is not None)
+            pending.alignment_ms = max(pending.alignment_ms, stats.alignment_ms)
+            pending.unaligned = pending.unaligned or stats.unaligned
             if len(pending.acks) < pending.expected:
                 return
             pending.done = True
@@ -312,12 +407,12 @@ class CheckpointCoordinator:
             pending.done = False
             self._abort(pending, f"could not be completed: {exc}", count=True)
 
-    def decline(self, checkpoint_id: int, reason: str) -> None:
-        """A task could not take its part of the checkpoint."""
+    def decline(self, checkpoint_id: int, reason: str, *, subsumed: bool = False) -> None:
+        """A task could not take its part of the checkpoint (``subsumed``: a newer one replaced it)."""
         with self._lock:
             pending = self._pending.get(checkpoint_id)
         if pending is not None:
-            self._abort(pending, reason, count=True)
+            self._abort(pending, reason, count=not subsumed)
 
     # ------------------------------------------------------------ complete / abort
 
@@ -326,7 +421,8 @@ class CheckpointCoordinator:
         for (_, subtask), snapshots in pending.acks.items():
             for snapshot in snapshots:
                 per_uid[snapshot.uid][subtask] = snapshot
-        operators = []
+        operators: list[OperatorMetadata] = []
+        native = False
         for info in self.operators:
             snaps = per_uid.get(info.uid, {})
             descriptors: dict[str, StateDescriptor] = {}
@@ -335,40 +431,40 @@ class CheckpointCoordinator:
                 for descriptor in snapshot.descriptors:
                     descriptors.setdefault(descriptor.name, descriptor)
                 key_serializer = key_serializer or snapshot.key_serializer
-            if not descriptors:
+            channel = [snaps[i].channel_file if i in snaps else None for i in range(info.parallelism)]
+            stores = [snaps[i].native if i in snaps else None for i in range(info.parallelism)]
+            if not descriptors and not any(channel):
                 continue
-            subtasks = tuple(
-                SubtaskState(
-                    i,
-                    compute_key_group_range_for_operator_index(info.max_parallelism, info.parallelism, i),
-                    tuple(snaps[i].files) if i in snaps else (),
-                )
-                for i in range(info.parallelism)
-            )
-            operators.append(OperatorMetadata(
-                uid=info.uid, name=info.name, parallelism=info.parallelism, max_parallelism=info.max_parallelism,
-                key_serializer=key_serializer if any(d.keyed for d in descriptors.values()) else None,
-                states=tuple(descriptors[name] for name in sorted(descriptors)), subtasks=subtasks,
+            native = native or any(stores)
+            operators.append(operator_metadata(
+                info.uid, name=info.name, parallelism=info.parallelism, max_parallelism=info.max_parallelism,
+                key_serializer=key_serializer, states=[descriptors[name] for name in sorted(descriptors)],
+                files=[snaps[i].files if i in snaps else () for i in range(info.parallelism)],
+                channel_state=channel, native=stores,
             ))
-        return CheckpointMetadata(
-            job_id=self.job_id,
-            checkpoint_id=pending.checkpoint_id,
+        properties = dict(self.properties)
+        if not pending.is_savepoint:
+            properties["checkpointing_mode"] = pending.mode
+        header = SnapshotMetadataBuilder(
+            self.job_id, job_name=self.job_name, checkpoint_id=pending.checkpoint_id,
             kind=SnapshotKind.SAVEPOINT if pending.is_savepoint else SnapshotKind.CHECKPOINT,
-            format=SnapshotFormat.CANONICAL,
-            created_at_ms=pending.trigger_ms,
-            operators=tuple(operators),
-            job_name=self.job_name,
-            properties=dict(self.properties),
+            format=SnapshotFormat.NATIVE if native else SnapshotFormat.CANONICAL,
+            properties=properties,
         )
+        return header.build(operators, created_at_ms=pending.trigger_ms)
 
     def _complete(self, pending: PendingCheckpoint) -> None:
         location = pending.location
         url = ""
+        shared: set[str] = set()
         if location is not None:
-            location.commit(self._metadata(pending))
+            metadata = self._metadata(pending)
+            location.commit(metadata)
             url = location.url
-        dispose: list[str] = []
+            shared = {f.path[len(SHARED_PREFIX):] for f in metadata.native_files() if f.path.startswith(SHARED_PREFIX)}
+        dispose: list[tuple[int, str]] = []
         with self._wakeup:
+            pending.end_ms = int(time.time() * 1000)
             self._consecutive_failures = 0
             self._last_complete = time.monotonic()
             self._counts["completed"] += 1
@@ -376,16 +472,21 @@ class CheckpointCoordinator:
             self._history.appendleft(entry)
             self._latest["savepoint" if pending.is_savepoint else "completed"] = entry
             if location is not None and not pending.is_savepoint:
+                self.shared.register(pending.checkpoint_id, shared)  # before any older one is released
                 self.retained.append((pending.checkpoint_id, url))
                 self.latest_completed, self.latest_completed_id = url, pending.checkpoint_id
+                self._base_id = pending.checkpoint_id
                 while len(self.retained) > self.config.num_retained:
-                    dispose.append(self.retained.popleft()[1])
+                    dispose.append(self.retained.popleft())
+            in_progress = list(self._pending)
             notify = pending.execution is self._execution
             self._wakeup.notify_all()
         log.info("completed %s %d%s", "savepoint" if pending.is_savepoint else "checkpoint",
                  pending.checkpoint_id, f" at {url}" if url else "")
-        for old in dispose:
+        for old_id, old in dispose:
             self._dispose(old)
+            self._delete_shared(self.shared.release(old_id, in_progress))
+        self._delete_shared(self.shared.ended(pending.checkpoint_id))
         if notify:
             for task in pending.execution.tasks:
                 task.mail(NotifyCheckpointComplete(pending.checkpoint_id))
@@ -397,6 +498,7 @@ class CheckpointCoordinator:
             if pending.done:
                 return
             pending.done = True
+            pending.end_ms = int(time.time() * 1000)
             self._pending.pop(pending.checkpoint_id, None)
             self._counts["failed"] += 1
             entry = self._entry(pending, "FAILED", None)
@@ -413,6 +515,8 @@ class CheckpointCoordinator:
         log.warning("%s %d aborted: %s", what, pending.checkpoint_id, reason)
         if pending.location is not None:
             pending.location.discard()
+        self._delete_shared(pending.new_shared())
+        self._delete_shared(self.shared.ended(pending.checkpoint_id))
         if execution is not None and pending.barrier_sent:
             for task in execution.tasks:
                 task.mail(NotifyCheckpointAborted(pending.checkpoint_id))
@@ -427,25 +531,44 @@ class CheckpointCoordinator:
         from statekit.writers.disposal import dispose_snapshot
 
         try:
-            dispose_snapshot(url, storage_options=self.storage.storage_options)
+            dispose_snapshot(url, storage_options=self.storage.storage_options, release_shared=False)
         except Exception as exc:  # noqa: BLE001 - a retention failure never fails the job
             log.warning("could not dispose old checkpoint %s: %s", url, exc)
 
+    def _delete_shared(self, paths: list[str]) -> None:
+        """Delete files of the job's shared/ that no retained checkpoint names."""
+        io, shared_dir = self.storage.io, self.storage.shared_dir
+        paths = [p for p in paths if not self.shared.referenced(p)]
+        if not paths or io is None or shared_dir is None:
+            return
+        from statekit.writers.disposal import delete_shared_files
+
+        for where, reason in delete_shared_files(io, shared_dir, paths):
+            log.warning("could not delete shared file %s: %s", where, reason)
+
     def dispose_retained(self) -> None:
-        """Delete every retained checkpoint (cancellation with DELETE_ON_CANCELLATION)."""
+        """Delete every retained checkpoint and their shared files (DELETE_ON_CANCELLATION)."""
         with self._lock:
             retained, self.retained = list(self.retained), collections.deque()
-        for _, url in retained:
+            in_progress = list(self._pending)
+        for checkpoint_id, url in retained:
             self._dispose(url)
+            self._delete_shared(self.shared.release(checkpoint_id, in_progress))
         io, job_dir = self.storage.io, self.storage.job_dir
         if io is not None and job_dir is not None:
-            try:
-                if io.exists(job_dir) and not io.list_dir(job_dir):
-                    io.rm(job_dir, recursive=True)
-            except Exception:  # noqa: BLE001
-                pass
+            for directory in (self.storage.shared_dir, job_dir):
+                try:
+                    if directory is not None and io.exists(directory) and not io.walk_files(directory):
+                        io.rm(directory, recursive=True)
+                except Exception:  # noqa: BLE001
+                    pass
 
     # ------------------------------------------------------------ timer
+
+    def _periodic_blocked(self) -> bool:
+        """Unaligned checkpoints wait while a savepoint or final checkpoint is in flight (its
+        aligned barrier must not be overtaken)."""
+        return self.config.unaligned and any(p.is_savepoint or p.options.final for p in self._pending.values())
 
     def _timer_loop(self) -> None:
         while True:
@@ -461,7 +584,7 @@ class CheckpointCoordinator:
                     due = max(self._last_trigger + self.config.interval_ms / 1000.0,
                               self._last_complete + self.config.min_pause_ms / 1000.0)
                     in_flight = sum(1 for p in self._pending.values() if not p.is_savepoint)
-                    if in_flight < self.config.max_concurrent:
+                    if in_flight < self.config.max_concurrent and not self._periodic_blocked():
                         if due <= now:
                             trigger = True
                         else:
@@ -477,13 +600,21 @@ class CheckpointCoordinator:
     # ------------------------------------------------------------ statistics
 
     def _entry(self, pending: PendingCheckpoint, status: str, url: str | None) -> dict[str, Any]:
+        end = pending.end_ms or int(time.time() * 1000)
         return {
             "id": pending.checkpoint_id,
             "is_savepoint": pending.is_savepoint,
             "status": status,
+            "mode": pending.mode,
+            "checkpoint_type": _checkpoint_type(pending),
+            "incremental": pending.options.incremental,
             "trigger_timestamp": pending.trigger_ms,
             "latest_ack_timestamp": pending.last_ack_ms or None,
+            "end_to_end_duration": end - pending.trigger_ms,
+            "alignment_duration": pending.alignment_ms,
             "state_size": pending.state_size,
+            "checkpointed_size": pending.bytes_written,
+            "persisted_data": pending.inflight_bytes,
             "external_path": url or None,
             "num_subtasks": pending.expected,
             "num_acknowledged_subtasks": len(pending.acks),
@@ -510,6 +641,13 @@ class CheckpointCoordinator:
                 },
                 "history": [dict(e) for e in history],
             }
+
+
+def _checkpoint_type(pending: PendingCheckpoint) -> str:
+    """Flink's names: SAVEPOINT, CHECKPOINT, UNALIGNED_CHECKPOINT (and AT_LEAST_ONCE_CHECKPOINT)."""
+    if pending.is_savepoint:
+        return "SAVEPOINT"
+    return {"aligned": "CHECKPOINT", "unaligned": "UNALIGNED_CHECKPOINT"}.get(pending.mode, "AT_LEAST_ONCE_CHECKPOINT")
 
 
 def _public(entry: dict[str, Any] | None) -> dict[str, Any] | None:

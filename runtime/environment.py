@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from statekit.runtime.backend import BACKEND_NAMES
-from statekit.runtime.checkpoint_config import CheckpointConfig, ExternalizedCheckpointCleanup
+from statekit.runtime.backend import DEFAULT_STATE_BACKEND, state_backend
+from statekit.runtime.checkpoint_config import CheckpointConfig, CheckpointingMode, ExternalizedCheckpointCleanup
 from statekit.runtime.datastream import DataStream
 from statekit.runtime.graph import InputSpec, Transformation
 from statekit.runtime.operators import SourceOperator, StreamOperator
@@ -33,10 +33,11 @@ class StreamEnvironment:
         self.parallelism: int | None = None
         self.max_parallelism: int | None = None
         self.checkpoint_config = CheckpointConfig()
-        self.state_backend = "hashmap"
+        self.state_backend = DEFAULT_STATE_BACKEND
         self.restart_strategy: RestartStrategy | None = None
         self.storage_options: dict[str, Any] | None = None
         self.trust_pickle = False
+        self.incremental_checkpoints = False
         self.transformations: list[Transformation] = []
 
     @staticmethod
@@ -72,10 +73,16 @@ class StreamEnvironment:
         num_retained: int | None = None,
         externalized_cleanup: ExternalizedCheckpointCleanup | str | None = None,
         checkpoint_storage: str | None = None,
+        mode: CheckpointingMode | str | None = None,
     ) -> StreamEnvironment:
-        """Take a checkpoint every ``interval_ms`` (other settings: see CheckpointConfig)."""
+        """Take a checkpoint every ``interval_ms`` (other settings: see CheckpointConfig).
+
+        ``mode``: ``exactly-once`` (default) or ``at-least-once`` (:class:`CheckpointingMode`).
+        """
         config = self.checkpoint_config
         config.interval_ms = interval_ms
+        if mode is not None:
+            config.set_checkpointing_mode(mode)
         if min_pause_ms is not None:
             config.min_pause_ms = min_pause_ms
         if timeout_ms is not None:
@@ -103,11 +110,31 @@ class StreamEnvironment:
             self.storage_options = storage_options
         return self
 
-    def set_state_backend(self, name: str) -> StreamEnvironment:
-        """``hashmap`` (default; dicts, asynchronous copy-on-write snapshots) or ``rocksdb``."""
-        if name not in BACKEND_NAMES:
-            raise BadInputError(f"unknown state backend {name!r}; use one of {', '.join(BACKEND_NAMES)}")
-        self.state_backend = name
+    def enable_unaligned_checkpoints(self, enabled: bool = True) -> StreamEnvironment:
+        """Unaligned (exactly-once) checkpoints: barriers overtake in-flight records, which are
+        stored with the checkpoint (``get_checkpoint_config().set_aligned_checkpoint_timeout``
+        makes them start aligned)."""
+        self.checkpoint_config.enable_unaligned_checkpoints(enabled)
+        return self
+
+    def set_state_backend(self, name: str, *, incremental: bool | None = None) -> StreamEnvironment:
+        """The keyed state backend: a name of ``statekit.runtime.backend.state_backend_names()``
+        (``hashmap``, the default: dicts, asynchronous copy-on-write snapshots; ``rocksdb``).
+
+        ``incremental``: checkpoints upload only what changed since the last one (a backend
+        whose registry entry supports it; refused otherwise).
+        """
+        entry = state_backend(name)
+        if incremental:
+            entry.check_incremental()
+        self.state_backend = entry.name
+        if incremental is not None:
+            self.incremental_checkpoints = incremental
+        return self
+
+    def enable_incremental_checkpointing(self, enabled: bool = True) -> StreamEnvironment:
+        """Incremental checkpoints with the configured backend (checked when the job starts)."""
+        self.incremental_checkpoints = enabled
         return self
 
     def set_restart_strategy(self, strategy: RestartStrategy) -> StreamEnvironment:

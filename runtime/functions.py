@@ -115,6 +115,16 @@ class RuntimeContext(ABC):
     def attempt_number(self) -> int:
         """0 on the first run, +1 per restart."""
 
+    @property
+    def job_id(self) -> str:
+        """The id of the running job (32 lower-case hex characters)."""
+        raise NotImplementedError
+
+    @property
+    def operator_uid(self) -> str:
+        """The uid of the operator the function runs in."""
+        raise NotImplementedError
+
     @abstractmethod
     def get_state(self, descriptor: ValueStateDescriptor) -> ValueState[Any]:
         """Keyed value state (keyed operators only)."""

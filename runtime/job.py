@@ -52,7 +52,7 @@ class JobControl(Protocol):
     """What the job master behind a handle offers (runtime internal)."""
 
     def trigger_savepoint(
-        self, target_dir: str | None, *, stop: bool, drain: bool
+        self, target_dir: str | None, *, stop: bool, drain: bool, native: bool = False
     ) -> concurrent.futures.Future[str]: ...
 
     def cancel(self) -> None: ...
@@ -138,15 +138,17 @@ class JobHandle:
         Returns:
             ``{"counts": {"completed", "failed", "in_progress"}, "latest": {"completed":
             {...} | None, "savepoint": {...} | None}, "history": [...]}`` where each
-            checkpoint is ``{"id", "is_savepoint", "status", "external_path",
-            "trigger_timestamp", "latest_ack_timestamp", "state_size"}``.
+            checkpoint is ``{"id", "is_savepoint", "status", "mode", "checkpoint_type",
+            "incremental", "external_path", "trigger_timestamp", "latest_ack_timestamp",
+            "end_to_end_duration", "alignment_duration", "state_size", "checkpointed_size",
+            "persisted_data", ...}`` (docs/RUNTIME.md, checkpoint history).
         """
         return self._control.checkpoint_stats()
 
     def trigger_savepoint(
-        self, target_dir: str | None, *, stop: bool = False, drain: bool = False
+        self, target_dir: str | None, *, stop: bool = False, drain: bool = False, native: bool = False
     ) -> concurrent.futures.Future[str]:
-        """Take a savepoint by the checkpoint barrier mechanism.
+        """Take a savepoint by the checkpoint barrier mechanism (always aligned).
 
         Args:
             target_dir: Directory under which ``savepoint-<jobid6>-<random>/`` is written;
@@ -154,10 +156,14 @@ class JobHandle:
             stop: After the savepoint, finish the job (stop-with-savepoint).
             drain: With ``stop``: sources end and timers/windows flush as at end of input
                 before the savepoint; without it, the job stops without end-of-input.
+            native: Keyed state in the backend's native format (self-contained) instead of the
+                canonical format; a backend without a native format writes canonical files.
 
         Returns:
             A future resolving to the savepoint path (or raising the failure).
         """
+        if native:
+            return self._control.trigger_savepoint(target_dir, stop=stop, drain=drain, native=True)
         return self._control.trigger_savepoint(target_dir, stop=stop, drain=drain)
 
     def cancel(self) -> None:

@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
+from statekit.runtime.backend import resolve_state_backend
 from statekit.runtime.channels import ChannelTarget, InputGate, Partitioning, RecordWriter
 from statekit.runtime.checkpoint_storage import CheckpointStorage
 from statekit.runtime.coordinator import CheckpointCoordinator, OperatorInfo
@@ -34,11 +35,13 @@ from statekit.runtime.mails import Resume, Terminate
 from statekit.runtime.operators import OperatorContext, Output, StreamOperator
 from statekit.runtime.registry import check_job_id
 from statekit.runtime.restart_strategy import RestartStrategy, fixed_delay_restart, no_restart
-from statekit.runtime.restore import RestorePlan
+from statekit.runtime.graph import Edge
+from statekit.runtime.restore import ExchangeEdge, RestorePlan
 from statekit.runtime.run_options import RunOptions, get_run_options, notify_job_listeners
+from statekit.runtime.subtask_checkpoint import ChannelSpec, SubtaskStats
 from statekit.runtime.task import Task
-from statekit.statefmt.errors import BadInputError, JobError, JobFailedError, StatekitError
-from statekit.writers.savepoint_writer import new_job_id
+from statekit.statefmt.errors import JobError, JobFailedError, StatekitError
+from statekit.statefmt.job_id import new_job_id
 
 __all__ = ["JobMaster", "Execution", "JobExecutionResult", "execute", "execute_async"]
 
@@ -110,15 +113,12 @@ class JobMaster:
         self.options = options
         self.job_name = job_name
         self.job_id = check_job_id(options.job_id or new_job_id())
-        self.backend = options.state_backend or env.state_backend
-        if self.backend not in ("hashmap", "rocksdb"):
-            raise BadInputError(f"unknown state backend {self.backend!r}; use hashmap or rocksdb")
-        self.config = replace(env.checkpoint_config)
-        if options.checkpoint_interval_ms is not None:
-            self.config.interval_ms = options.checkpoint_interval_ms
-        if options.checkpoint_dir:
-            self.config.checkpoint_storage = options.checkpoint_dir
+        self.state_backend = resolve_state_backend(options.state_backend or env.state_backend)
+        self.config = options.apply_to(replace(env.checkpoint_config))
         self.config.validate()
+        self.incremental = options.incremental if options.incremental is not None else env.incremental_checkpoints
+        if self.incremental:
+            self.state_backend.check_incremental()
         self._temp_dirs: list[str] = []
         storage_url = self.config.checkpoint_storage
         if storage_url is None and self.config.enabled:
@@ -138,10 +138,15 @@ class JobMaster:
             default_max_parallelism=options.max_parallelism or env.max_parallelism,
             restore=self.initial_restore,
         )
+        self.storage = CheckpointStorage(storage_url, self.job_id, env.storage_options)
+        self.exchanges = exchange_edges(self.graph)
         if self.initial_restore is not None:
             self.initial_restore.check_operators({op.uid for op in self.graph.operators})
-        self.storage = CheckpointStorage(storage_url, self.job_id, env.storage_options)
-        properties = {"producer": "statekit-runtime", "state_backend": self.backend}
+            self.initial_restore.own_job_dir = self.storage.job_dir_url
+            self.initial_restore.inflight(self.exchanges)  # refuses in-flight records it cannot place, now
+        properties = {"producer": "statekit-runtime", "state_backend": self.state_backend.name}
+        if self.incremental:
+            properties["incremental"] = "true"
         if self.initial_restore is not None:
             properties["restored_from"] = self.initial_restore.path
         self.coordinator = CheckpointCoordinator(
@@ -153,6 +158,9 @@ class JobMaster:
             first_checkpoint_id=(self.initial_restore.checkpoint_id + 1) if self.initial_restore else 1,
             properties=properties,
             on_tolerable_exceeded=self._checkpoint_failures_exceeded,
+            incremental=self.incremental,
+            base_checkpoint_id=(self.initial_restore.checkpoint_id
+                                if self.initial_restore is not None and self.initial_restore.shared_reusable() else None),
         )
         if self.initial_restore is not None:
             self.coordinator.restored = {
@@ -183,7 +191,8 @@ class JobMaster:
 
     # ------------------------------------------------------------ JobControl
 
-    def trigger_savepoint(self, target_dir: str | None, *, stop: bool, drain: bool) -> concurrent.futures.Future[str]:
+    def trigger_savepoint(self, target_dir: str | None, *, stop: bool, drain: bool,
+                          native: bool = False) -> concurrent.futures.Future[str]:
         with self._lock:
             execution = self._execution
         if execution is None or self.handle.status is not JobStatus.RUNNING:
@@ -193,8 +202,8 @@ class JobMaster:
             ))
             return failed
         if not stop:
-            return self.coordinator.trigger(is_savepoint=True, target_dir=target_dir)
-        return execution.stop_with_savepoint(target_dir, drain)
+            return self.coordinator.trigger(is_savepoint=True, target_dir=target_dir, native=native)
+        return execution.stop_with_savepoint(target_dir, drain, native)
 
     def cancel(self) -> None:
         if self.handle.status.is_terminal:
@@ -278,7 +287,9 @@ class JobMaster:
         latest = self.coordinator.latest_completed
         if latest is None:
             return self.initial_restore
-        return RestorePlan.open(latest, trust_pickle=True, storage_options=self.env.storage_options)
+        plan = RestorePlan.open(latest, trust_pickle=True, storage_options=self.env.storage_options)
+        plan.own_job_dir = self.storage.job_dir_url
+        return plan
 
     def _cleanup_cancelled(self) -> None:
         from statekit.runtime.checkpoint_config import ExternalizedCheckpointCleanup
@@ -311,6 +322,21 @@ def _fast_switching(on: bool) -> None:
             _switching_jobs -= 1
             if _switching_jobs == 0:
                 sys.setswitchinterval(_switching_saved)
+
+
+def exchange_edges(graph: JobGraph) -> list[ExchangeEdge]:
+    """Every edge between two operators, as in-flight records of a restore see it."""
+    return [
+        ExchangeEdge(edge.source.uid, edge.target.uid, edge.input_index, edge.partitioning.value,
+                     edge.source.parallelism, edge.target.parallelism, edge.target.max_parallelism,
+                     edge.key_selector, edge.key_serializer)
+        for node in graph.operators for edge in node.outputs
+    ]
+
+
+def _spec(edge: Edge, producer: int, consumer: int) -> ChannelSpec:
+    return ChannelSpec(edge.source.uid, edge.target.uid, edge.input_index, edge.partitioning.value,
+                       producer, edge.source.parallelism, consumer, edge.target.parallelism)
 
 
 def _unrecoverable(error: BaseException) -> bool:
@@ -351,31 +377,38 @@ class Execution:
         graph = master.graph
         gates: dict[tuple[int, int], InputGate] = {}
         offsets: dict[int, int] = {}  # id(edge) -> first channel of the edge in the consumer's gate
-        channel_inputs: dict[int, list[int]] = {}
+        input_specs: dict[tuple[int, int], list[ChannelSpec]] = {}
         for vertex in graph.vertices:
-            layout: list[int] = []
+            width = 0
             for edge in vertex.inputs:
-                offsets[id(edge)] = len(layout)
-                width = 1 if edge.partitioning is Partitioning.FORWARD else edge.source.parallelism
-                layout.extend([edge.input_index] * width)
-            channel_inputs[vertex.id] = layout
-            capacity = max(4, 2 * len(layout) + 2)
+                offsets[id(edge)] = width
+                width += 1 if edge.partitioning is Partitioning.FORWARD else edge.source.parallelism
+            capacity = max(4, 2 * width + 2)
             for i in range(vertex.parallelism):
-                gates[(vertex.id, i)] = InputGate(capacity)
-        working_dir = master._temp_dir("statekit-rocksdb-") if master.backend == "rocksdb" else None
+                gates[(vertex.id, i)] = InputGate(capacity, width)
+                input_specs[(vertex.id, i)] = [
+                    _spec(edge, producer, i) for edge in vertex.inputs
+                    for producer in ([i] if edge.partitioning is Partitioning.FORWARD else range(edge.source.parallelism))
+                ]
+        inflight = restore.inflight(master.exchanges) if restore is not None else {}
+        backend = master.state_backend
+        working_dir = master._temp_dir(f"statekit-{backend.name}-") if backend.needs_working_dir else None
         for vertex in graph.vertices:
             for i in range(vertex.parallelism):
                 operators: list[StreamOperator] = []
                 chained_next: list[list[int]] = []
                 writers: list[list[RecordWriter]] = []
-                for node in vertex.operators:
+                output_specs: list[list[ChannelSpec]] = []
+                replay: list[tuple[int, int, list[Any]]] = []
+                for position, node in enumerate(vertex.operators):
+                    replay.extend((position, index, records) for index, records in inflight.get((node.uid, i), ()))
                     op = node.transformation.factory()
                     op.setup(OperatorContext(
                         uid=node.uid, name=node.name, subtask=i, parallelism=node.parallelism,
-                        max_parallelism=node.max_parallelism, attempt=self.attempt, state_backend=master.backend,
+                        max_parallelism=node.max_parallelism, attempt=self.attempt, state_backend=backend.name,
                         key_selector=node.key_selector, key_serializer=node.key_serializer,
                         restore=restore.subtask(node.uid, i, node.parallelism, node.max_parallelism) if restore else None,
-                        working_dir=working_dir,
+                        working_dir=working_dir, job_id=master.job_id, incremental=master.incremental,
                     ), Output(lambda value: None))
                     operators.append(op)
                     chained_next.append([vertex.operators.index(e.target) for e in node.outputs if e.chained])
@@ -388,8 +421,10 @@ class Execution:
                         base = offsets[id(edge)]
                         if edge.partitioning is Partitioning.FORWARD:
                             targets = [ChannelTarget(gates[(consumer.id, i)], base)]
+                            output_specs.append([_spec(edge, i, i)])
                         else:
                             targets = [ChannelTarget(gates[(consumer.id, k)], base + i) for k in range(consumer.parallelism)]
+                            output_specs.append([_spec(edge, i, k) for k in range(consumer.parallelism)])
                         node_writers.append(RecordWriter(
                             targets, edge.partitioning, key_selector=edge.key_selector,
                             key_serializer=edge.key_serializer, max_parallelism=edge.target.max_parallelism,
@@ -397,7 +432,8 @@ class Execution:
                         ))
                     writers.append(node_writers)
                 task = Task(self, vertex.id, vertex.name, i, vertex.parallelism, operators, chained_next, writers,
-                            gates[(vertex.id, i)], channel_inputs[vertex.id])
+                            gates[(vertex.id, i)], input_specs[(vertex.id, i)], output_specs=output_specs,
+                            replay=replay, channel_state_serializer=master.config.channel_state_serializer)
                 self.tasks.append(task)
                 if vertex.is_source:
                     self.source_tasks.append(task)
@@ -424,8 +460,11 @@ class Execution:
     def source_exhausted(self, task: Task) -> None:
         self.post("exhausted", task)
 
-    def submit_snapshot(self, task: Task, barrier: Any, snapshots: list[Any]) -> None:
-        self.master.coordinator.submit_snapshot(task.key, barrier, snapshots)
+    def submit_snapshot(self, task: Task, barrier: Any, snapshots: list[Any], stats: SubtaskStats) -> None:
+        self.master.coordinator.submit_snapshot(task.key, barrier, snapshots, stats)
+
+    def decline_checkpoint(self, task: Task, checkpoint_id: int, reason: str, *, subsumed: bool) -> None:
+        self.master.coordinator.decline(checkpoint_id, f"task {task.name}: {reason}", subsumed=subsumed)
 
     def fail(self, error: BaseException) -> None:
         self.post("failed", None, error)
@@ -546,7 +585,7 @@ class Execution:
         for task in self.source_tasks:
             task.mail(Terminate())
 
-    def stop_with_savepoint(self, target_dir: str | None, drain: bool) -> concurrent.futures.Future[str]:
+    def stop_with_savepoint(self, target_dir: str | None, drain: bool, native: bool = False) -> concurrent.futures.Future[str]:
         """Savepoint with the sources stopping at its barrier; then the job finishes."""
         coordinator = self.master.coordinator
         result: concurrent.futures.Future[str] = concurrent.futures.Future()
@@ -556,7 +595,8 @@ class Execution:
         self._stopping = True
         coordinator.stop_periodic()
         try:
-            savepoint = coordinator.trigger(is_savepoint=True, target_dir=target_dir, stop=True, drain=drain)
+            savepoint = coordinator.trigger(is_savepoint=True, target_dir=target_dir, stop=True, drain=drain,
+                                            native=native)
         except BaseException as exc:
             self._stopping = False
             coordinator.start_periodic()

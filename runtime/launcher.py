@@ -15,6 +15,7 @@ import sys
 import threading
 from collections.abc import Sequence
 
+from statekit.runtime.backend import state_backend_names
 from statekit.runtime.job import JobHandle, JobStatus
 from statekit.runtime.run_options import (
     RunOptions,
@@ -85,7 +86,14 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--allow-non-restored-state", action="store_true")
     parser.add_argument("--checkpoint-dir")
     parser.add_argument("--checkpoint-interval", type=parse_duration_ms)
-    parser.add_argument("--state-backend", choices=("hashmap", "rocksdb"))
+    parser.add_argument("--state-backend", choices=state_backend_names())
+    parser.add_argument("--checkpointing-mode", choices=("exactly-once", "at-least-once"))
+    parser.add_argument("--unaligned", action="store_true", default=None)
+    parser.add_argument("--aligned-checkpoint-timeout", type=parse_duration_ms)
+    parser.add_argument("--incremental", action="store_true", default=None)
+    parser.add_argument("--retained-checkpoints", type=int)
+    parser.add_argument("--externalized-cleanup", choices=("retain", "delete"))
+    parser.add_argument("--checkpoint-timeout", type=parse_duration_ms)
     parser.add_argument("--savepoint-on-finish")
     parser.add_argument("--job-id")
     parser.add_argument("--trust-pickle", action="store_true")
@@ -110,6 +118,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         job_id=args.job_id,
         job_args=tuple(args.job_args),
         trust_pickle=args.trust_pickle,
+        checkpointing_mode=args.checkpointing_mode,
+        unaligned=args.unaligned,
+        aligned_checkpoint_timeout_ms=args.aligned_checkpoint_timeout,
+        incremental=args.incremental,
+        retained_checkpoints=args.retained_checkpoints,
+        externalized_cleanup=None if args.externalized_cleanup is None else f"{args.externalized_cleanup}_on_cancellation",
+        checkpoint_timeout_ms=args.checkpoint_timeout,
     )
     if args.verbose:
         logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")

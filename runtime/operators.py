@@ -16,7 +16,16 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from statekit.runtime.backend import KeyedSnapshot, KeyedStateBackend, SubtaskScope, create_keyed_backend
+from statekit.runtime.backend import (
+    DEFAULT_STATE_BACKEND,
+    KeyedSnapshot,
+    KeyedStateBackend,
+    NativeKeyedSnapshot,
+    SnapshotRequest,
+    SubtaskScope,
+    create_keyed_backend,
+)
+from statekit.runtime.channels import CheckpointOptions
 from statekit.runtime.functions import (
     AggregateFunction,
     BroadcastProcessFunction,
@@ -57,10 +66,13 @@ from statekit.runtime.state import (
 from statekit.statefmt.errors import BadInputError
 from statekit.statefmt.keygroups import compute_key_group_range_for_operator_index
 from statekit.statefmt.metadata import StateDescriptor, StateFile
+from statekit.statefmt.native_state import NativeKeyedState
 
 if TYPE_CHECKING:
     from statekit.runtime.checkpoint_storage import CheckpointStorageLocation
     from statekit.runtime.restore import SubtaskRestore
+    from statekit.runtime.subtask_checkpoint import InFlightSnapshot
+    from statekit.statefmt.channel_state import ChannelStateFile
 
 __all__ = [
     "Output",
@@ -104,16 +116,27 @@ class OperatorContext:
     parallelism: int
     max_parallelism: int
     attempt: int = 0
-    state_backend: str = "hashmap"
+    state_backend: str = DEFAULT_STATE_BACKEND
     key_selector: Callable[[Any], Any] | None = None
     key_serializer: str = "msgpack"
     restore: SubtaskRestore | None = None
     working_dir: str | None = None
+    job_id: str = ""
+    incremental: bool = False
 
 
 @dataclass
 class OperatorSnapshot:
-    """One operator subtask's snapshot: descriptors now, files when written."""
+    """One operator subtask's snapshot: descriptors now, files when written.
+
+    Attributes:
+        files: Canonical state files (after :meth:`write`).
+        native: Keyed state as native store files (a native snapshot, after :meth:`write`).
+        inflight: In-flight records of the task (only on the head operator of a task that
+            took an unaligned checkpoint); ``channel_file`` after :meth:`write`.
+        bytes_written: Bytes this snapshot wrote (shared files it reused do not count).
+        new_shared: Files it added to the job's ``shared/`` (relative to it).
+    """
 
     uid: str
     descriptors: list[StateDescriptor]
@@ -121,16 +144,37 @@ class OperatorSnapshot:
     keyed: KeyedSnapshot | None
     operator: OperatorStateSnapshot | None
     files: list[StateFile] = field(default_factory=list)
+    native: NativeKeyedState | None = None
+    inflight: InFlightSnapshot | None = None
+    channel_file: ChannelStateFile | None = None
+    bytes_written: int = 0
+    new_shared: list[str] = field(default_factory=list)
 
     def write(self, location: CheckpointStorageLocation) -> list[StateFile]:
         """The asynchronous part: write the state files into ``location``."""
         files: list[StateFile] = []
-        if self.keyed is not None:
+        written = 0
+        if isinstance(self.keyed, NativeKeyedSnapshot):
+            self.native = self.keyed.write_native(location)
+            self.new_shared = list(self.keyed.new_shared)
+            written += self.keyed.bytes_written
+        elif self.keyed is not None:
             files.extend(self.keyed.write(location))
         if self.operator is not None:
             files.extend(self.operator.write(location))
+        if self.inflight is not None:
+            self.channel_file = self.inflight.write(location)
+            written += self.channel_file.size if self.channel_file is not None else 0
         self.files = files
+        self.bytes_written = written + sum(f.size for f in files)
         return files
+
+    @property
+    def full_size(self) -> int:
+        """Every byte the snapshot consists of (shared files included)."""
+        native = self.native.size if self.native is not None else 0
+        channel = self.channel_file.size if self.channel_file is not None else 0
+        return sum(f.size for f in self.files) + native + channel
 
     def release(self) -> None:
         """Drop the snapshot's copies."""
@@ -201,7 +245,15 @@ class _RuntimeContext(RuntimeContext):
     def attempt_number(self) -> int:
         return self._op.ctx.attempt
 
-    def _backend(self) -> KeyedStateBackend:
+    @property
+    def job_id(self) -> str:
+        return self._op.ctx.job_id
+
+    @property
+    def operator_uid(self) -> str:
+        return self._op.ctx.uid
+
+    def _backend(self) -> KeyedStateBackend[Any]:
         if self._op.keyed_backend is None:
             raise BadInputError(
                 f"operator {self._op.ctx.uid!r}: keyed state is only available on a keyed stream "
@@ -239,7 +291,7 @@ def _method(function: Any, cls: type, name: str) -> Callable[..., Any]:
 class StreamOperator:
     """Base of every operator: state lifecycle, snapshot, notifications."""
 
-    keyed_backend: KeyedStateBackend | None = None
+    keyed_backend: KeyedStateBackend[Any] | None = None
 
     def __init__(self, function: Any = None) -> None:
         self.function = function
@@ -265,16 +317,27 @@ class StreamOperator:
             )
             self.keyed_backend = create_keyed_backend(ctx.state_backend, scope, working_dir=ctx.working_dir)
         if restore is not None:
-            for descriptor, entries in restore.keyed_states():
-                if self.keyed_backend is None:
-                    raise BadInputError(
-                        f"operator {ctx.uid!r} has keyed state {descriptor.name!r} in the snapshot but is "
-                        "not keyed in the job; key the stream (key_by) or drop the state offline"
-                    )
-                self.keyed_backend.restore_state(descriptor, entries)
+            self._restore_keyed(restore)
             for descriptor, elements in restore.operator_states():
                 self.operator_state.restore_state(descriptor, elements)
         self.initialize_function()
+
+    def _restore_keyed(self, restore: SubtaskRestore) -> None:
+        """Keyed state: natively when the snapshot and the backend allow it, else canonical entries."""
+        backend, uid = self.keyed_backend, self.ctx.uid
+        keyed = [d for d in restore.op.states if d.keyed]
+        if keyed and backend is None:
+            raise BadInputError(
+                f"operator {uid!r} has keyed state {keyed[0].name!r} in the snapshot but is "
+                "not keyed in the job; key the stream (key_by) or drop the state offline"
+            )
+        if backend is None or not keyed:
+            return
+        sources = restore.native_sources()
+        if sources is not None and backend.restore_native(sources):
+            return
+        for descriptor, entries in restore.keyed_states():
+            backend.restore_state(descriptor, entries)
 
     def initialize_function(self) -> None:
         """Let a :class:`CheckpointedFunction` register its operator state."""
@@ -321,17 +384,21 @@ class StreamOperator:
 
     # ------------------------------------------------------------ checkpoints
 
-    def snapshot_state(self, checkpoint_id: int, is_savepoint: bool) -> OperatorSnapshot:
+    def snapshot_state(self, checkpoint_id: int, options: CheckpointOptions) -> OperatorSnapshot:
         """Synchronous part of a snapshot (the task thread, at the barrier)."""
         if isinstance(self.function, CheckpointedFunction):
-            self.function.snapshot_state(_SnapshotContext(checkpoint_id, is_savepoint))
-        return self._snapshot_stores()
+            self.function.snapshot_state(_SnapshotContext(checkpoint_id, options.is_savepoint))
+        return self._snapshot_stores(checkpoint_id, options)
 
-    def _snapshot_stores(self) -> OperatorSnapshot:
+    def _snapshot_stores(self, checkpoint_id: int, options: CheckpointOptions) -> OperatorSnapshot:
         backend = self.keyed_backend
         descriptors = backend.descriptors() if backend is not None else []
         key_serializer = self.ctx.key_serializer if descriptors else None
-        keyed = backend.snapshot() if backend is not None and descriptors else None
+        keyed: KeyedSnapshot | None = None
+        if backend is not None and descriptors:
+            request = SnapshotRequest(checkpoint_id, native=options.native, incremental=options.incremental,
+                                      base_checkpoint_id=options.base_checkpoint_id)
+            keyed = (backend.native_snapshot(request) if options.native else None) or backend.snapshot()
         operator_descriptors = self.operator_state.descriptors()
         operator = self.operator_state.snapshot() if operator_descriptors else None
         return OperatorSnapshot(self.ctx.uid, descriptors + operator_descriptors, key_serializer, keyed, operator)
@@ -379,10 +446,10 @@ class SourceOperator(StreamOperator):
     def element_handler(self) -> Callable[[Any], None]:
         raise BadInputError("a source has no input")
 
-    def snapshot_state(self, checkpoint_id: int, is_savepoint: bool) -> OperatorSnapshot:
+    def snapshot_state(self, checkpoint_id: int, options: CheckpointOptions) -> OperatorSnapshot:
         assert self.reader is not None
-        self.reader.snapshot_state(_SnapshotContext(checkpoint_id, is_savepoint))
-        return self._snapshot_stores()
+        self.reader.snapshot_state(_SnapshotContext(checkpoint_id, options.is_savepoint))
+        return self._snapshot_stores(checkpoint_id, options)
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         if self.reader is not None:
@@ -653,7 +720,7 @@ TIMERS = MapStateDescriptor("_timers", value_type="bool", key_type="string")
 class _InternalTimerService(TimerService):
     """Timers per key, persisted as keyed map state ``_timers`` (user key ``p:<ts>``/``e:<ts>``)."""
 
-    def __init__(self, backend: KeyedStateBackend, fire: Callable[[int], None]) -> None:
+    def __init__(self, backend: KeyedStateBackend[Any], fire: Callable[[int], None]) -> None:
         self.backend = backend
         self.fire = fire
         self.state: MapState[Any] | None = None

@@ -26,7 +26,6 @@ import fcntl
 import json
 import logging
 import os
-import re
 import secrets
 import stat
 import tempfile
@@ -38,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from statekit.statefmt.errors import BadInputError, JobError
+from statekit.statefmt.job_id import JOB_ID_FORMAT, check_job_id, is_job_id, is_job_id_prefix, new_job_id
 
 __all__ = [
     "CRASHED",
@@ -64,36 +64,15 @@ CRASHED = "CRASHED"
 ACTIVE_STATES = frozenset({"CREATED", "RUNNING", "CANCELLING", "RESTARTING"})
 TERMINAL_STATES = frozenset({"FINISHED", "FAILED", "CANCELED", CRASHED})
 
-JOB_ID_FORMAT = "32 lower-case hex characters"
-_JOB_ID = re.compile(r"[0-9a-f]{32}")
 PRIVATE_MODE = 0o700
 
 log = logging.getLogger("statekit.runtime")
-
-
-def check_job_id(job_id: str) -> str:
-    """``job_id`` if it is a valid job id (exactly 32 lower-case hex characters, as Flink's JobID).
-
-    Every job id that enters statekit (``--job-id``, RunOptions, REST paths, registry
-    names) goes through here: it names directories, so nothing else may pass.
-
-    Raises:
-        BadInputError: Any other string (also with a trailing newline or path separators).
-    """
-    if not isinstance(job_id, str) or _JOB_ID.fullmatch(job_id) is None:
-        raise BadInputError(f"invalid job id {job_id!r}: expected {JOB_ID_FORMAT}")
-    return job_id
 
 
 def statekit_home() -> Path:
     """``$STATEKIT_HOME``, or ``~/.statekit`` when unset."""
     configured = os.environ.get(HOME_ENV)
     return Path(configured).expanduser() if configured else Path.home() / ".statekit"
-
-
-def new_job_id() -> str:
-    """A fresh job id: 32 lower-case hex characters, as Flink's JobID."""
-    return secrets.token_hex(16)
 
 
 def process_start_ticks(pid: int) -> int | None:
@@ -380,7 +359,7 @@ class JobRegistry:
             raise JobError(f"{self.jobs_dir}: cannot read the job registry (it belongs to another user); "
                            f"set {HOME_ENV} to a directory of your own") from None
         for child in children:
-            if _JOB_ID.fullmatch(child.name) is None:
+            if not is_job_id(child.name):
                 continue
             try:
                 if not (child / ENTRY_FILE).is_file():
@@ -401,7 +380,7 @@ class JobRegistry:
             JobError: No such job, or the prefix is ambiguous.
         """
         wanted = reference.strip().lower()
-        if not wanted or not re.fullmatch(r"[0-9a-f]{1,32}", wanted):
+        if not is_job_id_prefix(wanted):
             raise JobError(f"invalid job id {reference!r}: expected (a prefix of) {JOB_ID_FORMAT}")
         if len(wanted) == 32 and _exists(self.jobs_dir / wanted / ENTRY_FILE):
             return self.get(wanted)

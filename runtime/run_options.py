@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from statekit.runtime.checkpoint_config import CheckpointConfig
     from statekit.runtime.job import JobHandle
 
 __all__ = [
@@ -41,12 +42,24 @@ class RunOptions:
         checkpoint_dir: Checkpoint storage URL; checkpoints go to
             ``<checkpoint_dir>/<job_id>/chk-N``.
         checkpoint_interval_ms: Enables periodic checkpoints at this interval.
-        state_backend: ``"hashmap"`` (default) or ``"rocksdb"``.
+        state_backend: Name of a registered keyed state backend
+            (``statekit.runtime.backend.state_backend_names()``); overrides
+            ``env.set_state_backend``.
         savepoint_on_finish: Directory: take a savepoint when a bounded job ends.
         job_id: Job id (32 lower-case hex chars), preassigned by the CLI or generated.
         job_args: The job script's own arguments (``sys.argv[1:]``).
         trust_pickle: Allow decoding pickle-serialized state of ``restore_path``
             (``--trust-pickle``); the job's own checkpoints are always trusted in-process.
+        checkpointing_mode: ``exactly-once`` or ``at-least-once`` (``--checkpointing-mode``).
+        unaligned: Unaligned checkpoints (``--unaligned``).
+        aligned_checkpoint_timeout_ms: Start aligned, turn unaligned after this long
+            (``--aligned-checkpoint-timeout``).
+        incremental: Incremental checkpoints (``--incremental``; a backend that supports them).
+        retained_checkpoints: Completed checkpoints kept (``--retained-checkpoints``).
+        externalized_cleanup: ``retain_on_cancellation`` or ``delete_on_cancellation``
+            (``--externalized-cleanup retain|delete``).
+        checkpoint_timeout_ms: A checkpoint not complete after this long is aborted
+            (``--checkpoint-timeout``).
     """
 
     parallelism: int | None = None
@@ -60,6 +73,33 @@ class RunOptions:
     job_id: str | None = None
     job_args: tuple[str, ...] = ()
     trust_pickle: bool = False
+    checkpointing_mode: str | None = None
+    unaligned: bool | None = None
+    aligned_checkpoint_timeout_ms: int | None = None
+    incremental: bool | None = None
+    retained_checkpoints: int | None = None
+    externalized_cleanup: str | None = None
+    checkpoint_timeout_ms: int | None = None
+
+    def apply_to(self, config: CheckpointConfig) -> CheckpointConfig:
+        """``config`` with these overrides set (the job's own settings elsewhere)."""
+        if self.checkpoint_interval_ms is not None:
+            config.interval_ms = self.checkpoint_interval_ms
+        if self.checkpoint_dir:
+            config.checkpoint_storage = self.checkpoint_dir
+        if self.checkpointing_mode is not None:
+            config.set_checkpointing_mode(self.checkpointing_mode)
+        if self.unaligned is not None:
+            config.unaligned = self.unaligned
+        if self.aligned_checkpoint_timeout_ms is not None:
+            config.aligned_checkpoint_timeout_ms = self.aligned_checkpoint_timeout_ms
+        if self.retained_checkpoints is not None:
+            config.num_retained = self.retained_checkpoints
+        if self.externalized_cleanup is not None:
+            config.set_externalized_checkpoint_cleanup(self.externalized_cleanup)
+        if self.checkpoint_timeout_ms is not None:
+            config.timeout_ms = self.checkpoint_timeout_ms
+        return config
 
 
 _lock = threading.Lock()

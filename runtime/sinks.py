@@ -1,12 +1,12 @@
 """Sinks: an exactly-once file sink (two-phase commit), a print sink, a discarding sink.
 
-:class:`FileSink` protocol, per subtask:
+:class:`FileSink` is a :class:`~statekit.runtime.two_phase_commit.TwoPhaseCommitSink`
+whose transaction is one file, per subtask:
 
 1. *write*: records go to a hidden in-progress file ``.<prefix>-inprogress-...``.
-2. *pre-commit* (at the barrier of checkpoint N, in ``snapshot_state``): the in-progress
-   file is flushed, fsynced and renamed to the hidden pending file
-   ``.<prefix>-pending-<N>-...``; the pair (pending name, final name, N) goes into the
-   union list state ``pending-files``.
+2. *pre-commit* (at the barrier of checkpoint N): the in-progress file is flushed,
+   fsynced and renamed to the hidden pending file ``.<prefix>-pending-<N>-...``; the pair
+   (pending name, final name, N) goes into the union list state ``pending-files``.
 3. *commit* (``notify_checkpoint_complete(N)``, after ``_metadata`` of N is durable): every
    pending file of a checkpoint <= N is renamed atomically to its visible final name
    ``<prefix>-<N>-<subtask>-<writer>-<seq><suffix>``.
@@ -26,20 +26,15 @@ import os
 import secrets
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import IO, Any
 
-from statekit.runtime.functions import (
-    CheckpointedFunction,
-    CheckpointListener,
-    FunctionInitializationContext,
-    FunctionSnapshotContext,
-    RuntimeContext,
-    SinkFunction,
-)
+from statekit.runtime.functions import RuntimeContext, SinkFunction
 from statekit.runtime.state import ListStateDescriptor
+from statekit.runtime.two_phase_commit import TwoPhaseCommitSink
 from statekit.statefmt.fileio import fsync_dir
 
-__all__ = ["FileSink", "PrintSink", "DiscardingSink", "CollectSink"]
+__all__ = ["FileSink", "FileTransaction", "PrintSink", "DiscardingSink", "CollectSink"]
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +43,26 @@ PENDING_FILES = ListStateDescriptor(
 )
 
 
-class FileSink(SinkFunction, CheckpointedFunction, CheckpointListener):
+@dataclass
+class FileTransaction:
+    """One part file: hidden while open (``inprogress``) and pending, visible once committed.
+
+    Attributes:
+        tail: ``<subtask>-<writer>-<seq>``, the end of its names (empty for a restored transaction).
+        inprogress: The hidden name records are written to (empty for a restored transaction).
+        part: The open file, None until the first record.
+        pending: The hidden name after pre-commit.
+        final: The visible name after commit.
+    """
+
+    tail: str
+    inprogress: str
+    part: IO[str] | None = None
+    pending: str = ""
+    final: str = ""
+
+
+class FileSink(TwoPhaseCommitSink[FileTransaction]):
     """Exactly-once text files in a directory, committed on checkpoint completion.
 
     Args:
@@ -60,21 +74,17 @@ class FileSink(SinkFunction, CheckpointedFunction, CheckpointListener):
 
     def __init__(self, directory: str, *, encoder: Callable[[Any], str] = str, prefix: str = "part",
                  suffix: str = "") -> None:
+        super().__init__()
         self.directory = directory
         self.encoder = encoder
         self.prefix = prefix
         self.suffix = suffix
-        self.pending: list[dict[str, Any]] = []
-        self.part: IO[str] | None = None
-        self.part_name: str | None = None
         self.sequence = 0
         self.writer_id = ""
         self.subtask = 0
+        self._renamed = False
 
     # ------------------------------------------------------------ names
-
-    def _inprogress_name(self) -> str:
-        return f".{self.prefix}-inprogress-{self.subtask}-{self.writer_id}-{self.sequence}"
 
     def _is_ours(self, name: str) -> bool:
         return name.startswith((f".{self.prefix}-inprogress-", f".{self.prefix}-pending-"))
@@ -82,75 +92,96 @@ class FileSink(SinkFunction, CheckpointedFunction, CheckpointListener):
     def _path(self, name: str) -> str:
         return os.path.join(self.directory, name)
 
-    # ------------------------------------------------------------ lifecycle
+    # ------------------------------------------------------------ state
 
-    def initialize_state(self, ctx: FunctionInitializationContext) -> None:
-        runtime: RuntimeContext = ctx.runtime_context
+    def state_descriptor(self) -> ListStateDescriptor:
+        return PENDING_FILES
+
+    def transaction_entry(self, txn: FileTransaction, checkpoint_id: int | None) -> dict[str, Any] | None:
+        if checkpoint_id is None:
+            return None  # an in-progress file: recovery deletes every hidden file it does not commit
+        return {"checkpoint": checkpoint_id, "pending": txn.pending, "final": txn.final}
+
+    def restore_transaction(self, entry: dict[str, Any]) -> tuple[FileTransaction, int | None]:
+        txn = FileTransaction("", "", pending=str(entry["pending"]), final=str(entry["final"]))
+        return txn, int(entry["checkpoint"])
+
+    # ------------------------------------------------------------ transactions
+
+    def setup(self, runtime: RuntimeContext) -> None:
         self.subtask = runtime.index_of_this_subtask
         self.writer_id = secrets.token_hex(4)
         os.makedirs(self.directory, exist_ok=True)
-        self.state = ctx.operator_state_store.get_union_list_state(PENDING_FILES)
-        restored = list(self.state.get())
-        self.state.update([])
-        if self.subtask == 0:
-            self._recover(restored)
 
-    def _recover(self, restored: list[dict[str, Any]]) -> None:
-        for entry in sorted(restored, key=lambda e: (int(e["checkpoint"]), str(e["final"]))):
-            self._commit(entry)
+    def begin_transaction(self) -> FileTransaction:
+        self.sequence += 1
+        tail = f"{self.subtask}-{self.writer_id}-{self.sequence}"
+        return FileTransaction(tail, f".{self.prefix}-inprogress-{tail}")
+
+    def invoke(self, txn: FileTransaction, record: Any) -> None:
+        # the base writes only into the current transaction, which __call__ writes to
+        if txn.part is None:
+            self._open(txn)
+        self(record)
+
+    def __call__(self, record: Any) -> None:
+        # the per-record path: invoke(current transaction, record), one call shorter
+        part = self._transaction.part  # type: ignore[union-attr]
+        if part is None:
+            part = self._open(self._transaction)  # type: ignore[arg-type]
+        part.write(self.encoder(record))
+        part.write("\n")
+
+    def _open(self, txn: FileTransaction) -> IO[str]:
+        part = txn.part = open(self._path(txn.inprogress), "w", encoding="utf-8", buffering=1 << 16)  # noqa: SIM115
+        return part
+
+    def is_empty(self, txn: FileTransaction) -> bool:
+        return txn.part is None
+
+    def pre_commit(self, txn: FileTransaction, checkpoint_id: int) -> None:
+        part = txn.part
+        assert part is not None
+        part.flush()
+        os.fsync(part.fileno())
+        part.close()
+        txn.pending = f".{self.prefix}-pending-{checkpoint_id}-{txn.tail}"
+        txn.final = f"{self.prefix}-{checkpoint_id:08d}-{txn.tail}{self.suffix}"
+        os.replace(self._path(txn.inprogress), self._path(txn.pending))
+
+    def commit(self, txn: FileTransaction) -> None:
+        pending, final = self._path(txn.pending), self._path(txn.final)
+        if os.path.exists(pending):
+            os.replace(pending, final)
+            self._renamed = True
+        elif not os.path.exists(final):
+            log.warning("file sink %s: pending file %s is gone and was never committed", self.directory,
+                        txn.pending)
+
+    def abort(self, txn: FileTransaction) -> None:
+        part, txn.part = txn.part, None
+        if part is not None:
+            part.close()
+        for name in (txn.inprogress, txn.pending):
+            if name and os.path.exists(self._path(name)):
+                os.unlink(self._path(name))
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        super().notify_checkpoint_complete(checkpoint_id)
+        self._sync_renames()
+
+    def finish_recovering(self, committed: list[FileTransaction], aborted: list[FileTransaction]) -> None:
         for name in os.listdir(self.directory):
             if self._is_ours(name):
                 os.unlink(self._path(name))
-        fsync_dir(self.directory)
+        self._renamed = True
+        self._sync_renames()
 
-    def invoke(self, value: Any) -> None:
-        part = self.part
-        if part is None:
-            self.sequence += 1
-            self.part_name = self._inprogress_name()
-            part = self.part = open(self._path(self.part_name), "w", encoding="utf-8", buffering=1 << 16)  # noqa: SIM115
-        part.write(self.encoder(value))
-        part.write("\n")
-
-    def snapshot_state(self, ctx: FunctionSnapshotContext) -> None:
-        if self.part is not None:
-            assert self.part_name is not None
-            part, self.part = self.part, None
-            part.flush()
-            os.fsync(part.fileno())
-            part.close()
-            checkpoint_id = ctx.checkpoint_id
-            tail = f"{self.subtask}-{self.writer_id}-{self.sequence}"
-            entry: dict[str, Any] = {
-                "checkpoint": checkpoint_id,
-                "pending": f".{self.prefix}-pending-{checkpoint_id}-{tail}",
-                "final": f"{self.prefix}-{checkpoint_id:08d}-{tail}{self.suffix}",
-            }
-            os.replace(self._path(self.part_name), self._path(entry["pending"]))
-            self.pending.append(entry)
-        self.state.update(list(self.pending))
-
-    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
-        done = [e for e in self.pending if e["checkpoint"] <= checkpoint_id]
-        if not done:
-            return
-        for entry in done:
-            self._commit(entry)
-        fsync_dir(self.directory)
-        self.pending = [e for e in self.pending if e["checkpoint"] > checkpoint_id]
-
-    def _commit(self, entry: dict[str, Any]) -> None:
-        pending, final = self._path(str(entry["pending"])), self._path(str(entry["final"]))
-        if os.path.exists(pending):
-            os.replace(pending, final)
-        elif not os.path.exists(final):
-            log.warning("file sink %s: pending file %s of checkpoint %s is gone and was never committed",
-                        self.directory, entry["pending"], entry["checkpoint"])
-
-    def close(self) -> None:
-        if self.part is not None:
-            part, self.part = self.part, None
-            part.close()
+    def _sync_renames(self) -> None:
+        """Make the commits' renames durable: one directory fsync per batch of commits."""
+        if self._renamed:
+            fsync_dir(self.directory)
+            self._renamed = False
 
 
 class PrintSink(SinkFunction):

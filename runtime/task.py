@@ -1,32 +1,41 @@
 """Tasks: one thread per subtask of a job vertex, running its chain of operators.
 
-A task reads its input gate (source tasks: their reader), hands buffers of records to
-the head operator, and handles events and mails between buffers — never in the middle
-of one. Barrier alignment (:class:`BarrierAligner`): once a channel delivered the barrier
-of checkpoint N, everything behind it on that channel is stashed until every live
-channel delivered barrier N; then the task snapshots (synchronous part), forwards the
-barrier, hands the asynchronous part to the coordinator, and processes the stash first,
-in per-channel order. The snapshot thus holds exactly the effects of the records before
-the barrier on every channel.
+A task reads its input gate (source tasks: their reader), hands buffers of records to the
+head operator, and handles events and mails between buffers — never in the middle of one.
+Barriers go to the :class:`~statekit.runtime.barrier_handler.CheckpointBarrierHandler`
+(aligned, unaligned or at-least-once), which calls back :meth:`Task.snapshot` when the task
+takes its snapshot and :meth:`Task.input_done` when its input side of the checkpoint is
+complete.
+
+Output never blocks a record: a task whose consumers' gates are full keeps the overflow in
+its writers' backlogs and takes no new input until they are delivered. While it waits it
+still serves priority barriers (unaligned checkpoints), converts timed-out aligned barriers
+queued in its backlog, and — source tasks — handles mails: a backpressured task can take an
+unaligned checkpoint at once.
+
+On restore, the in-flight records of the restored checkpoint addressed to this task are
+processed first, before any new input.
 """
 
 from __future__ import annotations
 
-import collections
 import logging
 import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from statekit.runtime.barrier_handler import CheckpointBarrierHandler
 from statekit.runtime.channels import (
     END_OF_INPUT,
     END_OF_PARTITION,
     MAIL,
+    Alignment,
     Barrier,
     EndOfInput,
     EndOfPartition,
     InputGate,
+    PriorityBarrier,
     RecordWriter,
     TaskCancelled,
 )
@@ -39,15 +48,17 @@ from statekit.runtime.mails import (
     TriggerCheckpoint,
 )
 from statekit.runtime.operators import SourceOperator, StreamOperator
+from statekit.runtime.subtask_checkpoint import ChannelSpec, InFlightSnapshot, SubtaskCheckpoint, SubtaskStats
 
 if TYPE_CHECKING:
     from statekit.runtime.operators import OperatorSnapshot
 
-__all__ = ["Task", "BarrierAligner", "TaskHost"]
+__all__ = ["Task", "TaskHost"]
 
 log = logging.getLogger("statekit.runtime")
 
 SOURCE_BATCH = 512
+_OUTPUT_WAIT_S = 0.002
 
 
 class TaskHost(Protocol):
@@ -64,72 +75,23 @@ class TaskHost(Protocol):
 
     def source_exhausted(self, task: Task) -> None: ...
 
-    def submit_snapshot(self, task: Task, barrier: Barrier, snapshots: list[OperatorSnapshot]) -> None: ...
+    def submit_snapshot(self, task: Task, barrier: Barrier, snapshots: list[OperatorSnapshot],
+                        stats: SubtaskStats) -> None: ...
 
-
-class BarrierAligner:
-    """Aligns checkpoint barriers over the channels of one input gate.
-
-    Attributes:
-        stash: Blocked channel -> items that arrived behind its barrier.
-        pending: Items released from the stash, processed before new gate items.
-    """
-
-    def __init__(self, channels: int, snapshot: Callable[[Barrier], None]) -> None:
-        self.live = set(range(channels))
-        self.stash: dict[int, list[tuple[int, Any]]] = {}
-        self.pending: collections.deque[tuple[int, Any]] = collections.deque()
-        self.snapshot = snapshot
-        self.aligning: Barrier | None = None
-        self.received: set[int] = set()
-        self.last_id = -1
-
-    def on_barrier(self, channel: int, barrier: Barrier) -> None:
-        """A barrier arrived on an unblocked channel."""
-        checkpoint_id = barrier.checkpoint_id
-        current = self.aligning
-        if current is not None and checkpoint_id > current.checkpoint_id:
-            log.debug("barrier %d overtook %d: alignment of %d abandoned", checkpoint_id,
-                      current.checkpoint_id, current.checkpoint_id)
-            self._release()
-            current = None
-        if current is None:
-            if checkpoint_id <= self.last_id:
-                return  # a barrier of an abandoned checkpoint
-            self.aligning = barrier
-            self.received = set()
-            self.last_id = checkpoint_id
-        elif checkpoint_id < current.checkpoint_id:
-            return
-        self.received.add(channel)
-        if self.received >= self.live:
-            self._complete()
-        else:
-            self.stash[channel] = []
-
-    def on_end_of_partition(self, channel: int) -> None:
-        """A channel finished; it no longer takes part in alignment."""
-        self.live.discard(channel)
-        if self.aligning is not None and self.received >= self.live:
-            self._complete()
-
-    def _complete(self) -> None:
-        barrier = self.aligning
-        assert barrier is not None
-        self.aligning = None
-        self.snapshot(barrier)
-        self._release()
-
-    def _release(self) -> None:
-        self.aligning = None
-        released = [item for items in self.stash.values() for item in items]
-        self.stash = {}
-        if released:
-            self.pending.extendleft(reversed(released))
+    def decline_checkpoint(self, task: Task, checkpoint_id: int, reason: str, *, subsumed: bool) -> None: ...
 
 
 class Task:
-    """One subtask of a job vertex: a thread running its operator chain."""
+    """One subtask of a job vertex: a thread running its operator chain.
+
+    Args:
+        input_specs: Per input-gate channel, the edge it belongs to and the producing subtask.
+        output_specs: Per writer (in ``operator_writers`` order), per channel, its edge and the
+            consuming subtask.
+        replay: In-flight records of the restored checkpoint for this task, as ``(operator
+            position in the chain, input index, records)``, processed before any new input.
+        channel_state_serializer: How in-flight records are stored (``records`` or ``pickle``).
+    """
 
     def __init__(
         self,
@@ -142,21 +104,35 @@ class Task:
         chained_next: list[list[int]],
         operator_writers: list[list[RecordWriter]],
         gate: InputGate,
-        channel_inputs: list[int],
+        input_specs: list[ChannelSpec],
+        *,
+        output_specs: list[list[ChannelSpec]] | None = None,
+        replay: list[tuple[int, int, list[Any]]] | None = None,
+        channel_state_serializer: str = "records",
     ) -> None:
         self.host = host
         self.key = (vertex_id, subtask)
         self.name = f"{name} ({subtask + 1}/{parallelism})"
         self.subtask = subtask
+        self.parallelism = parallelism
         self.operators = operators
         self.chained_next = chained_next
         self.operator_writers = operator_writers
         self.writers = [w for ws in operator_writers for w in ws]
         self.gate = gate
-        self.channel_inputs = channel_inputs
+        self.input_specs = input_specs
+        self.channel_inputs = [spec.input_index for spec in input_specs]
+        self.output_specs = output_specs or [[] for _ in self.writers]
+        self.replay = replay or []
+        self.channel_state_serializer = channel_state_serializer
         self.is_source = isinstance(operators[0], SourceOperator)
         self.thread = threading.Thread(target=self.run, name=self.name, daemon=True)
         self.timer_ops: list[StreamOperator] = []
+        self.handler: CheckpointBarrierHandler | None = None
+        self._checkpoints: dict[int, SubtaskCheckpoint] = {}
+        self._running = True
+        self._exhausted = False
+        self._terminated = False
 
     def mail(self, mail: Any) -> None:
         """Deliver a control mail (never blocks)."""
@@ -173,16 +149,21 @@ class Task:
                     raise TaskCancelled()
             if self.host.cancelled.is_set():
                 raise TaskCancelled()
+            self._replay()
             if self.is_source:
                 self._run_source()
             else:
                 self._run_input()
+            self._drain_output()
             self.host.task_finished(self)
         except TaskCancelled:
             self.host.task_finished(self)
         except BaseException as exc:  # noqa: BLE001 - reported to the job master
             self.host.task_failed(self, exc)
         finally:
+            for pending in self._checkpoints.values():
+                pending.release()
+            self._checkpoints.clear()
             for op in self.operators:
                 try:
                     op.close()
@@ -206,20 +187,146 @@ class Task:
             op.output.collect = _fan_out(targets)  # type: ignore[method-assign,assignment]
             if i > 0 or not self.is_source:
                 handlers[i] = op.element_handler()
+        self.chain_handlers = handlers
         if not self.is_source:
             head = self.operators[0]
             second = head.element_handler2() if 2 in self.channel_inputs else None
             first = handlers[0]
+            self.second_handler = second
             self.channel_handlers = [first if index == 1 else second for index in self.channel_inputs]
         self.timer_ops = [op for op in self.operators if op.timers is not None]
 
-    # ------------------------------------------------------------ shared steps
+    # ------------------------------------------------------------ checkpoints (BarrierCallbacks)
 
-    def _checkpoint(self, barrier: Barrier) -> None:
-        snapshots = [op.snapshot_state(barrier.checkpoint_id, barrier.options.is_savepoint) for op in self.operators]
+    def snapshot(self, barrier: Barrier, *, unaligned: bool, alignment_ms: int) -> None:
+        """Take the synchronous snapshot and forward ``barrier`` (ahead of queued output when unaligned)."""
+        options = barrier.options
+        snapshots = [op.snapshot_state(barrier.checkpoint_id, options) for op in self.operators]
+        head = self.operators[0].ctx
+        pending = SubtaskCheckpoint(
+            barrier, snapshots,
+            InFlightSnapshot(head.uid, self.subtask, self.parallelism, self.channel_state_serializer),
+            SubtaskStats(unaligned=unaligned, alignment_ms=alignment_ms),
+        )
+        self._checkpoints[barrier.checkpoint_id] = pending
+        if unaligned:
+            for index, writer in enumerate(self.writers):
+                for channel, records in writer.send_priority_barrier(barrier).items():
+                    pending.capture("output", self.output_specs[index][channel], records)
+        else:
+            for writer in self.writers:
+                writer.broadcast_event(barrier)
+
+    def record_inflight(self, barrier: Barrier, channel: int, records: list[Any]) -> None:
+        """Store records of input ``channel`` that are in flight for ``barrier``."""
+        pending = self._checkpoints.get(barrier.checkpoint_id)
+        if pending is not None:
+            pending.capture("input", self.input_specs[channel], records)
+
+    def input_done(self, barrier: Barrier) -> None:
+        """The input side of ``barrier`` is complete."""
+        pending = self._checkpoints.get(barrier.checkpoint_id)
+        if pending is not None:
+            pending.input_open = False
+            self._try_submit(pending)
+
+    def decline(self, barrier: Barrier, reason: str) -> None:
+        """A newer checkpoint subsumed ``barrier`` at this task."""
+        pending = self._checkpoints.pop(barrier.checkpoint_id, None)
+        if pending is not None:
+            pending.release()
+        self.host.decline_checkpoint(self, barrier.checkpoint_id, reason, subsumed=True)
+
+    def _output_open(self, pending: SubtaskCheckpoint) -> bool:
+        """A timeoutable aligned barrier of ``pending`` still waits in an output backlog."""
+        return pending.barrier.options.timeoutable and not pending.stats.unaligned and any(
+            w.queued_barrier(pending.checkpoint_id) for w in self.writers)
+
+    def _try_submit(self, pending: SubtaskCheckpoint) -> None:
+        if pending.input_open or self._output_open(pending):
+            return
+        del self._checkpoints[pending.checkpoint_id]
+        if pending.failure is not None:
+            pending.release()
+            self.host.decline_checkpoint(self, pending.checkpoint_id, pending.failure, subsumed=False)
+            return
+        if pending.inflight.records:
+            pending.snapshots[0].inflight = pending.inflight
+        self.host.submit_snapshot(self, pending.barrier, pending.snapshots, pending.stats)
+
+    def _convert_timed_out(self, now_ms: int) -> None:
+        """Turn forwarded aligned barriers still queued past their deadline into unaligned ones."""
+        for pending in list(self._checkpoints.values()):
+            deadline = pending.barrier.deadline_ms
+            if deadline is None or now_ms < deadline or pending.stats.unaligned:
+                continue
+            for index, writer in enumerate(self.writers):
+                for channel, records in writer.convert_queued_barrier(pending.barrier).items():
+                    pending.capture("output", self.output_specs[index][channel], records)
+            self._try_submit(pending)
+
+    def _check_outputs(self) -> None:
+        for pending in list(self._checkpoints.values()):
+            if not pending.input_open:
+                self._try_submit(pending)
+
+    def _next_deadline_ms(self) -> int | None:
+        deadlines = [p.barrier.deadline_ms for p in self._checkpoints.values() if not p.stats.unaligned]
+        if self.handler is not None:
+            deadlines.append(self.handler.next_deadline_ms())
+        found = [d for d in deadlines if d is not None]
+        return min(found) if found else None
+
+    # ------------------------------------------------------------ output
+
+    def _output_available(self) -> bool:
         for writer in self.writers:
-            writer.broadcast_event(barrier)
-        self.host.submit_snapshot(self, barrier, snapshots)
+            if writer.pending and not writer.deliver():
+                return False
+        if self._checkpoints:
+            self._check_outputs()
+        return True
+
+    def _wait_output(self) -> None:
+        """Deliver backlogged output; meanwhile serve priority barriers, timeouts and (sources) mails."""
+        while not self._output_available():
+            if self.host.cancelled.is_set() or self.gate.cancelled.is_set():
+                raise TaskCancelled()
+            if self.is_source:
+                item = self.gate.poll()
+                if item is not None:
+                    self._source_mail(item[1])
+                    continue
+            else:
+                item = self.gate.poll_priority()
+                if item is not None:
+                    self._on_priority(item)
+                    continue
+            now_ms = int(time.time() * 1000)
+            if self.handler is not None:
+                self.handler.check_timeout(now_ms)
+            if self._checkpoints:
+                self._convert_timed_out(now_ms)
+            for writer in self.writers:
+                if writer.pending:
+                    writer.wait_for_room(_OUTPUT_WAIT_S)
+                    break
+
+    def _drain_output(self) -> None:
+        """Deliver everything still backlogged (the end of the task)."""
+        while any(w.pending for w in self.writers):
+            if self.host.cancelled.is_set() or self.gate.cancelled.is_set():
+                raise TaskCancelled()
+            for writer in self.writers:
+                if writer.pending and not writer.deliver():
+                    writer.wait_for_room(0.05)
+
+    def _on_priority(self, item: tuple[int, Any]) -> None:
+        channel, payload = item
+        assert isinstance(payload, PriorityBarrier) and self.handler is not None
+        self.handler.on_priority(channel, payload)
+
+    # ------------------------------------------------------------ shared steps
 
     def _end_input(self) -> None:
         for op in self.operators:
@@ -240,6 +347,9 @@ class Task:
             for op in self.operators:
                 op.notify_checkpoint_complete(mail.checkpoint_id)
         elif isinstance(mail, NotifyCheckpointAborted):
+            pending = self._checkpoints.pop(mail.checkpoint_id, None)
+            if pending is not None:
+                pending.release()
             for op in self.operators:
                 op.notify_checkpoint_aborted(mail.checkpoint_id)
         elif isinstance(mail, Cancel):
@@ -264,94 +374,112 @@ class Task:
         head = self.operators[0]
         assert isinstance(head, SourceOperator) and head.reader is not None
         reader, emit = head.reader, head.output.collect
-        running, exhausted = True, False
         gate = self.gate
-        while True:
+        while not self._terminated:
+            if not self._output_available():
+                self._wait_output()
+                continue
             item = gate.poll()
-            while item is not None:
-                outcome = self._source_mail(item[1], running, exhausted)
-                if outcome is None:
-                    return
-                running, exhausted = outcome
-                item = gate.poll()
-            if running:
-                records, ended = reader.poll(SOURCE_BATCH)
-                for record in records:
-                    emit(record)
-                self._flush()
-                if ended:
-                    running, exhausted = False, True
-                    self._end_input()
-                    self.host.source_exhausted(self)
-                elif not records:
-                    item = gate.take(timeout=reader.idle_wait_s)
-                    if item is not None:
-                        outcome = self._source_mail(item[1], running, exhausted)
-                        if outcome is None:
-                            return
-                        running, exhausted = outcome
-            else:
-                item = gate.take()
-                assert item is not None
-                outcome = self._source_mail(item[1], running, exhausted)
-                if outcome is None:
-                    return
-                running, exhausted = outcome
-
-    def _source_mail(self, mail: Any, running: bool, exhausted: bool) -> tuple[bool, bool] | None:
-        """Handle one mail; the new (running, exhausted), or None when the task ends."""
-        if isinstance(mail, TriggerCheckpoint):
-            options = mail.barrier.options
-            if options.drain and not exhausted:
+            if item is not None:
+                self._source_mail(item[1])
+                continue
+            if not self._running:
+                item = gate.take(self._wait_s(None))
+                if item is not None:
+                    self._source_mail(item[1])
+                elif self._checkpoints:
+                    self._convert_timed_out(int(time.time() * 1000))
+                continue
+            records, ended = reader.poll(SOURCE_BATCH)
+            for record in records:
+                emit(record)
+            self._flush()
+            if ended:
+                self._running, self._exhausted = False, True
                 self._end_input()
-                exhausted = True
-                running = False
-            self._checkpoint(mail.barrier)
+                self.host.source_exhausted(self)
+            elif not records:
+                item = gate.take(timeout=reader.idle_wait_s)
+                if item is not None:
+                    self._source_mail(item[1])
+
+    def _wait_s(self, due_ms: int | None) -> float | None:
+        """Seconds until the earlier of ``due_ms`` and a checkpoint deadline (None: no limit)."""
+        deadline = self._next_deadline_ms()
+        if deadline is not None and (due_ms is None or deadline < due_ms):
+            due_ms = deadline
+        return None if due_ms is None else max(0.0, (due_ms - time.time() * 1000) / 1000.0)
+
+    def _source_mail(self, mail: Any) -> None:
+        """Handle one mail of a source task."""
+        if isinstance(mail, TriggerCheckpoint):
+            barrier = mail.barrier
+            options = barrier.options
+            if options.drain and not self._exhausted:
+                self._end_input()
+                self._exhausted, self._running = True, False
+            self.snapshot(barrier, unaligned=options.alignment is Alignment.UNALIGNED, alignment_ms=0)
+            self.input_done(barrier)
             if options.stop:
-                running = False
+                self._running = False
         elif isinstance(mail, Terminate):
             self._end_of_partition()
-            return None
+            self._terminated = True
         elif isinstance(mail, Resume):
-            running = not exhausted
+            self._running = not self._exhausted
         else:
             self._notify(mail)
-        return running, exhausted
 
     # ------------------------------------------------------------ input tasks
 
+    def _replay(self) -> None:
+        """Process the restored in-flight records before any new input."""
+        replay, self.replay = self.replay, []
+        for position, input_index, records in replay:
+            handle = self.second_handler if input_index == 2 else self.chain_handlers[position]
+            assert handle is not None
+            for record in records:
+                handle(record)
+            if not self._output_available():
+                self._drain_output()
+
     def _run_input(self) -> None:
         gate = self.gate
-        aligner = BarrierAligner(len(self.channel_inputs), self._checkpoint)
-        self.aligner = aligner
-        pending = aligner.pending
+        handler = CheckpointBarrierHandler(len(self.channel_inputs), gate, self)
+        self.handler = handler
+        pending = handler.pending
         handlers = self.channel_handlers
         ended_input: set[int] = set()
         channels = len(self.channel_inputs)
         timer_ops = self.timer_ops
         while True:
+            if not self._output_available():
+                self._wait_output()
+                continue
             if pending:
-                channel, payload = pending.popleft()
+                item = gate.poll_priority() or pending.popleft()
             else:
                 item = gate.poll()
                 if item is None:
                     self._flush()
-                    timeout = None
-                    if timer_ops:
-                        due = self._next_timer()
-                        if due is not None:
-                            timeout = max(0.0, (due - time.time() * 1000) / 1000.0)
-                    item = gate.take(timeout)
-                    if item is None:
-                        self._fire_timers()
+                    if not self._output_available():
                         continue
-                channel, payload = item
+                    item = gate.take(self._wait_s(self._next_timer() if timer_ops else None))
+                    if item is None:
+                        now_ms = int(time.time() * 1000)
+                        self._fire_timers()
+                        handler.check_timeout(now_ms)
+                        if self._checkpoints:
+                            self._convert_timed_out(now_ms)
+                        continue
+            channel, payload = item
             if channel == MAIL:
                 self._notify(payload)
                 continue
-            stash = aligner.stash
-            if stash and channel in stash:
-                stash[channel].append((channel, payload))
+            if payload.__class__ is PriorityBarrier:
+                handler.on_priority(channel, payload)
+                continue
+            if not handler.on_item(channel, payload):
                 continue
             if payload.__class__ is list:
                 handle = handlers[channel]
@@ -362,15 +490,13 @@ class Task:
                     due = self._next_timer()
                     if due is not None and due <= time.time() * 1000:
                         self._fire_timers()
-            elif isinstance(payload, Barrier):
-                aligner.on_barrier(channel, payload)
             elif isinstance(payload, EndOfInput):
                 ended_input.add(channel)
                 if len(ended_input) == channels:
                     self._end_input()
             elif isinstance(payload, EndOfPartition):
-                aligner.on_end_of_partition(channel)
-                if not aligner.live:
+                handler.on_end_of_partition(channel)
+                if not handler.live:
                     self._end_of_partition()
                     return
 

@@ -39,8 +39,9 @@ Related documents: [FORMAT.md](FORMAT.md) (the snapshot format), [RUNTIME.md](RU
 """
 
 
-def _help(path: list[str], command: click.Command, parent: click.Context) -> str:
-    ctx = click.Context(command, info_name=" ".join(path), parent=parent, max_content_width=96, terminal_width=96)
+def _help(name: str, command: click.Command, parent: click.Context) -> str:
+    # info_name is the command's own name: click prefixes the parents' names in the usage line
+    ctx = click.Context(command, info_name=name, parent=parent, max_content_width=96, terminal_width=96)
     return command.get_help(ctx)
 
 
@@ -53,14 +54,14 @@ def render() -> str:
     for name in sorted(COMMANDS):
         command = cli.get_command(root, name)
         assert command is not None
-        parts += [f"## statekit {name}\n", "```", _help(["statekit", name], command, root), "```\n"]
+        parts += [f"## statekit {name}\n", "```", _help(name, command, root), "```\n"]
         if isinstance(command, click.Group):
-            sub_ctx = click.Context(command, info_name=f"statekit {name}", parent=root)
+            sub_ctx = click.Context(command, info_name=name, parent=root)
             for sub in sorted(command.list_commands(sub_ctx)):
                 subcommand = command.get_command(sub_ctx, sub)
                 assert subcommand is not None
                 parts += [f"### statekit {name} {sub}\n", "```",
-                          _help(["statekit", name, sub], subcommand, sub_ctx), "```\n"]
+                          _help(sub, subcommand, sub_ctx), "```\n"]
     return "\n".join(parts)
 
 

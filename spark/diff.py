@@ -10,84 +10,64 @@ decoded in the executors.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
 from statekit.readers.diff import (
     DIFF_COLUMNS,
     DifferenceSink,
+    DiffInputs,
+    DiffSpec,
     SavepointDiff,
     StateDiff,
     StatePair,
-    codecs,
     diff_arrow_schema,
     diff_operator_state,
-    hive_partition_dir,
-    open_pair,
-    open_progress,
-    plan_diff,
     state_entries,
     status_of,
 )
+from statekit.readers.progress import ProgressFactory, no_progress
 from statekit.readers.savepoint_reader import SavepointReader
+from statekit.spark.formats import write_table
+from statekit.spark.session import OutputDir, SparkSettings, spark_errors
 from statekit.statefmt.entries import StateCodec
-from statekit.statefmt.errors import BadInputError
+from statekit.statefmt.layout import hive_partition_dir
 from statekit.statefmt.metadata import StateKind
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
-    from statekit.readers.diff import ProgressFactory
-    from statekit.spark.session import OutputDir
-
-__all__ = ["diff_savepoints_spark"]
+__all__ = ["diff_on_spark"]
 
 
-def diff_savepoints_spark(
-    a: str,
-    b: str,
-    *,
-    operator: str | None = None,
-    state: str | None = None,
-    keys: bool = False,
-    limit: int = 20,
-    output: str | None = None,
-    trust_pickle: bool = False,
-    storage_options: dict[str, Any] | None = None,
-    master: str = "local[*]",
-    conf: Mapping[str, str] | None = None,
-    verbose: bool = False,
-    progress: ProgressFactory | None = None,
-) -> SavepointDiff:
-    """Diff savepoint ``a`` (before) with ``b`` (after) on Spark; arguments as :func:`diff_savepoints`."""
-    from statekit.spark.session import OutputDir, get_spark, spark_errors
-
-    if limit < 0:
-        raise BadInputError(f"--limit must not be negative, got {limit}")
-    ra, rb = open_pair(a, b, trust_pickle, storage_options)
-    plan = plan_diff(ra, rb, operator, state)
-    spark = get_spark(master, conf, verbose)
-    target = OutputDir.for_url(spark, output) if output else None
-    job = _SparkDiff(spark, ra, rb, keys, limit, trust_pickle, storage_options, target)
+def diff_on_spark(spec: DiffSpec, settings: SparkSettings, progress: ProgressFactory | None = None) -> SavepointDiff:
+    """Diff savepoint ``spec.a`` (before) with ``spec.b`` (after) on Spark; ``spec.output``
+    is written by Spark (Parquet, the local engine's columns)."""
+    inputs = DiffInputs.open(spec)
+    spark = settings.session()
+    target = OutputDir.for_url(spark, spec.output) if spec.output else None
+    job = _SparkDiff(spark, inputs, target)
     results: list[StateDiff] = []
-    with spark_errors(verbose), (target.staged() if target else nullcontext("")) as staging:
+    total = len(inputs.plan.pairs)
+    with spark_errors(settings.verbose), (target.staged() if target else nullcontext("")) as staging:
         job.staging = staging
-        with open_progress(progress, len(plan.pairs)) as advance:
-            for pair in plan.pairs:
+        with (progress or no_progress)(f"comparing {total} state(s)", total=total, unit="items") as advance:
+            for pair in inputs.plan.pairs:
                 results.append(job.diff_state(pair))
                 advance(f"{pair.uid}/{pair.name}", 1)
-    return SavepointDiff(ra.path, rb.path, "spark", plan.structural, tuple(results), target.url if target else None)
+    return SavepointDiff(inputs.a.path, inputs.b.path, "spark", inputs.plan.structural, tuple(results),
+                         target.url if target else None)
 
 
 class _SparkDiff:
-    def __init__(self, spark: SparkSession, ra: SavepointReader, rb: SavepointReader, keys: bool, limit: int,
-                 trust_pickle: bool, storage_options: dict[str, Any] | None, target: OutputDir | None) -> None:
-        self.spark, self.ra, self.rb = spark, ra, rb
-        self.keys, self.limit = keys, limit
-        self.trust_pickle = trust_pickle
-        self.storage_options = storage_options
+    def __init__(self, spark: SparkSession, inputs: DiffInputs, target: OutputDir | None) -> None:
+        self.spark, self.inputs = spark, inputs
+        self.ra, self.rb = inputs.a, inputs.b
+        self.keys, self.limit = inputs.spec.keys, inputs.spec.limit
+        self.trust_pickle = inputs.spec.trust_pickle
+        self.storage_options = inputs.spec.storage_options
         self.target = target
         self.staging = ""
 
@@ -114,7 +94,7 @@ class _SparkDiff:
         collected = _Collector()
         sink = None
         if self.decode:
-            codec_a, codec_b = codecs(self.ra, self.rb, pair)
+            codec_a, codec_b = self.inputs.codecs(pair)
             sink = DifferenceSink(pair, codec_a, codec_b, limit=self.limit if self.keys else 0,
                                   writer=collected if self.target else None, max_parallelism=_max_p(pair))
         counts = diff_operator_state(self.ra if pair.a else None, self.rb if pair.b else None, pair, sink)
@@ -122,7 +102,7 @@ class _SparkDiff:
             import pyarrow as pa
 
             frame = self.spark.createDataFrame(pa.concat_tables(collected.tables).cast(diff_arrow_schema()))
-            frame.write.mode("errorifexists").parquet(self._target_dir(pair))
+            write_table(frame, self._target_dir(pair))
         return StateDiff(pair.uid, pair.name, pair.descriptor.kind.value, status, counts.only_in_a, counts.only_in_b,
                          counts.changed, counts.unchanged, examples=tuple(sink.examples) if sink else ())
 
@@ -180,7 +160,7 @@ class _SparkDiff:
         if not self.keys or self.limit == 0:
             return ()
         table = differences.limit(self.limit).toArrow()
-        codec_a, codec_b = codecs(self.ra, self.rb, pair)
+        codec_a, codec_b = self.inputs.codecs(pair)
         sink = DifferenceSink(pair, codec_a, codec_b, limit=self.limit, writer=None, max_parallelism=_max_p(pair))
         sink.add(table)
         return tuple(sink.examples)
@@ -190,7 +170,7 @@ class _SparkDiff:
         from statekit.spark.session import map_in_arrow
 
         decoded = map_in_arrow(differences, _JsonRows(pair, self.trust_pickle, _max_p(pair)), schema)
-        decoded.write.mode("errorifexists").parquet(self._target_dir(pair))
+        write_table(decoded, self._target_dir(pair))
 
 
 def _max_p(pair: StatePair) -> int:
@@ -200,7 +180,7 @@ def _max_p(pair: StatePair) -> int:
 
 
 class _Collector:
-    """A stand-in Parquet writer that keeps the tables it is given."""
+    """A :class:`statekit.readers.diff.DifferenceWriter` that keeps the tables it is given."""
 
     def __init__(self) -> None:
         self.tables: list[pa.Table] = []

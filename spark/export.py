@@ -1,14 +1,18 @@
-"""Export state to Parquet through Spark (``statekit export``).
+"""Export state through Spark (``statekit export``), one table per state.
 
 Layout of the output directory (Hive partitions, one directory per state)::
 
-    OUT/operator_uid=<uid>/state_name=<state>/part-*.parquet
+    OUT/operator_uid=<uid>/state_name=<state>/part-*.parquet   (or .csv, .json: --format)
 
 Columns: ``key``, ``namespace``, ``user_key``, ``value``, ``expiry``, ``key_group``,
 ``subtask`` — typed as the ``statekit`` data source types them
 (:mod:`statekit.readers.typed_columns`); each state directory has its own schema.
 Operator state exports with null key, namespace and key group (broadcast state: one copy,
-its keys in ``user_key``).
+its keys in ``user_key``). How each format holds the types: :mod:`statekit.spark.formats`.
+
+This module exports statekit snapshots (:func:`export_statekit`);
+:mod:`statekit.spark.flink_export` exports Apache Flink savepoints; both write through
+:func:`export_tables`, and :mod:`statekit.spark.engine` chooses between them.
 
 Atomicity: Spark writes every state into a hidden directory beside OUT
 (``.<name>.inprogress-<id>``); only when all states are written is it renamed to OUT. A
@@ -20,21 +24,65 @@ filesystems (``hdfs://``, ``s3a://``) through Hadoop's rename.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from statekit.readers.diff import Progress, ProgressFactory, hive_partition_dir
+from statekit.readers.progress import ProgressFactory, no_progress
 from statekit.readers.savepoint_reader import SavepointReader
+from statekit.spark.formats import DEFAULT_FORMAT, check_format, write_table
+from statekit.spark.session import OutputDir, SparkSettings, spark_errors
 from statekit.statefmt.errors import BadInputError, StateNotFoundError
+from statekit.statefmt.layout import hive_partition_dir
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["ExportedState", "ExportResult", "export_savepoint", "selected_states", "ProgressFactory"]
+__all__ = ["ExportSpec", "ExportTable", "ExportedState", "ExportResult", "export_statekit", "export_tables",
+           "selected_states"]
 
-FORMATS = ("parquet",)
+
+@dataclass(frozen=True)
+class ExportSpec:
+    """One ``statekit export``, validated on construction.
+
+    Attributes:
+        path: A snapshot (statekit's, or an Apache Flink canonical savepoint): path or fsspec
+            URL, read by the executors through fsspec.
+        output: A new directory (a local path or a Hadoop filesystem URL); must not exist or be empty.
+        operator, state: Export only this operator and/or state name.
+        fmt: The output format (:data:`statekit.spark.formats.FORMATS`).
+        include_expired: Keep entries whose TTL has expired (statekit snapshots).
+        trust_pickle: Allow decoding pickle-serialized state (statekit snapshots).
+        storage_options: fsspec options for reading ``path`` (driver and executors).
+        spark: Where Spark runs.
+
+    Raises:
+        BadInputError: An unknown format.
+    """
+
+    path: str
+    output: str
+    operator: str | None = None
+    state: str | None = None
+    fmt: str = DEFAULT_FORMAT
+    include_expired: bool = False
+    trust_pickle: bool = False
+    storage_options: dict[str, Any] | None = None
+    spark: SparkSettings = field(default_factory=SparkSettings)
+
+    def __post_init__(self) -> None:
+        check_format(self.fmt)
+
+
+@dataclass(frozen=True)
+class ExportTable:
+    """One state to export: its names, its kind, and how to read it as a DataFrame."""
+
+    uid: str
+    name: str
+    kind: str
+    frame: Callable[[SparkSession], DataFrame]
 
 
 @dataclass(frozen=True)
@@ -86,96 +134,45 @@ def selected_states(reader: SavepointReader, operator: str | None, state: str | 
     return chosen
 
 
-def export_savepoint(
-    path: str,
-    output: str,
-    *,
-    operator: str | None = None,
-    state: str | None = None,
-    master: str = "local[*]",
-    conf: Mapping[str, str] | None = None,
-    fmt: str = "parquet",
-    include_expired: bool = False,
-    trust_pickle: bool = False,
-    storage_options: dict[str, Any] | None = None,
-    verbose: bool = False,
-    progress: ProgressFactory | None = None,
-) -> ExportResult:
-    """Export all (or the chosen) states of a savepoint to Parquet through Spark.
-
-    Args:
-        path: savepoint/checkpoint path or fsspec URL (read by the executors through fsspec).
-        output: new directory (a local path or a Hadoop filesystem URL); must not exist or be empty.
-        operator, state: export only this operator and/or state name.
-        master, conf: Spark master and extra configuration (embedded ``local[*]`` by default).
-        fmt: output format (``parquet``).
-        include_expired: keep entries whose TTL has expired.
-        trust_pickle: allow decoding pickle-serialized state.
-        storage_options: fsspec options for reading ``path`` (driver and executors).
-        verbose: show Spark's logs.
-        progress: ``Output.progress``-like factory; advanced once per exported state.
+def export_statekit(spec: ExportSpec, progress: ProgressFactory | None = None) -> ExportResult:
+    """Export all (or the chosen) states of a statekit snapshot.
 
     Raises:
-        BadInputError: unknown format, existing output, unknown operator or state.
-        SparkJobError: the Spark job failed for a reason outside statekit.
+        BadInputError: Existing output, unknown operator or state, pickle state without trust.
+        SparkJobError: The Spark job failed for a reason outside statekit.
     """
-    if fmt not in FORMATS:
-        raise BadInputError(f"unsupported export format {fmt!r} (supported: {', '.join(FORMATS)})")
+    reader = SavepointReader.read(spec.path, trust_pickle=spec.trust_pickle, storage_options=spec.storage_options)
+    options = {"includeExpired": str(spec.include_expired).lower(), "trustPickle": str(spec.trust_pickle).lower()}
+    tables = [_statekit_table(spec, reader.path, uid, name, kind, options)
+              for uid, name, kind in selected_states(reader, spec.operator, spec.state)]
+    return export_tables(spec, reader.path, tables, progress)
+
+
+def _statekit_table(spec: ExportSpec, source: str, uid: str, name: str, kind: str,
+                    options: dict[str, str]) -> ExportTable:
+    def frame(spark: SparkSession) -> DataFrame:
+        from statekit.spark.source import read_state
+
+        return read_state(spark, source, uid, name, storage_options=spec.storage_options, options=options)
+
+    return ExportTable(uid, name, kind, frame)
+
+
+def export_tables(spec: ExportSpec, source: str, tables: Sequence[ExportTable], progress: ProgressFactory | None,
+                  skipped: tuple[tuple[str, str, str], ...] = ()) -> ExportResult:
+    """Write every table to its Hive partition of a staged ``spec.output`` in ``spec.fmt``."""
     started = time.monotonic()
-    from statekit.flink.dispatch import flink_snapshot_path
-
-    flink_path = flink_snapshot_path(path, storage_options=storage_options)
-    if flink_path is not None:
-        return _export_flink(flink_path, output, operator=operator, state=state, master=master, conf=conf,
-                             fmt=fmt, storage_options=storage_options, verbose=verbose, progress=progress,
-                             started=started)
-    reader = SavepointReader.read(path, trust_pickle=trust_pickle, storage_options=storage_options)
-    states = selected_states(reader, operator, state)
-    from statekit.spark.session import OutputDir, get_spark, spark_errors
-
-    spark = get_spark(master, conf, verbose)
-    target = OutputDir.for_url(spark, output)
+    spark = spec.spark.session()
+    target = OutputDir.for_url(spark, spec.output)
     exported: list[ExportedState] = []
-    options = {"includeExpired": str(include_expired).lower(), "trustPickle": str(trust_pickle).lower()}
-    with spark_errors(verbose), target.staged() as staging, _progress(progress, len(states)) as advance:
-        for uid, name, kind in states:
-            relative = hive_partition_dir(uid, name)
-            _write_state(spark, reader.path, uid, name, target.join(staging, relative), storage_options, options)
-            exported.append(ExportedState(uid, name, kind, relative, *target.count(staging, relative)))
-            advance(f"{uid}/{name}", 1)
-    return ExportResult(reader.path, target.url, fmt, str(spark.sparkContext.master), tuple(exported),
-                        time.monotonic() - started)
-
-
-def _export_flink(path: str, output: str, *, operator: str | None, state: str | None, master: str,
-                  conf: Mapping[str, str] | None, fmt: str, storage_options: dict[str, Any] | None, verbose: bool,
-                  progress: ProgressFactory | None, started: float) -> ExportResult:
-    from statekit.flink.snapshot import open_flink_snapshot
-    from statekit.spark.session import OutputDir, get_spark, spark_errors
-    from statekit.spark.flink_export import export_flink_states, plan_flink_export
-
-    snapshot = open_flink_snapshot(path, storage_options=storage_options)
-    plan = plan_flink_export(snapshot, operator, state)
-    spark = get_spark(master, conf, verbose)
-    target = OutputDir.for_url(spark, output)
-    with spark_errors(verbose), target.staged() as staging, _progress(progress, len(plan.states)) as advance:
-        exported = export_flink_states(spark, snapshot, plan, target, staging, storage_options, advance)
-    return ExportResult(snapshot.path, target.url, fmt, str(spark.sparkContext.master), tuple(exported),
-                        time.monotonic() - started, plan.skipped)
-
-
-@contextmanager
-def _progress(factory: ProgressFactory | None, total: int) -> Iterator[Progress]:
-    if factory is None:
-        yield lambda _name, _amount: None
-        return
-    with factory(f"exporting {total} state(s)", total=total, unit="items") as advance:
-        yield advance
-
-
-def _write_state(spark: SparkSession, source: str, uid: str, name: str, target: str,
-                 storage_options: dict[str, Any] | None, options: dict[str, str]) -> None:
-    from statekit.spark.source import read_state
-
-    frame = read_state(spark, source, uid, name, storage_options=storage_options, options=options)
-    frame.write.mode("errorifexists").parquet(target)
+    total = len(tables)
+    with spark_errors(spec.spark.verbose), target.staged() as staging, \
+            (progress or no_progress)(f"exporting {total} state(s)", total=total, unit="items") as advance:
+        for table in tables:
+            relative = hive_partition_dir(table.uid, table.name)
+            write_table(table.frame(spark), target.join(staging, relative), spec.fmt)
+            exported.append(ExportedState(table.uid, table.name, table.kind, relative,
+                                          *target.count(staging, relative, spec.fmt)))
+            advance(f"{table.uid}/{table.name}", 1)
+    return ExportResult(source, target.url, spec.fmt, str(spark.sparkContext.master), tuple(exported),
+                        time.monotonic() - started, skipped)

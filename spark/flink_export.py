@@ -1,15 +1,18 @@
-"""Export the keyed state of an Apache Flink canonical savepoint to Parquet through Spark.
+"""Export the keyed state of an Apache Flink snapshot through Spark.
 
-Same layout and columns as a statekit export (``OUT/operator_uid=<uid>/state_name=<state>/``;
-``key``, ``namespace``, ``user_key``, ``value``, ``key_group``, ``subtask``), typed from
-the Flink serializer snapshots (:mod:`statekit.flink.serializers`): a PyFlink key
-``Row<String>`` becomes ``struct<f0:string>``, a list of ``byte[]`` ``array<binary>``.
+Canonical savepoints, native RocksDB savepoints and incremental RocksDB checkpoints. Same
+layout, formats and columns as a statekit export (``OUT/operator_uid=<uid>/state_name=<state>/``;
+``key``, ``namespace``, ``user_key``, ``value``, ``expiry``, ``key_group``, ``subtask``), typed
+from the Flink serializer snapshots (:mod:`statekit.flink.serializers`): a PyFlink key
+``Row<String>`` becomes ``struct<f0:string>``, a list of ``byte[]`` ``array<binary>`` — or
+the declared type of ``--value-type`` (:mod:`statekit.flink.pyflink`). ``expiry`` is the TTL
+timestamp of state with a time-to-live, else null.
 
-Each Spark task opens the savepoint itself and decodes a slice of key groups with ranged
-reads, so neither the driver nor an executor holds more than one key group's bytes. States
-that cannot be decoded (timers, unsupported serializers, operators without keyed state in
-canonical form) are skipped with their reason when the whole savepoint is exported, and
-are an error when asked for by ``--state``.
+Each Spark task opens the snapshot itself and decodes a slice of key groups (ranged reads
+of a canonical stream; a subtask's RocksDB files in a temporary directory), so neither the
+driver nor an executor holds more than one key group's bytes. States that cannot be
+decoded (unsupported serializers, changelog checkpoints) are skipped with their reason when the
+whole snapshot is exported, and are an error when asked for by ``--state``.
 """
 
 from __future__ import annotations
@@ -19,16 +22,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from statekit.readers.diff import hive_partition_dir
+from statekit.readers.progress import ProgressFactory
+from statekit.spark.export import ExportResult, ExportSpec, ExportTable, export_tables
 from statekit.statefmt.errors import BadInputError, StateNotFoundError
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
     from statekit.flink.storage import FlinkSnapshot
-    from statekit.spark.export import ExportedState
 
-__all__ = ["FlinkExportPlan", "plan_flink_export", "write_flink_state", "export_flink_states"]
+__all__ = ["FlinkExportPlan", "export_flink", "export_flink_options", "plan_flink_export", "flink_state_frame"]
 
 
 @dataclass(frozen=True)
@@ -39,8 +42,11 @@ class FlinkExportPlan:
     skipped: tuple[tuple[str, str, str], ...]
 
 
-def plan_flink_export(snapshot: FlinkSnapshot, operator: str | None, state: str | None) -> FlinkExportPlan:
+def plan_flink_export(snapshot: FlinkSnapshot, operator: str | None, state: str | None,
+                      value_types: dict[str, str] | None = None) -> FlinkExportPlan:
     """Choose the decodable keyed states (driver side: reads only ``_metadata`` and headers).
+
+    ``value_types`` declares the types of PyFlink ``byte[]`` values by state name.
 
     Raises:
         StateNotFoundError: Unknown operator or state.
@@ -56,9 +62,9 @@ def plan_flink_export(snapshot: FlinkSnapshot, operator: str | None, state: str 
         if not any(sub.managed_keyed_state is not None for sub in op.subtasks):
             continue
         try:
-            states = decodable_states(snapshot, label)
+            states = decodable_states(snapshot, label, value_types=value_types)
         except BadInputError as exc:
-            if operator:
+            if operator or value_types:  # asked for by name, or a declared type that does not fit
                 raise
             skipped.append((label, "*", str(exc)))
             continue
@@ -80,39 +86,71 @@ def plan_flink_export(snapshot: FlinkSnapshot, operator: str | None, state: str 
     return FlinkExportPlan(tuple(chosen), tuple(skipped))
 
 
-def _decode_slice(path: str, uid: str, state: str, storage_options: dict[str, Any] | None,
-                  key_groups: list[int]) -> Iterator[tuple[Any, ...]]:
+def _decode_slice(path: str, uid: str, state: str, storage_options: dict[str, Any] | None, uids: tuple[str, ...],
+                  value_type: str | None, key_groups: list[int]) -> Iterator[tuple[Any, ...]]:
     """Executor side: the rows of ``key_groups`` of one state."""
-    from statekit.flink.entries import read_savepoint_entries
+    from statekit.flink.entries import read_keyed_state
     from statekit.flink.snapshot import open_flink_snapshot
 
-    snapshot = open_flink_snapshot(path, storage_options=storage_options)
-    for e in read_savepoint_entries(snapshot, uid, state, key_groups=key_groups):
-        yield (e.key, e.namespace, e.user_key, e.value, e.key_group, e.subtask)
+    snapshot = open_flink_snapshot(path, storage_options=storage_options, uids=uids)
+    for e in read_keyed_state(snapshot, uid, state, key_groups=key_groups, value_type=value_type):
+        yield (e.key, e.namespace, e.user_key, e.value, e.expiry, e.key_group, e.subtask)
 
 
-def write_flink_state(spark: SparkSession, path: str, storage_options: dict[str, Any] | None,
-                      uid: str, state: str, schema: str, max_parallelism: int, target: str) -> None:
-    """Decode one state on the executors and write it as Parquet to ``target``."""
-    tasks = max(1, min(max_parallelism, spark.sparkContext.defaultParallelism))
-    slices = [list(range(i, max_parallelism, tasks)) for i in range(tasks)]  # spread: hot ranges share out
-    rows = spark.sparkContext.parallelize(slices, tasks).flatMap(
-        functools.partial(_decode_slice, path, uid, state, storage_options))
-    spark.createDataFrame(rows, schema=schema).write.mode("errorifexists").parquet(target)
+def flink_state_frame(spark: SparkSession, *, snapshot: FlinkSnapshot, uid: str, state: str, schema: str,
+                      value_type: str | None = None) -> DataFrame:
+    """One state as a DataFrame, decoded on the executors in slices of key groups.
+
+    RocksDB state is sliced by whole subtasks (each slice opens one instance), canonical
+    streams key group by key group (:func:`statekit.flink.entries.key_group_slices`).
+    """
+    from statekit.flink.entries import key_group_slices
+
+    slices = key_group_slices(snapshot, uid, spark.sparkContext.defaultParallelism)
+    rows = spark.sparkContext.parallelize(slices, len(slices)).flatMap(functools.partial(
+        _decode_slice, snapshot.path, uid, state, snapshot.storage_options, snapshot.uids, value_type))
+    return spark.createDataFrame(rows, schema=schema)
 
 
-def export_flink_states(spark: SparkSession, snapshot: FlinkSnapshot, plan: FlinkExportPlan, target: Any,
-                        staging: str, storage_options: dict[str, Any] | None,
-                        advance: Any) -> list[ExportedState]:
-    """Write every planned state under ``staging``; the caller publishes it."""
-    from statekit.spark.export import ExportedState
+def export_flink(spec: ExportSpec, progress: ProgressFactory | None = None, *, uids: tuple[str, ...] = (),
+                 value_types: dict[str, str] | None = None) -> ExportResult:
+    """Export the decodable keyed states of the Flink snapshot at ``spec.path``.
 
-    exported: list[ExportedState] = []
-    for uid, name, kind, schema, max_parallelism in plan.states:
-        relative = hive_partition_dir(uid, name)
-        write_flink_state(spark, snapshot.path, storage_options, uid, name, schema, max_parallelism,
-                          target.join(staging, relative))
-        exported.append(ExportedState(uid, name, kind, relative, *target.count(staging, relative)))
-        advance(f"{uid}/{name}", 1)
-    return exported
+    Args:
+        spec: The export.
+        progress: Advanced once per exported state.
+        uids: Operator uids to label operators with (``--uid``; metadata v3/v4 has none).
+        value_types: Declared types of PyFlink state values by state name (``--value-type``).
 
+    Raises:
+        StateNotFoundError: Unknown operator or state.
+        BadInputError: Not a canonical savepoint, a state asked for that cannot be decoded,
+            nothing to export, an existing output.
+    """
+    from statekit.flink.snapshot import open_flink_snapshot
+
+    from statekit.flink.entries import state_value_types
+
+    snapshot = open_flink_snapshot(spec.path, storage_options=spec.storage_options, uids=uids)
+    plan = plan_flink_export(snapshot, spec.operator, spec.state, value_types)
+    tables = [ExportTable(uid, name, kind, functools.partial(
+        flink_state_frame, snapshot=snapshot, uid=uid, state=name, schema=schema,
+        value_type=state_value_types(value_types, name))) for uid, name, kind, schema, _ in plan.states]
+    return export_tables(spec, snapshot.path, tables, progress, plan.skipped)
+
+
+def export_flink_options(spec: ExportSpec, progress: ProgressFactory | None = None, *, uids: tuple[str, ...] = (),
+                         value_types: dict[str, str] | None = None) -> ExportResult:
+    """``export --uid/--value-type``: :func:`export_flink` on the Flink snapshot ``spec.path`` names.
+
+    Raises:
+        BadInputError: ``spec.path`` is not an Apache Flink snapshot (the options are Flink's).
+    """
+    from dataclasses import replace
+
+    from statekit.flink.dispatch import flink_snapshot_path
+
+    flink_path = flink_snapshot_path(spec.path, storage_options=spec.storage_options)
+    if flink_path is None:
+        raise BadInputError("--uid and --value-type apply to Apache Flink snapshots", path=spec.path)
+    return export_flink(replace(spec, path=flink_path), progress, uids=uids, value_types=value_types)

@@ -19,19 +19,20 @@ import re
 import sys
 import tempfile
 import threading
-import uuid
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from statekit.statefmt import errors
 from statekit.statefmt.errors import BadInputError, StatekitError
+from statekit.statefmt.layout import staging_dir_name
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 __all__ = [
-    "get_spark", "stop_spark", "spark_log_path", "spark_errors", "map_in_arrow",
+    "SparkSettings", "get_spark", "stop_spark", "spark_log_path", "spark_errors", "map_in_arrow",
     "SparkJobError", "OutputDir", "DEFAULT_MASTER", "QUIET_LOG4J2",
 ]
 
@@ -100,6 +101,25 @@ def _quiet_log4j2_file() -> str:
         f.write(QUIET_LOG4J2)
     os.replace(tmp, path)
     return path
+
+
+@dataclass(frozen=True)
+class SparkSettings:
+    """Where and how a command's Spark runs (``--master``, ``--conf``, ``--verbose``).
+
+    Attributes:
+        master: Spark master URL (``local[*]`` runs embedded; ``spark://``, ``yarn``, ...).
+        conf: Extra Spark configuration.
+        verbose: Keep Spark's logs (level WARN) and show the JVM's output.
+    """
+
+    master: str = DEFAULT_MASTER
+    conf: Mapping[str, str] = field(default_factory=dict)
+    verbose: bool = False
+
+    def session(self) -> SparkSession:
+        """The process's session (:func:`get_spark`) with these settings."""
+        return get_spark(self.master, self.conf, self.verbose)
 
 
 def get_spark(
@@ -268,7 +288,11 @@ def _rebuild(cls: type[StatekitError], message: str) -> StatekitError:
 
 
 class OutputDir:
-    """The export target and its hidden staging sibling, on the local disk or a Hadoop filesystem."""
+    """The output of a Spark job and its hidden staging sibling, on the local disk or a Hadoop filesystem.
+
+    :meth:`staged` yields the staging directory (``statefmt.layout.staging_dir_name``) and
+    publishes it as the output on a clean exit; a failure removes it and leaves nothing.
+    """
 
     def __init__(self, url: str, spark: SparkSession | None = None) -> None:
         self.url = url
@@ -285,66 +309,44 @@ class OutputDir:
     def join(self, directory: str, relative: str) -> str:
         return f"{directory.rstrip('/')}/{relative}"
 
-    def staging_name(self) -> str:
-        parent, name = self.url.rstrip("/").rsplit("/", 1)
-        return f"{parent}/.{name}.inprogress-{uuid.uuid4().hex[:12]}"
+    def staged(self) -> AbstractContextManager[str]:
+        raise NotImplementedError
+
+    def count(self, staging: str, relative: str, fmt: str) -> tuple[int | None, int | None]:
+        """(rows, files) of the table written at ``relative``; unknown on a Hadoop filesystem."""
+        return None, None
+
+
+class _LocalOutputDir(OutputDir):
+    """Staged like every local output of statekit (:func:`statekit.writers.staging.staged_output_dir`)."""
 
     @contextmanager
     def staged(self) -> Iterator[str]:
-        """Yield the staging directory; publish it as the output on a clean exit, else remove it."""
+        from statekit.writers.staging import staged_output_dir
+
+        with staged_output_dir(self.url, parent_must_exist=True) as (_, staging):
+            yield staging
+
+    def count(self, staging: str, relative: str, fmt: str) -> tuple[int | None, int | None]:
+        from statekit.spark.formats import count_rows
+
+        return count_rows(os.path.join(staging, relative), fmt)
+
+
+class _HadoopOutputDir(OutputDir):
+    """Publishing through Hadoop's FileSystem (atomic on HDFS; a copy on object stores)."""
+
+    @contextmanager
+    def staged(self) -> Iterator[str]:
         self.check()
-        staging = self.staging_name()
+        parent, name = self.url.rsplit("/", 1)
+        staging = f"{parent}/{staging_dir_name(name)}"
         try:
             yield staging
             self.publish(staging)
         except BaseException:
             self.remove(staging)
             raise
-
-    def check(self) -> None:
-        raise NotImplementedError
-
-    def publish(self, staging: str) -> None:
-        raise NotImplementedError
-
-    def remove(self, path: str) -> None:
-        raise NotImplementedError
-
-    def count(self, staging: str, relative: str) -> tuple[int | None, int | None]:
-        return None, None
-
-
-class _LocalOutputDir(OutputDir):
-    def check(self) -> None:
-        if os.path.exists(self.url):
-            if not os.path.isdir(self.url):
-                raise BadInputError("output exists and is a file", path=self.url)
-            if os.listdir(self.url):
-                raise BadInputError("output directory exists and is not empty; choose a new path", path=self.url)
-        parent = os.path.dirname(self.url)
-        if not os.path.isdir(parent):
-            raise BadInputError("the output's parent directory does not exist", path=self.url)
-
-    def publish(self, staging: str) -> None:
-        if os.path.isdir(self.url):
-            os.rmdir(self.url)  # empty, checked before the export
-        os.replace(staging, self.url)
-
-    def remove(self, path: str) -> None:
-        import shutil
-
-        shutil.rmtree(path, ignore_errors=True)
-
-    def count(self, staging: str, relative: str) -> tuple[int | None, int | None]:
-        import pyarrow.parquet as pq
-
-        directory = os.path.join(staging, relative)
-        files = [f for f in sorted(os.listdir(directory)) if f.endswith(".parquet")]
-        return sum(pq.ParquetFile(os.path.join(directory, f)).metadata.num_rows for f in files), len(files)
-
-
-class _HadoopOutputDir(OutputDir):
-    """Publishing through Hadoop's FileSystem (atomic on HDFS; a copy on object stores)."""
 
     def _fs_path(self, url: str) -> tuple[Any, Any]:
         assert self._spark is not None

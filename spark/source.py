@@ -21,7 +21,9 @@ Options (all optional):
   from the state size, at least 8; :func:`read_state` asks for two per core).
 * ``keyType``, ``userKeyType``, ``valueType`` — read a column as this declared type
   (``json`` turns any value into JSON text).
-* ``raw`` — ``true``: serialized bytes instead of typed columns (the diff engine joins on them).
+* ``raw`` — ``true``: serialized bytes instead of typed columns (the diff engine joins on them);
+  a typed value column (state file format version 2) is serialized with the state's value
+  serializer, giving the bytes a version 1 file holds for the same values.
 
 Typed columns: ``key``, ``namespace`` (JSON text, null for the void namespace), ``user_key``
 (map and broadcast state), ``value``, ``expiry`` (timestamp), ``key_group``, ``subtask``; the
@@ -73,6 +75,7 @@ from pyspark.sql.types import (
 from statekit.readers.savepoint_reader import SavepointReader
 from statekit.readers.snapshot import Snapshot
 from statekit.readers.typed_columns import ColumnTypes, TypedDecoder, column_type, python_values
+from statekit.statefmt.entries import StateCodec
 from statekit.statefmt.errors import BadInputError, StateNotFoundError
 from statekit.statefmt.fileio import FileIO
 from statekit.statefmt.keygroups import assign_to_key_group
@@ -540,8 +543,9 @@ class StatekitReader(DataSourceReader):
         key_groups = pa.array([kg for _, kg, b in pending for _ in range(b.num_rows)], pa.int32())
         subtasks = pa.array([st for st, _, b in pending for _ in range(b.num_rows)], pa.int32())
         if self.plan.raw:
+            value = self._serializer().serialized_values(table.column("value"))  # typed columns as stored bytes
             batch = pa.RecordBatch.from_arrays(
-                [table.column(n).combine_chunks() for n in ("key", "namespace", "user_key", "value")]
+                [table.column(n).combine_chunks() for n in ("key", "namespace", "user_key")] + [value]
                 + [table.column("key_hash").combine_chunks().cast(pa.int64()),
                    table.column("expiry").combine_chunks().cast(pa.timestamp("ms", tz="UTC")), key_groups, subtasks],
                 names=["key", "namespace", "user_key", "value", "key_hash", "expiry", "key_group", "subtask"],
@@ -549,6 +553,15 @@ class StatekitReader(DataSourceReader):
         else:
             batch = self._decoder().decode_keyed(table, key_groups, subtasks)
         return _conform(batch, target)
+
+    def _serializer(self) -> StateCodec:
+        """Serializes typed value columns (format version 2) into the bytes raw mode returns;
+        never decodes, so it needs no trust."""
+        codec: StateCodec | None = getattr(self, "_serializer_cache", None)
+        if codec is None:
+            codec = StateCodec(self.plan.descriptor, self.plan.operator.key_serializer, for_write=True)
+            self._serializer_cache = codec
+        return codec
 
     def _decoder(self) -> TypedDecoder:
         decoder: TypedDecoder | None = getattr(self, "_decoder_cache", None)

@@ -1,10 +1,15 @@
-"""Checksums: CRC-32 (zlib) of bytes, written as ``crc32:xxxxxxxx`` in metadata."""
+"""Checksums: CRC-32 (zlib) of bytes, written as ``crc32:xxxxxxxx`` in metadata.
+
+:func:`crc32_combine` gives the CRC-32 of ``A + B`` from the CRC-32s of ``A`` and ``B`` and
+the length of ``B`` (zlib's ``crc32_combine``), so the checksum of a file assembled from
+blocks of known checksums needs no pass over the blocks' bytes.
+"""
 
 from __future__ import annotations
 
 import zlib
 
-__all__ = ["crc32", "format_checksum", "parse_checksum", "Crc32"]
+__all__ = ["crc32", "crc32_combine", "format_checksum", "parse_checksum", "Crc32"]
 
 
 def crc32(data: bytes | bytearray | memoryview, value: int = 0) -> int:
@@ -23,6 +28,65 @@ def parse_checksum(text: str) -> int:
     return int(digits, 16)
 
 
+# CRC-32 arithmetic in GF(2) modulo the (reflected) zlib polynomial, as zlib 1.2.12 does it.
+_POLY = 0xEDB88320
+_ONE = 1 << 31  # the polynomial 1 (x^0), reflected
+
+
+def _multmodp(a: int, b: int) -> int:
+    """``a * b`` modulo the CRC polynomial."""
+    m, product = _ONE, 0
+    while True:
+        if a & m:
+            product ^= b
+            if not a & (m - 1):
+                return product
+        m >>= 1
+        b = (b >> 1) ^ _POLY if b & 1 else b >> 1
+
+
+def _power_tables() -> list[list[int]]:
+    """``tables[j][b]`` = x^(8 * b * 256^j) mod p: the shift by ``b * 256^j`` bytes."""
+    x = 1 << 30  # the polynomial x, reflected
+    x2 = _multmodp(x, x)
+    x4 = _multmodp(x2, x2)
+    x8 = [0] * 64  # x8[k] = x^(8 * 2^k)
+    x8[0] = _multmodp(x4, x4)
+    for k in range(1, 64):
+        x8[k] = _multmodp(x8[k - 1], x8[k - 1])
+    tables = []
+    for j in range(8):
+        row = [_ONE]
+        for b in range(1, 256):
+            row.append(_multmodp(row[-1], x8[8 * j]))
+        tables.append(row)
+    return tables
+
+
+_TABLES: list[list[int]] = []
+
+
+def _shift(length: int) -> int:
+    """x^(8 * length) mod p: what appending ``length`` bytes does to a CRC register."""
+    if not _TABLES:
+        _TABLES.extend(_power_tables())
+    power, j = _ONE, 0
+    while length:
+        byte = length & 0xFF
+        if byte:
+            power = _multmodp(_TABLES[j][byte], power)
+        length >>= 8
+        j += 1
+    return power
+
+
+def crc32_combine(crc1: int, crc2: int, length2: int) -> int:
+    """The CRC-32 of ``A + B`` given ``crc32(A)``, ``crc32(B)`` and ``len(B)``."""
+    if length2 < 0:
+        raise ValueError("negative length")
+    return (_multmodp(_shift(length2), crc1 & 0xFFFFFFFF) ^ crc2) & 0xFFFFFFFF
+
+
 class Crc32:
     """A running CRC-32 over a stream of chunks."""
 
@@ -35,6 +99,11 @@ class Crc32:
     def update(self, data: bytes | bytearray | memoryview) -> None:
         self.value = zlib.crc32(data, self.value)
         self.size += len(data)
+
+    def combine(self, checksum: int, length: int) -> None:
+        """Continue over ``length`` bytes whose CRC-32 is ``checksum`` without reading them."""
+        self.value = crc32_combine(self.value, checksum, length)
+        self.size += length
 
     @property
     def checksum(self) -> str:

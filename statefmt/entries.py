@@ -1,27 +1,41 @@
 """Entries: Python rows of a state <-> Arrow batches of the state file schema.
 
-Keyed entries are grouped by key group and sorted by (key, namespace, user key) inside a
-group. The void namespace (no window) is stored as empty bytes and read back as None.
-List state holds one entry per (key, namespace) whose value frames all element bytes.
-Operator list and union state keep element order; broadcast state is sorted by key.
+Keyed entries are grouped by key group and sorted inside a group: by (key, namespace,
+user key) bytes in format version 1, by (key hash, key, namespace, user key) in version 2.
+The void namespace (no window) is stored as empty bytes and read back as None. A value is
+serialized bytes, or (version 2, a state with a declared type) one element of a typed
+column (:class:`~statekit.statefmt.encoding.TypedValues`). Serialized list state holds one
+entry per (key, namespace) whose value frames all element bytes. Operator list and union
+state keep element order; broadcast state is sorted by key.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from functools import partial
+from itertools import repeat
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-import mmh3
-
+from statekit.statefmt.encoding import (
+    TypedValues,
+    current_write_format,
+    empty_namespaces,
+    is_serialized,
+    keyed_schema,
+    operator_schema,
+    python_values,
+)
 from statekit.statefmt.errors import BadInputError, SerializationError
+from statekit.statefmt.keygroups import key_hash_column
 from statekit.statefmt.metadata import StateDescriptor, StateKind
 from statekit.statefmt.serializers import (
     Serializer,
     decode_list,
+    deserialize_column,
     deserialize_with,
     encode_list,
     get_serializer,
-    deserialize_many,
+    serialize_column,
     serialize_many,
     serialize_with,
 )
@@ -35,6 +49,9 @@ __all__ = [
     "MapStateEntry",
     "StateCodec",
     "group_by_key_group",
+    "hash_order",
+    "hash_sort_indices",
+    "trivial_columns",
 ]
 
 
@@ -85,6 +102,8 @@ class StateCodec:
         )
         self.value_type = parse_value_type(descriptor.value_type)
         self.user_key_type = parse_value_type(descriptor.user_key_type)
+        # version 2 stores the values of a typed keyed state as one typed column
+        self.typed = TypedValues.for_descriptor(descriptor)
 
     # ------------------------------------------------------------ encode
 
@@ -109,52 +128,64 @@ class StateCodec:
     def encode_namespace(self, namespace: Any) -> bytes:
         return b"" if namespace is None else serialize_with(self.namespace, namespace, "namespace")
 
-    def encode_keyed_rows(self, rows: Iterable[Any]) -> pa.Table:
-        """Keyed rows -> a table of the keyed schema (unsorted).
+    def encode_keyed_rows(self, rows: Iterable[Any], *, version: int | None = None) -> pa.Table:
+        """Keyed rows -> a table of the keyed schema (unsorted), for a file of ``version``
+        (default: :func:`~statekit.statefmt.encoding.current_write_format`).
 
         Rows: ``(key, value)`` or ``(key, namespace, value)``; for map state
         ``(key, user_key, value)`` or ``(key, namespace, user_key, value)``; or the
         :class:`KeyedStateEntry` / :class:`MapStateEntry` tuples a reader yields.
-        Encoding works a column at a time (serializers and type checks over lists).
+        Encoding works a column at a time: keys are serialized and hashed by Arrow kernels
+        where the serializer allows it, a typed state's values become one typed column
+        (version 2), other values are serialized over a list.
         """
         import pyarrow as pa
 
-        from statekit.statefmt.statefile import keyed_schema
-
         assert self.key is not None
+        version = current_write_format().version if version is None else version
         is_map = self.descriptor.kind is StateKind.MAP
         keys, namespaces, user_keys, values, expiries = self._columns(rows, is_map)
-        key_bytes = serialize_many(self.key, keys, "key")
-        hash32 = mmh3.hash
-        hashes = [hash32(k, 0, False) for k in key_bytes]
-        if any(ns is not None for ns in namespaces):
-            namespace_bytes = [self.encode_namespace(ns) for ns in namespaces]
+        n = len(keys)
+        key_column = serialize_column(self.key, keys, "key")
+        if namespaces is None or all(ns is None for ns in namespaces):
+            namespace_column = empty_namespaces(n)
         else:
-            namespace_bytes = [b""] * len(keys)
+            namespace_column = pa.array([self.encode_namespace(ns) for ns in namespaces], pa.binary())
         if is_map:
-            assert self.user_key is not None
+            assert self.user_key is not None and user_keys is not None
             self._check_column(user_keys, user_key=True)
-            user_key_bytes: list[bytes | None] = list(serialize_many(self.user_key, user_keys, "user key"))
-            self._check_column(values)
-            value_bytes = serialize_many(self.value, values, "value")
-        else:
-            user_key_bytes = [None] * len(keys)
-            if self.descriptor.kind is StateKind.LIST:
-                value_bytes = [self.encode_value(v) for v in values]
-            else:
-                self._check_column(values)
-                value_bytes = serialize_many(self.value, values, "value")
-        return pa.table(
-            [
-                pa.array(hashes, pa.uint32()),
-                pa.array(key_bytes, pa.binary()),
-                pa.array(namespace_bytes, pa.binary()),
-                pa.array(user_key_bytes, pa.binary()),
-                pa.array(value_bytes, pa.binary()),
-                pa.array(expiries, pa.int64()),
-            ],
-            schema=keyed_schema(),
+            user_key_column = serialize_column(self.user_key, user_keys, "user key")
+        else:  # zero-filled (not pa.nulls): a taken slice of it serializes to the same bytes every time
+            user_key_column = pa.array([None] * n, pa.binary())
+        value_column = self._value_column(values, version)
+        expiry_column = pa.array([None] * n if expiries is None else expiries, pa.int64())
+        value_type = None if is_serialized(value_column.type) else value_column.type
+        return pa.Table.from_arrays(
+            [key_hash_column(key_column), key_column, namespace_column, user_key_column, value_column, expiry_column],
+            schema=keyed_schema(value_type),
         )
+
+    def _value_column(self, values: list[Any], version: int) -> pa.Array:
+        import pyarrow as pa
+
+        is_list = self.descriptor.kind is StateKind.LIST
+        if is_list and any(not isinstance(v, (list, tuple)) for v in values):
+            bad = next(v for v in values if not isinstance(v, (list, tuple)))
+            raise SerializationError(f"list state {self.descriptor.name!r} needs a list per key, got {type(bad).__name__}")
+        if version >= 2 and self.typed is not None:
+            if is_list:
+                self._check_elements(values)
+            return self.typed.to_arrow(values)
+        if is_list:
+            return pa.array([self.encode_value(v) for v in values], pa.binary())
+        self._check_column(values)
+        return serialize_column(self.value, values, "value")
+
+    def _check_elements(self, lists: list[Any]) -> None:
+        """Every element of list-state values against the declared element type."""
+        if self.value_type.check_many([e for v in lists for e in v]):
+            for element in (e for v in lists for e in v):
+                self._check(element)
 
     def _check_column(self, values: list[Any], user_key: bool = False) -> None:
         reason = (self.user_key_type if user_key else self.value_type).check_many(values)
@@ -162,19 +193,20 @@ class StateCodec:
             what = "user key" if user_key else "value"
             raise SerializationError(f"state {self.descriptor.name!r}: a {what} does not match the declared type: {reason}")
 
-    def _columns(self, rows: Iterable[Any], is_map: bool) -> tuple[list[Any], list[Any], list[Any], list[Any], list[Any]]:
+    def _columns(self, rows: Iterable[Any], is_map: bool) -> tuple[
+            list[Any], list[Any] | None, list[Any] | None, list[Any], list[Any] | None]:
+        """Keys, namespaces, user keys, values and expiries of ``rows`` (None: all None)."""
         rows = rows if isinstance(rows, list) else list(rows)
-        n = len(rows)
         if not is_map:
             try:  # the common shape: (key, value) pairs
-                return [k for k, _ in rows], [None] * n, [None] * n, [v for _, v in rows], [None] * n
+                return [k for k, _ in rows], None, None, [v for _, v in rows], None
             except (TypeError, ValueError):
                 pass
         unpacked = [self._unpack_row(row, is_map) for row in rows]
         if not unpacked:
-            return [], [], [], [], []
+            return [], None, [], [], None
         keys, namespaces, user_keys, values, expiries = (list(c) for c in zip(*unpacked))
-        return keys, namespaces, user_keys, values, expiries
+        return keys, namespaces, user_keys, values, None if all(e is None for e in expiries) else expiries
 
     def _unpack_row(self, row: Any, is_map: bool) -> tuple[Any, Any, Any, Any, int | None]:
         if isinstance(row, MapStateEntry):
@@ -198,8 +230,6 @@ class StateCodec:
     def encode_operator_elements(self, elements: Iterable[Any]) -> pa.RecordBatch:
         """Operator list/union elements (order kept) or broadcast (key, value) pairs (sorted)."""
         import pyarrow as pa
-
-        from statekit.statefmt.statefile import operator_schema
 
         keys: list[bytes | None] = []
         values: list[bytes] = []
@@ -235,27 +265,49 @@ class StateCodec:
             return [deserialize_with(self.value, e, "list element", self.source) for e in elements]
         return deserialize_with(self.value, data, "value", self.source)
 
+    def decode_values(self, column: Any) -> list[Any]:
+        """The Python values of a value column: typed (version 2) or serialized."""
+        if not is_serialized(column.type):
+            return python_values(column)
+        if self.descriptor.kind is StateKind.LIST:
+            return [None if v is None else self.decode_value(v) for v in column.to_pylist()]
+        return deserialize_column(self.value, column, "value", self.source)
+
+    def serialized_values(self, column: Any) -> pa.Array:
+        """A value column as serialized bytes (a typed column is serialized with the state's
+        value serializer: the bytes a version 1 file holds for the same values)."""
+        import pyarrow as pa
+
+        if hasattr(column, "combine_chunks"):
+            column = column.combine_chunks()
+        if is_serialized(column.type):
+            return column
+        values = python_values(column)
+        if self.descriptor.kind is StateKind.LIST:
+            return pa.array([None if v is None else encode_list([serialize_with(self.value, e, "list element") for e in v])
+                             for v in values], pa.binary())
+        return pa.array(serialize_many(self.value, values, "value"), pa.binary())
+
     def decode_keyed_batch(self, batch: pa.RecordBatch) -> Iterator[KeyedStateEntry | MapStateEntry]:
         """Decoded entries of one block, a column at a time."""
+        import pyarrow.compute as pc
+
         assert self.key is not None
-        columns = batch.to_pydict()
-        source = self.source
-        keys = deserialize_many(self.key, columns["key"], "key", source)
-        namespaces = [None if not ns else self.decode_namespace(ns) for ns in columns["namespace"]]
-        expiries = columns["expiry"]
+        n, source = batch.num_rows, self.source
+        keys = deserialize_column(self.key, batch.column("key"), "key", source)
+        namespace = batch.column("namespace")
+        namespaces: Iterable[Any] = repeat(None, n)
+        if (pc.max(pc.binary_length(namespace)).as_py() or 0) > 0:
+            namespaces = [None if not ns else self.decode_namespace(ns) for ns in namespace.to_pylist()]
+        expiry = batch.column("expiry")
+        expiries: Iterable[Any] = repeat(None, n) if expiry.null_count == n else expiry.to_pylist()
+        values = self.decode_values(batch.column("value"))
         if self.descriptor.kind is StateKind.MAP:
             assert self.user_key is not None
-            user_keys = deserialize_many(self.user_key, columns["user_key"], "user key", source)
-            values = deserialize_many(self.value, columns["value"], "value", source)
-            for k, uk, v, ns, exp in zip(keys, user_keys, values, namespaces, expiries):
-                yield MapStateEntry(k, uk, v, ns, exp)
+            user_keys = deserialize_column(self.user_key, batch.column("user_key"), "user key", source)
+            yield from map(_new_map_entry, zip(keys, user_keys, values, namespaces, expiries))
             return
-        if self.descriptor.kind is StateKind.LIST:
-            values = [self.decode_value(v) for v in columns["value"]]
-        else:
-            values = deserialize_many(self.value, columns["value"], "value", source)
-        for k, ns, v, exp in zip(keys, namespaces, values, expiries):
-            yield KeyedStateEntry(k, ns, v, exp)
+        yield from map(_new_keyed_entry, zip(keys, namespaces, values, expiries))
 
     def decode_operator_batch(self, batch: pa.RecordBatch) -> list[Any]:
         columns = batch.to_pydict()
@@ -269,17 +321,27 @@ class StateCodec:
         return [deserialize_with(self.value, v, "element", self.source) for v in columns["value"]]
 
 
-def group_by_key_group(table: pa.Table, max_parallelism: int) -> Iterator[tuple[int, pa.RecordBatch]]:
-    """Split a keyed table into per-key-group batches, key groups ascending, entries sorted.
+def group_by_key_group(table: pa.Table, max_parallelism: int, *,
+                       version: int | None = None) -> Iterator[tuple[int, pa.RecordBatch]]:
+    """Split a keyed table into per-key-group batches, key groups ascending, entries in the
+    order of format ``version`` (1: key bytes; 2: key hash, then key bytes).
 
     Duplicate (key, namespace, user key) rows keep the last occurrence, so a table built
     from an update log holds each entry once.
     """
+    version = current_write_format().version if version is None else version
+    if table.num_rows == 0:
+        return
+    if version == 1:
+        yield from _group_v1(table, max_parallelism)
+    else:
+        yield from _group_by_hash(table, max_parallelism)
+
+
+def _group_v1(table: pa.Table, max_parallelism: int) -> Iterator[tuple[int, pa.RecordBatch]]:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    if table.num_rows == 0:
-        return
     groups = pc.remainder(table.column("key_hash"), pa.scalar(max_parallelism, pa.uint32()))
     with_group = table.append_column("__kg", groups).append_column(
         "__pos", pa.array(range(table.num_rows), pa.int64())
@@ -290,17 +352,135 @@ def group_by_key_group(table: pa.Table, max_parallelism: int) -> Iterator[tuple[
                    ("user_key", "ascending"), ("__pos", "ascending")],
     )
     ordered = with_group.take(order)
-    ordered = _drop_superseded(ordered)
+    ordered = _drop_superseded(ordered, ("__kg", "key", "namespace", "user_key"))
     result = ordered.drop_columns(["__kg", "__pos"]).combine_chunks()
-    runs = pc.run_end_encode(ordered.column("__kg").combine_chunks())
+    yield from _cut(result, ordered.column("__kg"))
+
+
+def hash_order(table: pa.Table, max_parallelism: int) -> pa.Array:
+    """``key group << 32 | key hash`` (uint64) of every row: the leading sort key of the
+    version 2 order (key group ascending, then key hash, then key bytes)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    hashes = table.column("key_hash")
+    hashes = hashes.combine_chunks() if hasattr(hashes, "combine_chunks") else hashes
+    groups = pc.remainder(hashes, pa.scalar(max_parallelism, pa.uint32())).cast(pa.uint64())
+    return pc.bit_wise_or(pc.shift_left(groups, pa.scalar(32, pa.uint64())), hashes.cast(pa.uint64()))
+
+
+def trivial_columns(table: Any) -> set[str]:
+    """Optional keyed columns with nothing in them: only empty namespaces, only nulls."""
+    import pyarrow.compute as pc
+
+    out = set()
+    if (pc.max(pc.binary_length(table.column("namespace"))).as_py() or 0) == 0:
+        out.add("namespace")
+    for name in ("user_key", "expiry"):
+        if table.column(name).null_count == table.num_rows:
+            out.add(name)
+    return out
+
+
+def _group_by_hash(table: pa.Table, max_parallelism: int) -> Iterator[tuple[int, pa.RecordBatch]]:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    trivial = trivial_columns(table)
+    ties = ["key"] + [c for c in ("namespace", "user_key") if c not in trivial]
+    indices = hash_sort_indices(table, max_parallelism, ties)
+    order_key = pc.take(hash_order(table, max_parallelism), indices)
+    ordered = pa.table({"__order": order_key,
+                        **{c: table.column(c).take(indices) for c in table.column_names if c not in trivial}})
+    ordered = _drop_superseded(ordered, ("__order", *ties))
+    n = ordered.num_rows
+    columns = [_fill(c, n) if c in trivial else ordered.column(c) for c in table.column_names]
+    result = pa.Table.from_arrays(columns, schema=table.schema).combine_chunks()
+    groups = pc.shift_right(ordered.column("__order"), pa.scalar(32, pa.uint64()))
+    yield from _cut(result, groups)
+
+
+_DIGIT_BITS = 8  # Arrow sorts integers of a small range (< 4096) by counting: a radix pass
+
+
+def hash_sort_indices(table: Any, max_parallelism: int, ties: list[str]) -> pa.Array:
+    """Indices that sort ``table`` stably by (key group, key hash, *ties*): the version 2 order.
+
+    A least-significant-digit radix sort of the key hashes (four 8-bit counting-sort passes,
+    then the key group), far cheaper than a comparison sort of 32-bit values; rows of equal
+    key hash (collisions, or one key in several namespaces) are then ordered by ``ties``.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    hashes = table.column("key_hash")
+    hashes = hashes.combine_chunks() if hasattr(hashes, "combine_chunks") else hashes
+    indices = None
+    for shift in range(0, 32, _DIGIT_BITS):
+        indices = _radix_pass(hashes, indices, shift, _DIGIT_BITS)
+    groups = pc.remainder(hashes, pa.scalar(max_parallelism, pa.uint32()))
+    for shift in range(0, max(1, (max_parallelism - 1).bit_length()), 12):
+        indices = _radix_pass(groups, indices, shift, 12)
+    assert indices is not None
+    return _order_ties(table, max_parallelism, indices, ties)
+
+
+def _radix_pass(values: pa.Array, indices: pa.Array | None, shift: int, bits: int) -> pa.Array:
+    """``indices`` stably re-sorted by bits ``shift .. shift + bits`` of ``values``."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    current = values if indices is None else pc.take(values, indices)
+    digit = pc.bit_wise_and(pc.shift_right(current, pa.scalar(shift, pa.uint32())), pa.scalar((1 << bits) - 1, pa.uint32()))
+    order = pc.array_sort_indices(digit)
+    return order if indices is None else pc.take(indices, order)
+
+
+def _order_ties(table: Any, max_parallelism: int, indices: pa.Array, ties: list[str]) -> pa.Array:
+    """Runs of rows with one key hash, re-sorted by (key hash, *ties*) in their places."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = len(indices)
+    if n < 2:
+        return indices
+    hashes = pc.take(table.column("key_hash"), indices)
+    hashes = hashes.combine_chunks() if hasattr(hashes, "combine_chunks") else hashes
+    same = pc.equal(hashes.slice(0, n - 1), hashes.slice(1))
+    if not pc.any(same).as_py():
+        return indices
+    false = pa.array([False])
+    in_tie = pc.or_(pa.concat_arrays([same, false]), pa.concat_arrays([false, same]))
+    rows = pc.filter(indices, in_tie)
+    sub = table.take(rows)
+    order_key = hash_order(sub, max_parallelism)
+    keys = pa.table([order_key] + [sub.column(c) for c in ties], names=["__order", *ties])
+    order = pc.sort_indices(keys, sort_keys=[(c, "ascending") for c in keys.column_names])
+    return pc.replace_with_mask(indices, in_tie, pc.take(rows, order))
+
+
+def _fill(name: str, n: int) -> pa.Array:
+    import pyarrow as pa
+
+    return empty_namespaces(n) if name == "namespace" else pa.nulls(n, pa.binary() if name == "user_key" else pa.int64())
+
+
+def _cut(result: pa.Table, groups: Any) -> Iterator[tuple[int, pa.RecordBatch]]:
+    """One batch per run of equal key groups."""
+    import pyarrow.compute as pc
+
+    runs = pc.run_end_encode(groups.combine_chunks() if hasattr(groups, "combine_chunks") else groups)
+    batch = result.to_batches()[0] if result.num_rows else None
     start = 0
     for key_group, end in zip(runs.values.to_pylist(), runs.run_ends.to_pylist()):
-        yield int(key_group), result.slice(start, end - start).to_batches()[0]
+        assert batch is not None
+        yield int(key_group), batch.slice(start, end - start)
         start = end
 
 
-def _drop_superseded(ordered: pa.Table) -> pa.Table:
-    """Keep the last of rows with equal (key group, key, namespace, user key)."""
+def _drop_superseded(ordered: pa.Table, identity: tuple[str, ...]) -> pa.Table:
+    """Keep the last of adjacent rows equal in every ``identity`` column (the first is the
+    cheapest: when it never repeats, the others are not compared)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -308,13 +488,21 @@ def _drop_superseded(ordered: pa.Table) -> pa.Table:
     if n < 2:
         return ordered
     same = None
-    for name in ("__kg", "key", "namespace", "user_key"):
+    for name in identity:
         column = ordered.column(name).combine_chunks()
         left, right = column.slice(0, n - 1), column.slice(1)
         equal = pc.fill_null(pc.equal(left, right), pc.and_(pc.is_null(left), pc.is_null(right)))
         same = equal if same is None else pc.and_(same, equal)
+        if not pc.any(same).as_py():
+            return ordered
     assert same is not None
-    if not pc.any(same).as_py():
-        return ordered
     keep = pa.concat_arrays([pc.invert(same), pa.array([True])])
     return ordered.filter(keep)
+
+
+def _new_entry(cls: type) -> Any:
+    return partial(tuple.__new__, cls)
+
+
+_new_keyed_entry = _new_entry(KeyedStateEntry)
+_new_map_entry = _new_entry(MapStateEntry)

@@ -14,8 +14,10 @@ from enum import Enum
 from typing import Any
 
 from statekit.statefmt import layout
+from statekit.statefmt.channel_state import ChannelStateFile
 from statekit.statefmt.checksum import crc32, parse_checksum
 from statekit.statefmt.errors import MetadataError, StateNotFoundError, UnsupportedVersionError
+from statekit.statefmt.native_state import FILE_NAME_PATTERN, NATIVE_FORMATS, NativeFile, NativeKeyedState
 from statekit.statefmt.keygroups import (
     UPPER_BOUND_MAX_PARALLELISM,
     KeyGroupRange,
@@ -102,9 +104,14 @@ class StateFile:
 
 @dataclass(frozen=True)
 class SubtaskState:
+    """One subtask of an operator: its key groups, its canonical state files, and (only when
+    present) its in-flight records (unaligned checkpoints) and its native keyed state."""
+
     index: int
     key_group_range: KeyGroupRange
     files: tuple[StateFile, ...] = ()
+    channel_state: ChannelStateFile | None = None
+    native: NativeKeyedState | None = None
 
     def file_of(self, state: str) -> StateFile | None:
         return next((f for f in self.files if f.state == state), None)
@@ -157,6 +164,14 @@ class CheckpointMetadata:
     def files(self) -> list[StateFile]:
         return [f for op in self.operators for s in op.subtasks for f in s.files]
 
+    def channel_files(self) -> list[ChannelStateFile]:
+        """Every channel-state file (in-flight records of an unaligned checkpoint)."""
+        return [s.channel_state for op in self.operators for s in op.subtasks if s.channel_state is not None]
+
+    def native_files(self) -> list[NativeFile]:
+        """Every file of native keyed state (private and ``../shared/``)."""
+        return [f for op in self.operators for s in op.subtasks if s.native is not None for f in s.native.files]
+
     def with_operators(self, operators: tuple[OperatorMetadata, ...]) -> CheckpointMetadata:
         return replace(self, operators=operators)
 
@@ -191,22 +206,26 @@ def _to_json(md: CheckpointMetadata) -> dict[str, Any]:
                 "max_parallelism": op.max_parallelism,
                 "key_serializer": op.key_serializer,
                 "states": [_descriptor_json(d) for d in op.states],
-                "subtasks": [
-                    {
-                        "index": st.index,
-                        "key_group_range": st.key_group_range.to_list(),
-                        "files": [
-                            {"state": f.state, "path": f.path, "size": f.size,
-                             "checksum": f.checksum, "entries": f.entries}
-                            for f in st.files
-                        ],
-                    }
-                    for st in op.subtasks
-                ],
+                "subtasks": [_subtask_json(st) for st in op.subtasks],
             }
             for op in md.operators
         ],
     }
+
+
+def _subtask_json(st: SubtaskState) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "index": st.index,
+        "key_group_range": st.key_group_range.to_list(),
+        "files": [{"state": f.state, "path": f.path, "size": f.size, "checksum": f.checksum, "entries": f.entries}
+                  for f in st.files],
+    }
+    if st.channel_state is not None:
+        c = st.channel_state
+        data["channel_state"] = {"path": c.path, "size": c.size, "checksum": c.checksum, "records": c.records}
+    if st.native is not None:
+        data["native"] = st.native.to_json()
+    return data
 
 
 def _descriptor_json(d: StateDescriptor) -> dict[str, Any]:
@@ -318,10 +337,15 @@ class _Parser:
         shared = fmt is SnapshotFormat.NATIVE and kind is SnapshotKind.CHECKPOINT
         operators = self.get(raw, "operators", list, "metadata")
         parsed = tuple(self.operator(op, i, shared) for i, op in enumerate(operators))
+        if fmt is SnapshotFormat.CANONICAL and any(st.native for op in parsed for st in op.subtasks):
+            raise self.fail("a canonical snapshot holds native keyed state (format must be native)")
         uids = [op.uid for op in parsed]
         if len(set(uids)) != len(uids):
             raise self.fail("duplicate operator uids")
         paths = [f.path for op in parsed for st in op.subtasks for f in st.files]
+        paths += [st.channel_state.path for op in parsed for st in op.subtasks if st.channel_state is not None]
+        # a shared file may be named by several subtasks' stores; a private one only once
+        paths += [f.path for op in parsed for st in op.subtasks if st.native for f in st.native.files if not f.shared]
         if len(set(paths)) != len(paths):
             twice = next(p for p in paths if paths.count(p) > 1)
             raise self.fail(f"file {twice!r} is named twice (every state file belongs to one state of one subtask)")
@@ -365,8 +389,9 @@ class _Parser:
             raise self.fail(f"{where}: duplicate state names")
         if any(d.keyed for d in states) and key_serializer is None:
             raise self.fail(f"{where}: keyed state without a key serializer")
+        keyed = {d.name for d in states if d.keyed}
         subtasks = tuple(
-            self.subtask(s, where, set(names), shared) for s in self.get(raw, "subtasks", list, where)
+            self.subtask(s, where, set(names), shared, keyed) for s in self.get(raw, "subtasks", list, where)
         )
         if [s.index for s in subtasks] != list(range(parallelism)):
             raise self.fail(f"{where}: subtasks must be 0..{parallelism - 1} in order")
@@ -419,7 +444,7 @@ class _Parser:
             ttl_ms=ttl,
         )
 
-    def subtask(self, raw: Any, where: str, states: set[str], shared: bool) -> SubtaskState:
+    def subtask(self, raw: Any, where: str, states: set[str], shared: bool, keyed: set[str]) -> SubtaskState:
         index = self.get(raw, "index", int, f"{where} subtask")
         where = f"{where} subtask {index}"
         kg = self.get(raw, "key_group_range", list, where)
@@ -428,7 +453,59 @@ class _Parser:
         files = tuple(self.file(f, where, states, shared) for f in self.get(raw, "files", list, where))
         if len({f.state for f in files}) != len(files):
             raise self.fail(f"{where}: two files for one state")
-        return SubtaskState(index=index, key_group_range=KeyGroupRange(kg[0], kg[1]), files=files)
+        channel = self.get(raw, "channel_state", dict, where, optional=True)
+        native = self.get(raw, "native", dict, where, optional=True)
+        return SubtaskState(
+            index=index, key_group_range=KeyGroupRange(kg[0], kg[1]), files=files,
+            channel_state=None if channel is None else self.channel_file(channel, where),
+            native=None if native is None else self.native(native, where, shared, keyed, {f.state for f in files}),
+        )
+
+    def channel_file(self, raw: Any, where: str) -> ChannelStateFile:
+        where = f"{where} channel_state"
+        path = check_relative_path(self.get(raw, "path", str, where), source=self.source)
+        size, records = self.get(raw, "size", int, where), self.get(raw, "records", int, where)
+        if size < 0 or records < 0:
+            raise self.fail(f"{where}: negative size or record count")
+        return ChannelStateFile(path, size, self.checksum(raw, where), records)
+
+    def checksum(self, raw: Any, where: str) -> str:
+        checksum: str = self.get(raw, "checksum", str, where)
+        try:
+            parse_checksum(checksum)
+        except ValueError:
+            raise self.fail(f"{where}: unknown checksum {checksum!r}") from None
+        return checksum
+
+    def native(self, raw: Any, where: str, shared: bool, keyed: set[str], canonical: set[str]) -> NativeKeyedState:
+        where = f"{where} native"
+        fmt = self.get(raw, "format", str, where)
+        if fmt not in NATIVE_FORMATS:
+            raise self.fail(f"{where}: unknown native format {fmt!r} (known: {', '.join(NATIVE_FORMATS)})")
+        ids = self.get(raw, "state_ids", dict, where)
+        state_ids = tuple(sorted((str(n), i) for n, i in ids.items()))
+        for name, state_id in state_ids:
+            if name not in keyed or name in canonical:
+                raise self.fail(f"{where}: state id for {name!r}, which is not a keyed state held natively")
+            if isinstance(state_id, bool) or not isinstance(state_id, int) or not 0 <= state_id < 1 << 16:
+                raise self.fail(f"{where}: state id of {name!r} must be an integer in [0, 65535]")
+        if len({i for _, i in state_ids}) != len(state_ids):
+            raise self.fail(f"{where}: two states share a state id")
+        files = tuple(self.native_file(f, where, shared) for f in self.get(raw, "files", list, where))
+        if len({f.name for f in files}) != len(files):
+            raise self.fail(f"{where}: two files of one name")
+        return NativeKeyedState(fmt, state_ids, files)
+
+    def native_file(self, raw: Any, where: str, shared: bool) -> NativeFile:
+        name = self.get(raw, "name", str, f"{where} file")
+        if not FILE_NAME_PATTERN.match(name):
+            raise self.fail(f"{where}: file name {name!r} is not a plain file name")
+        path = check_relative_path(self.get(raw, "path", str, f"{where} file"), allow_shared=shared,
+                                   source=self.source)
+        size = self.get(raw, "size", int, f"{where} file")
+        if size < 0:
+            raise self.fail(f"{where}: negative file size")
+        return NativeFile(name, path, size, self.checksum(raw, f"{where} file {name!r}"))
 
     def file(self, raw: Any, where: str, states: set[str], shared: bool) -> StateFile:
         state = self.get(raw, "state", str, f"{where} file")

@@ -12,7 +12,7 @@ import pickle
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgpack
 
@@ -21,6 +21,9 @@ from statekit.statefmt.errors import (
     SerializationError,
     UntrustedSerializerError,
 )
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = [
     "Serializer",
@@ -31,6 +34,8 @@ __all__ = [
     "deserialize_with",
     "serialize_many",
     "deserialize_many",
+    "serialize_column",
+    "deserialize_column",
     "encode_list",
     "decode_list",
 ]
@@ -187,6 +192,122 @@ def deserialize_many(serializer: Serializer, data: list[bytes], what: str, sourc
         return [decode(b) for b in data]
     except Exception:  # noqa: BLE001 - redo item by item for a precise message
         return [deserialize_with(serializer, b, what, source) for b in data]
+
+
+# msgpack's header of a str of n UTF-8 bytes, n < 256: fixstr (n < 32) or str 8.
+_MSGPACK_STR_HEADERS = [bytes([0xA0 | n]) if n < 32 else bytes([0xD9, n]) for n in range(256)]
+
+
+def serialize_column(serializer: Serializer, values: list[Any], what: str) -> pa.Array:
+    """A column of values serialized into one binary Arrow array (same bytes as
+    :func:`serialize_many`). Strings under msgpack or utf8 are encoded by Arrow kernels,
+    without a Python call per value; anything else goes value by value."""
+    import pyarrow as pa
+
+    if serializer.name in ("msgpack", "utf8") and values and set(map(type, values)) == {str}:
+        try:
+            text = pa.array(values, pa.string())
+        except (pa.ArrowException, UnicodeError):
+            text = None  # lone surrogates: serialize_many names the value
+        if text is not None:
+            if serializer.name == "utf8":
+                return text.cast(pa.binary())
+            framed = _msgpack_strings(text)
+            if framed is not None:
+                return framed
+    return pa.array(serialize_many(serializer, values, what), pa.binary())
+
+
+def _msgpack_strings(text: pa.Array) -> pa.Array | None:
+    """msgpack ``str`` framing of a string column (None when a string has 256+ bytes)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    lengths = pc.binary_length(text)
+    if len(text) and (pc.max(lengths).as_py() or 0) >= len(_MSGPACK_STR_HEADERS):
+        return None
+    headers = pc.take(pa.array(_MSGPACK_STR_HEADERS, pa.binary()), lengths)
+    return pc.binary_join_element_wise(headers, text.cast(pa.binary()), pa.scalar(b"", pa.binary()))
+
+
+def deserialize_column(serializer: Serializer, column: Any, what: str, source: str | None = None) -> list[Any]:
+    """The values of a binary column (nulls stay None): msgpack is unpacked in one pass over
+    the column's data buffer, utf8 is an Arrow cast, int64 one ``struct.unpack``."""
+    import pyarrow as pa
+
+    if hasattr(column, "combine_chunks"):
+        column = column.combine_chunks()
+    if not column.null_count and len(column):
+        view = _data_view(column)
+        if serializer.name == "msgpack":
+            values = _msgpack_fixstr_values(column)
+            if values is None:
+                values = _unpack_all(view, column)
+            if values is not None:
+                return values
+        elif serializer.name == "int64" and len(view) == 8 * len(column):
+            return list(struct.unpack(f">{len(column)}q", view))
+        elif serializer.name == "utf8":
+            try:
+                return column.cast(pa.string()).to_pylist()  # type: ignore[no-any-return]
+            except pa.ArrowInvalid:
+                pass
+    raw = column.to_pylist()
+    present = [b for b in raw if b is not None]
+    decoded = iter(deserialize_many(serializer, present, what, source))
+    return [None if b is None else next(decoded) for b in raw]
+
+
+def _msgpack_fixstr_values(column: Any) -> list[str] | None:
+    """The strings of a column whose every value is a msgpack fixstr (header 0xa0 | length,
+    the usual short key), decoded by Arrow kernels; None for any other column."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    lengths = pc.binary_length(column)
+    if (pc.min(lengths).as_py() or 0) < 1 or (pc.max(lengths).as_py() or 0) > 32:
+        return None
+    first = pa.Array.from_buffers(pa.uint8(), len(column), [None, pc.binary_slice(column, 0, 1).buffers()[2]])
+    header_ok = pc.equal(first, pc.add(pc.subtract(lengths, 1).cast(pa.uint8()), pa.scalar(0xA0, pa.uint8())))
+    if not pc.all(header_ok).as_py():
+        return None
+    try:
+        return pc.binary_slice(column, 1, 33).cast(pa.string()).to_pylist()  # type: ignore[no-any-return]
+    except pa.ArrowInvalid:
+        return None  # not UTF-8: the unpacker names the value
+
+
+def _unpack_all(view: memoryview, column: Any) -> list[Any] | None:
+    """Every value of a msgpack column unpacked from its data buffer in one pass, or None
+    unless each value ends exactly where the column's offsets say (a malformed value must
+    not swallow its neighbour: the caller then decodes value by value and names it)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, max_buffer_size=max(len(view), 1))
+    values: list[Any] = []
+    ends: list[int] = []
+    add_value, add_end, tell = values.append, ends.append, unpacker.tell
+    try:
+        unpacker.feed(view)
+        for value in unpacker:
+            add_value(value)
+            add_end(tell())
+    except Exception:  # noqa: BLE001 - any failure: decode value by value
+        return None
+    if len(values) != len(column):
+        return None
+    offsets = pa.Array.from_buffers(pa.int32(), len(column) + 1, [None, column.buffers()[1]], offset=column.offset)
+    expected = pc.subtract(offsets.slice(1), offsets[0])
+    return values if pa.array(ends, pa.int32()).equals(expected.cast(pa.int32())) else None
+
+
+def _data_view(column: Any) -> memoryview:
+    """The concatenated bytes of a null-free binary column."""
+    _, offsets, data = column.buffers()
+    positions = memoryview(offsets).cast("i")
+    first, last = positions[column.offset], positions[column.offset + len(column)]
+    return memoryview(data)[first:last] if data is not None else memoryview(b"")
 
 
 # List state: one entry per (key, namespace) holding all elements, framed as

@@ -2,17 +2,19 @@
 
 Layout (little-endian; constants in :mod:`statekit.statefmt.layout`)::
 
-    header(16) | block* | index(32 * n) | footer(28)
+    header | block* | index(32 * n) | footer(28)
 
-A block is one Arrow IPC record-batch message (no schema: the schema is fixed by the file
-kind and format version) holding the entries of one key group, sorted by
-(key, namespace, user key). Invariants:
+A block holds the entries of one key group, encoded as its file's
+:class:`~statekit.statefmt.encoding.BlockCodec` says (format version 1: one Arrow IPC
+record-batch message of a fixed schema; version 2: the schema is in the header, blocks may
+hold typed value columns and be compressed). Invariants:
 
 * blocks appear in strictly ascending key-group order and are byte ranges that can be
-  copied into another file unchanged (rescale with the same max parallelism);
+  copied unchanged into another file with the same header bytes (rescale with the same
+  max parallelism);
 * every block has a CRC-32 in the index; the footer has the CRC-32 of the index and of all
   bytes before the index; ``_metadata`` has the CRC-32 and size of the whole file;
-* a reader fetches one key group with three reads (footer, index, block).
+* a reader fetches one key group with three reads (footer, index, block) after the header.
 
 pyarrow is imported lazily: listing checkpoints never loads it.
 """
@@ -21,10 +23,19 @@ from __future__ import annotations
 
 from collections.abc import Container, Iterable, Iterator
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING
 
 from statekit.statefmt import layout
 from statekit.statefmt.checksum import Crc32, crc32
+from statekit.statefmt.encoding import (
+    KEYED_COLUMNS,
+    OPERATOR_COLUMNS,
+    BlockCodec,
+    WriteFormat,
+    current_write_format,
+    keyed_schema,
+    operator_schema,
+)
 from statekit.statefmt.errors import CorruptStateError, UnsupportedVersionError
 
 if TYPE_CHECKING:
@@ -35,39 +46,19 @@ __all__ = [
     "FileSummary",
     "StateFileWriter",
     "StateFileReader",
+    "BlockCodec",
     "keyed_schema",
     "operator_schema",
     "encode_block",
     "decode_block",
     "verify_state_stream",
+    "KEYED_COLUMNS",
+    "OPERATOR_COLUMNS",
 ]
-
-KEYED_COLUMNS = ("key_hash", "key", "namespace", "user_key", "value", "expiry")
-OPERATOR_COLUMNS = ("key", "value")
-
-
-def keyed_schema() -> pa.Schema:
-    import pyarrow as pa
-
-    return pa.schema(
-        [
-            pa.field("key_hash", pa.uint32(), nullable=False),
-            pa.field("key", pa.binary(), nullable=False),
-            pa.field("namespace", pa.binary(), nullable=False),
-            pa.field("user_key", pa.binary()),
-            pa.field("value", pa.binary(), nullable=False),
-            pa.field("expiry", pa.int64()),
-        ]
-    )
-
-
-def operator_schema() -> pa.Schema:
-    import pyarrow as pa
-
-    return pa.schema([pa.field("key", pa.binary()), pa.field("value", pa.binary(), nullable=False)])
 
 
 def schema_for(kind: int) -> pa.Schema:
+    """The fixed block schema of a version 1 file of ``kind``."""
     return keyed_schema() if kind == layout.FILE_KIND_KEYED else operator_schema()
 
 
@@ -91,34 +82,41 @@ class FileSummary:
 
 
 def encode_block(batch: pa.RecordBatch) -> bytes:
-    """One record batch as the bytes of an IPC message (its schema is implied)."""
+    """One record batch as a version 1 block (an IPC message; its schema is implied)."""
     return batch.serialize().to_pybytes()  # type: ignore[no-any-return]
 
 
 def decode_block(data: bytes, kind: int, *, path: str, key_group: int) -> pa.RecordBatch:
-    """Decode and fully validate one block; malformed bytes raise CorruptStateError."""
-    import pyarrow as pa
-
-    schema = schema_for(kind)
-    try:
-        batch = pa.ipc.read_record_batch(pa.py_buffer(data), schema)
-        batch.validate(full=True)
-    except (pa.ArrowException, ValueError, OSError, EOFError) as exc:
-        raise CorruptStateError(f"block does not decode: {exc}", path=path, key_group=key_group) from exc
-    return batch
+    """Decode and fully validate one version 1 block; malformed bytes raise CorruptStateError."""
+    return BlockCodec(1, kind).decode(data, path=path, key_group=key_group)
 
 
 class StateFileWriter:
-    """Writes one state file to a binary stream, block by block, in key-group order."""
+    """Writes one state file to a binary stream, block by block, in key-group order.
 
-    def __init__(self, out: IO[bytes], kind: int, *, path: str = "") -> None:
+    The header is written with the first block: its codec comes from ``codec`` (copying
+    blocks from a file with that header) or from the first batch's schema and ``fmt``
+    (default :func:`~statekit.statefmt.encoding.current_write_format`).
+    """
+
+    def __init__(self, out: IO[bytes], kind: int, *, path: str = "", codec: BlockCodec | None = None,
+                 fmt: WriteFormat | None = None) -> None:
         self._out = out
         self._kind = kind
         self._path = path
+        self._fmt = fmt
         self._crc = Crc32()
         self._index: list[IndexEntry] = []
         self._finished = False
-        self._write(layout.STATE_FILE_HEADER.pack(layout.STATE_FILE_MAGIC, layout.STATE_FILE_VERSION, kind, 0, 0))
+        self.codec: BlockCodec | None = None
+        if codec is not None:
+            if codec.kind != kind:
+                raise ValueError(f"codec of file kind {codec.kind} for a file of kind {kind}")
+            self._start(codec)
+
+    def _start(self, codec: BlockCodec) -> None:
+        self.codec = codec
+        self._write(codec.header)
 
     def _write(self, data: bytes | memoryview) -> None:
         self._out.write(data)
@@ -128,24 +126,51 @@ class StateFileWriter:
     def entries(self) -> int:
         return sum(e.entries for e in self._index)
 
+    @property
+    def position(self) -> int:
+        """Bytes written so far (the offset the next block starts at)."""
+        return self._crc.size
+
     def write_block(self, key_group: int, batch: pa.RecordBatch) -> None:
         """Append the entries of one key group (already sorted; empty batches are skipped)."""
-        if batch.num_rows:
-            data = encode_block(batch)
-            self.write_raw_block(key_group, data, batch.num_rows, crc32(data))
+        if not batch.num_rows:
+            return
+        if self.codec is None:
+            self._start(BlockCodec.for_writing(self._kind, batch.schema, self._fmt or current_write_format()))
+        assert self.codec is not None
+        data = self.codec.encode(batch)
+        self.write_raw_block(key_group, data, batch.num_rows, crc32(data))
 
     def write_raw_block(self, key_group: int, data: bytes | memoryview, entries: int, checksum: int) -> None:
-        """Append a block copied whole from another file (its checksum already known)."""
+        """Append a block copied whole from another file with this file's header (its
+        checksum already known)."""
+        self._append(key_group, self._crc.size, len(data), entries, checksum)
+        self._write(data)
+
+    def _append(self, key_group: int, offset: int, length: int, entries: int, checksum: int) -> None:
+        if self.codec is None:
+            raise ValueError("a copied block needs the codec of the file it comes from (StateFileWriter(codec=...))")
         if self._index and key_group <= self._index[-1].key_group:
             raise ValueError(f"key group {key_group} written after {self._index[-1].key_group}")
-        self._index.append(IndexEntry(key_group, self._crc.size, len(data), entries, checksum))
-        self._write(data)
+        self._index.append(IndexEntry(key_group, offset, length, entries, checksum))
+
+    def add_copied_blocks(self, blocks: Iterable[IndexEntry], run_checksum: int) -> None:
+        """Account for blocks the caller wrote to the output itself, contiguously from
+        :attr:`position` (a kernel copy of a run of blocks): their index entries are
+        re-based here and ``run_checksum`` is the CRC-32 of the whole run."""
+        start = offset = self._crc.size
+        for e in blocks:
+            self._append(e.key_group, offset, e.length, e.entries, e.checksum)
+            offset += e.length
+        self._crc.combine(run_checksum, offset - start)
 
     def finish(self) -> FileSummary:
         """Write index and footer; return size, whole-file checksum and entry count."""
         if self._finished:
             raise ValueError("state file already finished")
         self._finished = True
+        if self.codec is None:
+            self._start(BlockCodec.for_writing(self._kind, None, self._fmt or current_write_format()))
         index_offset = self._crc.size
         index = b"".join(
             layout.INDEX_ENTRY.pack(e.key_group, e.offset, e.length, e.entries, e.checksum)
@@ -172,6 +197,7 @@ class StateFileReader:
         # the index, the footer's CRC of header..index can be checked (see check_body).
         self._seq_crc = 0
         self._seq_pos = 0
+        self.codec: BlockCodec
         self.kind, self.index = self._read_index()
         self._by_group = {e.key_group: e for e in self.index}
 
@@ -189,33 +215,33 @@ class StateFileReader:
         header_size, footer_size = layout.STATE_FILE_HEADER.size, layout.STATE_FILE_FOOTER.size
         if self.size < header_size + footer_size:
             raise self._corrupt(f"truncated: {self.size} bytes is shorter than header and footer")
-        header = self._read_at(0, header_size)
-        self._seq_crc, self._seq_pos = crc32(header), header_size
-        magic, version, kind, _, _ = layout.STATE_FILE_HEADER.unpack(header)
-        if magic != layout.STATE_FILE_MAGIC:
-            raise self._corrupt("not a statekit state file (bad magic)")
-        if version != layout.STATE_FILE_VERSION:
-            raise UnsupportedVersionError(f"state file version {version} is not supported", path=self.path)
-        if kind not in (layout.FILE_KIND_KEYED, layout.FILE_KIND_OPERATOR):
-            raise self._corrupt(f"unknown file kind {kind}")
+        # version 1 readers ignore the reserved header bytes: the footer's CRC covers them
+        self.codec, header = BlockCodec.read(self._read_at, self.size, path=self.path)
+        self._seq_crc, self._seq_pos = crc32(header), len(header)
         footer = self._read_at(self.size - footer_size, footer_size)
         index_offset, count, index_crc, body_crc, end_magic = layout.STATE_FILE_FOOTER.unpack(footer)
         entry_size = layout.INDEX_ENTRY.size
         if end_magic != layout.STATE_FILE_FOOTER_MAGIC or index_offset + count * entry_size != self.size - footer_size:
             raise self._corrupt("damaged or truncated footer")
+        if index_offset < len(header):
+            raise self._corrupt("damaged footer: the index starts inside the header")
         raw = self._read_at(index_offset, count * entry_size)
         if crc32(raw) != index_crc:
             raise self._corrupt("index checksum mismatch")
         self._index_raw, self._index_offset, self._body_crc = raw, index_offset, body_crc
         entries = tuple(IndexEntry(*layout.INDEX_ENTRY.unpack_from(raw, i * entry_size)) for i in range(count))
-        position, previous = header_size, -1
+        position, previous = len(header), -1
         for e in entries:
             if e.offset != position or e.key_group <= previous:
                 raise self._corrupt(f"index entry for key group {e.key_group} is inconsistent")
             position, previous = e.offset + e.length, e.key_group
         if position != index_offset:
             raise self._corrupt("blocks do not end where the index starts")
-        return kind, entries
+        return self.codec.kind, entries
+
+    @property
+    def header_size(self) -> int:
+        return self.codec.header_size
 
     @property
     def entries(self) -> int:
@@ -251,7 +277,16 @@ class StateFileReader:
 
     def read_block(self, key_group: int) -> pa.RecordBatch | None:
         data = self.read_block_bytes(key_group)
-        return None if data is None else decode_block(data, self.kind, path=self.path, key_group=key_group)
+        return None if data is None else self.decode(key_group, data)
+
+    def decode(self, key_group: int, data: bytes) -> pa.RecordBatch:
+        """Decode verified block bytes of ``key_group``; its row count must match the index."""
+        batch = self.codec.decode(data, path=self.path, key_group=key_group)
+        entry = self._by_group[key_group]
+        if batch.num_rows != entry.entries:
+            raise CorruptStateError(f"block holds {batch.num_rows} entries, its index entry {entry.entries}",
+                                    path=self.path, key_group=key_group)
+        return batch
 
     def iter_blocks(self, key_groups: Iterable[int] | None = None) -> Iterator[tuple[int, pa.RecordBatch]]:
         """Decoded blocks in key-group order, restricted to ``key_groups`` when given."""
@@ -328,7 +363,7 @@ def verify_state_stream(stream: IO[bytes], path: str, expected_size: int | None,
         try:
             data = reader.read_block_bytes(e.key_group)
             assert data is not None
-            decode_block(data, reader.kind, path=path, key_group=e.key_group)
+            reader.decode(e.key_group, data)
         except CorruptStateError as exc:
             problems.append(exc)
     try:

@@ -11,6 +11,14 @@ What may be deleted (anything else there makes ``dispose`` refuse, deleting noth
       changed within :data:`IN_PROGRESS_IDLE_S` seconds (a savepoint may still be writing
       it) unless ``force``.
 
+Native checkpoints (incremental): the files of the job's ``shared/`` the checkpoint names are
+reference-counted over the job directory: after the checkpoint's own files, ``dispose`` deletes
+the shared files that no other complete ``chk-N`` of the job names, and keeps the rest (listed
+as kept). When another checkpoint's ``_metadata`` cannot be read its references are unknown,
+so no shared file is deleted (the plan says why). The runtime disposes its own checkpoints
+with ``release_shared=False``: its shared-file registry decides (and it knows the references
+of checkpoints still in progress).
+
 Never deleted: anything reached through a symbolic link. A snapshot path that is itself a
 link is refused, and a link or special file inside the directory counts as a foreign file.
 Empty directories inside go with the snapshot (each removed with ``rmdir``, never
@@ -21,9 +29,10 @@ run deletes.
 
 from __future__ import annotations
 
+import os
 import posixpath
 import re
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from statekit.readers.inventory import (
@@ -33,18 +42,24 @@ from statekit.readers.inventory import (
     foreign_files_error,
     is_in_progress_dir,
     refuse_linked_path,
-    remove_files,
     take_inventory,
 )
+from statekit.readers.shared_refs import shared_files_of, shared_references
 from statekit.readers.snapshot import read_metadata
 from statekit.statefmt import layout
 from statekit.statefmt.errors import BadInputError, NotACheckpointError, PathNotFoundError, StatekitError
 from statekit.statefmt.fileio import FileIO
+from statekit.statefmt.metadata import CheckpointMetadata, SnapshotKind
+from statekit.writers.removal import remove_files
 
-__all__ = ["DisposalPlan", "dispose_snapshot"]
+__all__ = ["DisposalPlan", "dispose_snapshot", "delete_shared_files"]
 
 # layout.state_file_path: <encoded uid>/<encoded state>/<subtask>-of-<parallelism>.sks
 STATE_FILE_PATTERN = re.compile(r"^[^/]+/[^/]+/\d{5,}-of-\d{5,}\.sks$")
+# channel_state_path: <encoded uid>/_channel/<subtask>-of-<parallelism>.skc
+CHANNEL_FILE_PATTERN = re.compile(r"^[^/]+/_channel/\d{5,}-of-\d{5,}\.skc$")
+# native_private_dir: <encoded uid>/_native/<subtask>-of-<parallelism>/<store file>
+NATIVE_FILE_PATTERN = re.compile(r"^[^/]+/_native/\d{5,}-of-\d{5,}/[A-Za-z0-9][A-Za-z0-9._-]*$")
 # FileIO.write_atomic / open_output on local disks: .<target name>.<uuid4 hex>.tmp beside the target
 TEMP_FILE_PATTERN = re.compile(r"^\..+\.[0-9a-f]{32}\.tmp$")
 
@@ -60,6 +75,10 @@ class DisposalPlan:
         complete: True when the snapshot had a ``_metadata``.
         dry_run: True when nothing was deleted.
         disposed: True when every file and the directory are gone.
+        shared_files: The job's shared files deleted (or to delete) with it: named by no other
+            complete checkpoint (also in ``files``).
+        kept_shared: Shared files it names that other checkpoints still name (kept).
+        notes: Why shared files were kept although unreferenced, if so.
     """
 
     path: str
@@ -68,13 +87,17 @@ class DisposalPlan:
     complete: bool
     dry_run: bool
     disposed: bool
+    shared_files: list[str] = field(default_factory=list)
+    kept_shared: int = 0
+    notes: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 
 def dispose_snapshot(
-    url: str, *, dry_run: bool = False, force: bool = False, storage_options: dict[str, Any] | None = None
+    url: str, *, dry_run: bool = False, force: bool = False, storage_options: dict[str, Any] | None = None,
+    release_shared: bool = True,
 ) -> DisposalPlan:
     """Delete a statekit snapshot directory (see the module docstring for what qualifies).
 
@@ -83,6 +106,8 @@ def dispose_snapshot(
         dry_run: Only report what would be deleted.
         force: Dispose a staging folder even though it changed recently.
         storage_options: fsspec options.
+        release_shared: A native checkpoint: also delete the job's shared files no other
+            complete checkpoint names (False: leave ``shared/`` alone).
 
     Raises:
         PathNotFoundError: Nothing at ``url``.
@@ -105,18 +130,103 @@ def dispose_snapshot(
     files = _accounted_files(io, inventory)
     if is_in_progress_dir(posixpath.basename(path)) and not force:
         _refuse_if_busy(io.url(path), inventory)
+    shared = _SharedRelease(io, path) if release_shared and inventory.file(layout.METADATA_FILE) else None
     plan = DisposalPlan(
         path=io.url(path),
-        files=sorted(io.url(f.path) for f in files),
-        bytes=sum(f.size for f in files),
+        files=sorted(io.url(f.path) for f in files) + (shared.urls() if shared else []),
+        bytes=sum(f.size for f in files) + (shared.bytes if shared else 0),
         complete=inventory.file(layout.METADATA_FILE) is not None,
         dry_run=dry_run,
         disposed=False,
+        shared_files=shared.urls() if shared else [],
+        kept_shared=shared.kept if shared else 0,
+        notes=shared.notes if shared else [],
     )
     if dry_run:
         return plan
     _remove(io, inventory, files)
+    if shared is not None:
+        shared.delete()
     return replace(plan, disposed=True)
+
+
+class _SharedRelease:
+    """The shared files a native checkpoint takes with it: those no other complete checkpoint names."""
+
+    def __init__(self, io: FileIO, directory: str) -> None:
+        self.io = io
+        self.shared_dir = posixpath.join(posixpath.dirname(directory), layout.SHARED_DIR)
+        self.delete_paths: list[str] = []
+        self.kept = 0
+        self.bytes = 0
+        self.notes: list[str] = []
+        metadata = read_metadata(io, directory)
+        named = shared_files_of(metadata) if _shares_files(metadata, directory) else set()
+        if not named:
+            return
+        others = shared_references(io, posixpath.dirname(directory), skip=directory)
+        if others.damaged:
+            self.kept = len(named)
+            self.notes.append(f"kept its {len(named)} shared file(s): the _metadata of {others.damaged[0]} cannot be "
+                              "read, so what it references is unknown")
+            return
+        for relative in sorted(named):
+            if relative in others.refs:
+                self.kept += 1
+            else:
+                full = posixpath.join(self.shared_dir, relative)
+                if io.exists(full):
+                    self.delete_paths.append(full)
+                    self.bytes += io.size(full)
+
+    def urls(self) -> list[str]:
+        return [self.io.url(p) for p in self.delete_paths]
+
+    def delete(self) -> None:
+        failed = delete_shared_files(self.io, self.shared_dir, [posixpath.relpath(p, self.shared_dir)
+                                                                for p in self.delete_paths])
+        if failed:
+            where, reason = failed[0]
+            raise StatekitError(f"dispose incomplete: the checkpoint is gone, but its shared file {where} could not "
+                                f"be deleted: {reason}; delete it by hand (no checkpoint names it)",
+                                path=self.io.url(self.shared_dir))
+
+
+def _shares_files(metadata: CheckpointMetadata, directory: str) -> bool:
+    return (metadata.kind is SnapshotKind.CHECKPOINT
+            and layout.parse_checkpoint_dir_name(posixpath.basename(directory)) is not None)
+
+
+def delete_shared_files(io: FileIO, shared_dir: str, relative: list[str]) -> list[tuple[str, str]]:
+    """Delete files of a job's ``shared/`` (paths relative to it); then the emptied uid directories.
+
+    Only names of statekit's shared-file layout are deleted. Returns ``(file, reason)`` of
+    every deletion that failed (a missing file is not a failure).
+    """
+    from statekit.statefmt.native_state import SHARED_FILE_PATTERN
+
+    failed: list[tuple[str, str]] = []
+    parents: set[str] = set()
+    for path in relative:
+        if not SHARED_FILE_PATTERN.match(path):
+            failed.append((path, "not a shared file of statekit's layout"))
+            continue
+        full = posixpath.join(shared_dir, path)
+        try:
+            io.rm_file(full)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            failed.append((io.url(full), exc.strerror or str(exc)))
+            continue
+        parents.add(posixpath.dirname(full))
+    if io.is_local:
+        for parent in sorted(parents, reverse=True):
+            try:
+                os.rmdir(parent)
+            except OSError:
+                pass  # not empty: other files of the uid are still referenced
+    return failed
 
 
 def _accounted_files(io: FileIO, inventory: SnapshotInventory) -> list[InventoryEntry]:
@@ -128,7 +238,8 @@ def _accounted_files(io: FileIO, inventory: SnapshotInventory) -> list[Inventory
                             "cannot be read", path=io.url(meta.path))
     if meta is not None:
         md = read_metadata(io, inventory.root)
-        named = {f.path for f in md.files() if not f.path.startswith("../")} | {layout.METADATA_FILE}
+        paths = [f.path for f in md.files()] + [c.path for c in md.channel_files()] + [f.path for f in md.native_files()]
+        named = {p for p in paths if not p.startswith("../")} | {layout.METADATA_FILE}
         foreign = [f for f in inventory.files if f.relative not in named and not _is_temp(f.relative)]
         why = "not named by its _metadata"
     else:
@@ -136,7 +247,7 @@ def _accounted_files(io: FileIO, inventory: SnapshotInventory) -> list[Inventory
         if not (layout.parse_checkpoint_dir_name(name) is not None or name.startswith(layout.SAVEPOINT_DIR_PREFIX)
                 or is_in_progress_dir(name)):
             raise NotACheckpointError("not a checkpoint or savepoint directory (no _metadata)", path=url)
-        foreign = [f for f in inventory.files if not (STATE_FILE_PATTERN.match(f.relative) or _is_temp(f.relative))]
+        foreign = [f for f in inventory.files if not (_is_snapshot_file(f.relative) or _is_temp(f.relative))]
         why = "that are not statekit state or temp files, in a snapshot without _metadata"
     foreign = sorted([*foreign, *inventory.odd], key=lambda e: e.relative)
     if foreign:
@@ -170,6 +281,10 @@ def _remove(io: FileIO, inventory: SnapshotInventory, files: list[InventoryEntry
         "what is left has no _metadata and is never restored from: rerun dispose to finish",
         path=io.url(inventory.root),
     )
+
+
+def _is_snapshot_file(relative: str) -> bool:
+    return any(p.match(relative) for p in (STATE_FILE_PATTERN, CHANNEL_FILE_PATTERN, NATIVE_FILE_PATTERN))
 
 
 def _is_temp(relative: str) -> bool:

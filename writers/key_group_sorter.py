@@ -13,11 +13,13 @@ Entries arrive in any order as Arrow tables of the keyed schema. Two passes:
    key group.
 
 Invariants: for each subtask, blocks come out in strictly ascending key-group order; a
-block holds exactly the entries with ``key_hash % max_parallelism == key_group``, sorted by
-(key, namespace, user key) and unique. Peak memory is about the budget plus the largest
-single key group (a block is one Arrow batch, which every reader of the format holds whole
-too). Rows that arrive already sorted per key group (blocks of a source whose max
-parallelism divides the new one) skip the full sort.
+block holds exactly the entries with ``key_hash % max_parallelism == key_group``, in the
+order of the state file version written (version 1: key, namespace, user key; version 2:
+key hash first) and unique. Every table added has one schema (the first one's: serialized
+or typed values alike). Peak memory is about the budget plus the largest single key group
+(a block is one Arrow batch, which every reader of the format holds whole too). Rows that
+arrive already sorted per key group (blocks of a source whose max parallelism divides the
+new one, read in order, in the same version) skip the full sort.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ from enum import Enum
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from statekit.statefmt.encoding import current_write_format, is_serialized, python_values, typed_column
+from statekit.statefmt.entries import hash_sort_indices
 from statekit.statefmt.keygroups import check_parallelism, compute_key_group_range_for_operator_index
 from statekit.statefmt.serializers import decode_list, encode_list
 
@@ -94,9 +98,11 @@ class KeyGroupSorter:
             (too small a hint costs one extra pass over the oversized buckets, never memory).
         duplicates: how equal entries are resolved.
         spill_dir: parent of the temporary spill directory (default: the system temp dir).
-        presorted: the rows of each key group arrive in (key, namespace, user key) order
-            (blocks of a source whose max parallelism divides ``max_parallelism``, read in
-            order): a stable sort by key group suffices. Checked; a violation costs a full sort.
+        presorted: the rows of each key group arrive in the order of ``version`` (blocks
+            of a source whose max parallelism divides ``max_parallelism``, read in order): a
+            stable sort by key group suffices. Checked; a violation costs a full sort.
+        version: the state file version the blocks are for (its entry order); default the
+            current write format's.
     """
 
     def __init__(
@@ -109,12 +115,15 @@ class KeyGroupSorter:
         duplicates: DuplicateMode = DuplicateMode.LAST,
         spill_dir: str | None = None,
         presorted: bool = False,
+        version: int | None = None,
     ) -> None:
         check_parallelism(parallelism, max_parallelism)
         self.max_parallelism = max_parallelism
         self.parallelism = parallelism
         self.duplicates = duplicates
         self.presorted = presorted
+        self.version = current_write_format().version if version is None else version
+        self.schema: pa.Schema | None = None
         # Budget split: partition buffers 1/3; draining holds up to DRAIN_WORKERS buckets of
         # 1/4 each, plus their sorted copies.
         self.bucket_bytes = max(1 << 20, memory_budget // 4)
@@ -178,6 +187,10 @@ class KeyGroupSorter:
         table = pa.Table.from_batches([data]) if isinstance(data, pa.RecordBatch) else data
         if table.num_rows == 0:
             return
+        if self.schema is None:
+            self.schema = table.schema
+        elif not table.schema.equals(self.schema):
+            raise ValueError(f"KeyGroupSorter.add: schema {table.schema} differs from the first table's {self.schema}")
         self.rows_in += table.num_rows
         self._pending.append(table)
         self._pending_bytes += table.nbytes
@@ -242,8 +255,6 @@ class KeyGroupSorter:
     def _flush(self, buckets: list[_Bucket]) -> None:
         import pyarrow as pa
 
-        from statekit.statefmt.statefile import keyed_schema
-
         for bucket in buckets:
             if not bucket.buffered:
                 continue
@@ -251,7 +262,7 @@ class KeyGroupSorter:
             bucket.buffered = []
             if bucket.writer is None:
                 bucket.sink = pa.OSFile(bucket.path, "wb")
-                bucket.writer = pa.ipc.new_stream(bucket.sink, keyed_schema())
+                bucket.writer = pa.ipc.new_stream(bucket.sink, self.schema)
             bucket.writer.write_table(table)
             with self._lock:
                 self.spilled_bytes += table.nbytes
@@ -308,7 +319,8 @@ class KeyGroupSorter:
             yield from self._resplit(bucket)
             return
         table = self._load(bucket)
-        yield from sort_key_group_table(table, self.max_parallelism, self.duplicates, presorted=self.presorted)
+        yield from sort_key_group_table(table, self.max_parallelism, self.duplicates, presorted=self.presorted,
+                                        version=self.version)
         del table
         _release_unused()
 
@@ -351,10 +363,11 @@ def _release_unused() -> None:
 
 def sort_key_group_table(
     table: pa.Table, max_parallelism: int, duplicates: DuplicateMode = DuplicateMode.LAST,
-    *, presorted: bool = False,
+    *, presorted: bool = False, version: int | None = None,
 ) -> Iterator[tuple[int, pa.RecordBatch]]:
     """Cut a keyed table into ``(key group, batch)`` blocks, key groups ascending, entries
-    sorted by (key, namespace, user key) and unique.
+    unique and in the order of format ``version`` (1: key, namespace, user key; 2: key hash,
+    key, namespace, user key).
 
     The sort is stable, so among equal entries arrival order decides (``LAST`` keeps the
     last, ``CONCAT_LISTS`` appends list elements in arrival order). With ``presorted`` the
@@ -365,19 +378,19 @@ def sort_key_group_table(
 
     if table.num_rows == 0:
         return
+    order_columns = _order_columns(current_write_format().version if version is None else version)
     table = table.combine_chunks()
     groups = pc.remainder(_column(table, "key_hash"), pa.scalar(max_parallelism, pa.uint32()))
     if presorted and not _is_ascending(groups):
         order = pc.sort_indices(groups)
         table = table.take(order).combine_chunks()
         groups = pc.take(groups, order)
-    if not (_is_ascending(groups) and _sorted_within_groups(table, groups)):
-        with_group = table.append_column("__kg", groups)
-        order = pc.sort_indices(
-            with_group,
-            sort_keys=[("__kg", "ascending"), ("key", "ascending"), ("namespace", "ascending"),
-                       ("user_key", "ascending")],
-        )
+    if not (_is_ascending(groups) and _sorted_within_groups(table, groups, order_columns)):
+        if order_columns[0] == "key_hash":  # version 2: a radix sort of the key hashes
+            order = hash_sort_indices(table, max_parallelism, list(order_columns[1:]))
+        else:
+            with_group = table.append_column("__kg", groups)
+            order = pc.sort_indices(with_group, sort_keys=[("__kg", "ascending")] + [(c, "ascending") for c in order_columns])
         table = table.take(order).combine_chunks()
         groups = pc.take(groups, order)
     table, groups = _resolve_duplicates(table, groups, duplicates)
@@ -390,6 +403,11 @@ def sort_key_group_table(
         whole = start == 0 and end == batch.num_rows
         yield int(key_group), batch if whole else _compact(batch.slice(start, end - start))
         start = end
+
+
+def _order_columns(version: int) -> tuple[str, ...]:
+    """The columns entries of a key group are sorted by, in format ``version``."""
+    return ("key", "namespace", "user_key") if version == 1 else ("key_hash", "key", "namespace", "user_key")
 
 
 def _compact(batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -414,20 +432,19 @@ def _adjacent(column: Any) -> tuple[Any, Any]:
     return column.slice(0, n - 1), column.slice(1)
 
 
-def _sorted_within_groups(table: pa.Table, groups: pa.Array) -> bool:
-    """Whether each row is <= the next by (key, namespace, user key) wherever both share a key group."""
+def _sorted_within_groups(table: pa.Table, groups: pa.Array, order_columns: tuple[str, ...]) -> bool:
+    """Whether each row is <= the next by ``order_columns`` wherever both share a key group."""
     import pyarrow.compute as pc
 
     if table.num_rows < 2:
         return True
     same_group = pc.equal(*_adjacent(groups))
     ordered = None
-    for name in ("user_key", "namespace", "key"):
+    for name in reversed(order_columns):
         left, right = _adjacent(_column(table, name))
-        if name == "user_key":
+        if ordered is None:  # the last column: nulls (user keys of non-map state) are equal
             ordered = pc.fill_null(pc.less_equal(left, right), True)
         else:
-            assert ordered is not None
             ordered = pc.or_(pc.less(left, right), pc.and_(pc.equal(left, right), ordered))
     assert ordered is not None
     return not pc.any(pc.and_(same_group, pc.invert(ordered))).as_py()
@@ -466,17 +483,22 @@ def _resolve_duplicates(table: pa.Table, groups: pa.Array, mode: DuplicateMode) 
 
 
 def _concat_list_runs(table: pa.Table, same: list[bool]) -> pa.Table:
-    """Give the last row of each run of equal entries the elements of the whole run."""
+    """Give the last row of each run of equal entries the elements of the whole run
+    (serialized list frames, or a typed list column)."""
     import pyarrow as pa
 
-    values = table.column("value").to_pylist()
+    column = _column(table, "value")
+    serialized = is_serialized(column.type)
+    values = column.to_pylist() if serialized else python_values(column)
     merged = list(values)
-    run: list[bytes] = []
+    run: list[Any] = []
     for i, value in enumerate(values):
         run.append(value)
         if i == len(same) or not same[i]:
             if len(run) > 1:
-                merged[i] = encode_list([e for frame in run for e in decode_list(frame)])
+                merged[i] = encode_list([e for frame in run for e in decode_list(frame)]) if serialized \
+                    else [e for elements in run for e in (elements or [])]
             run = []
     index = table.schema.get_field_index("value")
-    return table.set_column(index, table.schema.field(index), pa.array(merged, pa.binary()))
+    replaced = pa.array(merged, pa.binary()) if serialized else typed_column(merged, column.type)
+    return table.set_column(index, table.schema.field(index), replaced)

@@ -5,13 +5,18 @@ Three actions per operator:
 * ``copy`` — parallelism and max parallelism unchanged: every file is copied byte for byte
   (size and whole-file CRC verified while copying).
 * ``rescale`` — a new parallelism, same max parallelism: each new subtask's keyed file is
-  assembled from **whole key-group blocks** copied by byte range from the old files, in
-  key-group order; no entry is decoded. Every block's CRC is verified as it is read and
-  carried into the new index; each new file gets a new whole-file CRC. Operator state is
-  redistributed by mode (:mod:`statekit.writers.operator_state_redistribution`).
+  the header of the old files, **runs of whole key-group blocks** copied by byte range from
+  the one or two old files that overlap its key-group range (by the kernel between local
+  files: :func:`statekit.writers.state_writer.write_block_runs`), a new index and footer; no
+  entry is decoded. Every block's CRC is checked against the source and carried into the
+  new index; the new whole-file CRC is combined from the block CRCs. Old files with
+  different headers (format version, compression, value type) are re-encoded block by
+  block into one. Operator state is redistributed by mode
+  (:mod:`statekit.writers.operator_state_redistribution`).
 * ``regroup`` — a new max parallelism: every entry's key group is recomputed from its stored
   ``key_hash`` (``key_hash % M2``, vectorized), and entries are regrouped and re-sorted with
-  bounded memory (:class:`statekit.writers.key_group_sorter.KeyGroupSorter`).
+  bounded memory (:class:`statekit.writers.key_group_sorter.KeyGroupSorter`), written in
+  the current format (:func:`statekit.statefmt.encoding.current_write_format`).
 
 Guarantees: the source is only read; the output directory appears whole (``_metadata``
 last) or not at all, so a damaged source (bad block CRC, truncated file, wrong size) fails
@@ -36,22 +41,17 @@ from statekit.statefmt.keygroups import (
     check_parallelism,
     compute_key_group_range_for_operator_index,
 )
-from statekit.statefmt.metadata import (
-    CheckpointMetadata,
-    OperatorMetadata,
-    SnapshotFormat,
-    SnapshotKind,
-    StateDescriptor,
-    StateFile,
-    SubtaskState,
-)
+from statekit.statefmt.encoding import BlockCodec, current_write_format, is_serialized, keyed_schema
+from statekit.statefmt.entries import StateCodec
+from statekit.statefmt.metadata import OperatorMetadata, StateDescriptor, StateFile, SubtaskState
 from statekit.statefmt.statefile import IndexEntry
-from statekit.writers.key_group_sorter import DEFAULT_MEMORY_BUDGET, DuplicateMode, KeyGroupSorter
+from statekit.writers.key_group_sorter import DEFAULT_MEMORY_BUDGET, DuplicateMode, KeyGroupSorter, sort_key_group_table
+from statekit.writers.metadata_builder import SnapshotMetadataBuilder, subtask_states
 from statekit.writers.operator_copy import copy_operator
 from statekit.writers.operator_state_redistribution import planned_operator_elements, redistribute_operator_state
 from statekit.readers.progress import Advance, ProgressFactory, no_progress
 from statekit.writers.staging import check_output_dir, staged_output_dir
-from statekit.writers.state_writer import commit_metadata, write_keyed_file, write_raw_keyed_file
+from statekit.writers.state_writer import BlockRun, commit_metadata, write_block_runs, write_keyed_file
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -68,13 +68,13 @@ __all__ = [
 
 COPY, RESCALE, REGROUP = "copy", "rescale", "regroup"
 _WRITERS = 2
-_FILE_OVERHEAD: int = layout.STATE_FILE_HEADER.size + layout.STATE_FILE_FOOTER.size
 
 
-def keyed_file_size(block_bytes: int, blocks: int) -> int:
-    """Exact size of a state file holding ``blocks`` blocks of ``block_bytes`` bytes in total."""
+def keyed_file_size(block_bytes: int, blocks: int, header_size: int = layout.STATE_FILE_HEADER.size) -> int:
+    """Exact size of a state file with a header of ``header_size`` bytes holding ``blocks``
+    blocks of ``block_bytes`` bytes in total."""
     entry_size: int = layout.INDEX_ENTRY.size
-    return _FILE_OVERHEAD + block_bytes + blocks * entry_size
+    return header_size + layout.STATE_FILE_FOOTER.size + block_bytes + blocks * entry_size
 
 
 # ---------------------------------------------------------------- results
@@ -237,12 +237,35 @@ def _targets(
 # ---------------------------------------------------------------- plan
 
 
+@dataclass(frozen=True)
+class _OldFile:
+    """One old file of a keyed state: its subtask, range, metadata, block index and codec."""
+
+    subtask: int
+    key_group_range: KeyGroupRange
+    file: StateFile
+    index: tuple[IndexEntry, ...]
+    codec: BlockCodec
+
+
 @dataclass
 class _KeyedIndex:
     """The block index of every old file of one keyed state."""
 
     state: str
-    files: list[tuple[int, KeyGroupRange, StateFile, tuple[IndexEntry, ...]]]
+    files: list[_OldFile]
+
+    @property
+    def codecs(self) -> list[BlockCodec]:
+        return [f.codec for f in self.files if f.index]
+
+    def header_size(self) -> int:
+        """Header bytes of a new file of this state: the old files' header when they share
+        one, else the current format's (an estimate for planning)."""
+        codecs = {c.header for c in self.codecs}
+        if len(codecs) == 1:
+            return len(next(iter(codecs)))
+        return len(BlockCodec.for_writing(layout.FILE_KIND_KEYED, None, current_write_format()).header)
 
 
 def _read_indexes(reader: SavepointReader, op: OperatorMetadata, state: str) -> _KeyedIndex:
@@ -252,7 +275,7 @@ def _read_indexes(reader: SavepointReader, op: OperatorMetadata, state: str) -> 
         if file is None:
             continue
         with reader.open_subtask_file(op, st, file) as source:
-            files.append((st.index, st.key_group_range, file, source.index))
+            files.append(_OldFile(st.index, st.key_group_range, file, source.index, source.codec))
     return _KeyedIndex(state, files)
 
 
@@ -263,11 +286,17 @@ def _plan_blocks(target: _Target, indexes: list[_KeyedIndex], action: str) -> Op
         groups: set[int] = set()
         size = entries = 0
         for index in indexes:
-            if action == COPY and all(j != i for j, _, _, _ in index.files):
-                continue  # copied as is: no file stays no file
-            blocks = [e for _, _, _, es in index.files for e in es if e.key_group in kg_range]
+            if action == COPY:
+                old = next((f for f in index.files if f.subtask == i), None)
+                if old is None:
+                    continue  # copied as is: no file stays no file
+                size += old.file.size
+                entries += old.file.entries
+                groups.update(e.key_group for e in old.index)
+                continue
+            blocks = [e for f in index.files for e in f.index if e.key_group in kg_range]
             groups.update(e.key_group for e in blocks)
-            size += keyed_file_size(sum(e.length for e in blocks), len(blocks))
+            size += keyed_file_size(sum(e.length for e in blocks), len(blocks), index.header_size())
             entries += sum(e.entries for e in blocks)
         subtasks.append(SubtaskPlan(i, kg_range, len(groups), size, entries))
     return _operator_plan(target, action, subtasks)
@@ -297,53 +326,64 @@ def _entries(subtask: SubtaskState, state: str) -> int:
 
 
 def _plan_regroup(reader: SavepointReader, target: _Target, on_progress: Advance | None) -> OperatorPlan:
-    """Exact entries per new subtask from every block's key_hash column; bytes estimated."""
+    """Exact entries per new subtask from every block's key_hash column; bytes estimated
+    from the stored bytes per entry of the old blocks (their fixed per-block cost taken
+    out), their mean per-block cost, and the per-file cost of the current format."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     m2, p2 = target.max_parallelism, target.parallelism
-    overhead = _block_overhead() + _PADDING_ESTIMATE
     entries = [0] * p2
     weight = [0.0] * p2
     state_groups: list[list[set[int]]] = []
+    block_costs: list[tuple[int, float]] = []  # (blocks, mean cost of a block) per state
+    file_overhead = 0
     for descriptor in target.keyed_states():
         groups: list[set[int]] = [set() for _ in range(p2)]
-        for _, batch, length in _read_blocks(reader, target.op, descriptor.name, on_progress):
+        file_overhead += _new_codec(_read_indexes(reader, target.op, descriptor.name)).header_size \
+            + layout.STATE_FILE_FOOTER.size
+        costs = []
+        for _, batch, length, codec in _read_blocks(reader, target.op, descriptor.name, on_progress):
             new_groups = pc.remainder(batch.column("key_hash"), pa.scalar(m2, pa.uint32()))
             owners = pc.divide(pc.multiply(new_groups.cast(pa.int64()), p2), m2)
-            counts = pc.value_counts(owners)
-            for item in counts.to_pylist():
+            fixed, data = codec.overhead(batch)
+            costs.append(fixed + _PADDING_ESTIMATE)
+            per_row = min(data, max(0, length - fixed)) / batch.num_rows  # compressed blocks: their stored size
+            for item in pc.value_counts(owners).to_pylist():
                 entries[item["values"]] += item["counts"]
-                weight[item["values"]] += batch.nbytes * item["counts"] / batch.num_rows
+                weight[item["values"]] += per_row * item["counts"]
             for g in pc.unique(new_groups).to_pylist():
                 groups[g * p2 // m2].add(g)
         state_groups.append(groups)
+        block_costs.append((len(costs), sum(costs) / len(costs) if costs else 0.0))
     subtasks = []
     for i in range(p2):
-        n_states = len(state_groups)
-        blocks = sum(len(groups[i]) for groups in state_groups)
+        blocks = sum(len(groups[i]) * (layout.INDEX_ENTRY.size + cost)
+                     for groups, (_, cost) in zip(state_groups, block_costs))
         groups_union = set().union(*(groups[i] for groups in state_groups)) if state_groups else set()
-        size = n_states * _FILE_OVERHEAD + round(weight[i]) + blocks * (layout.INDEX_ENTRY.size + overhead)
+        size = file_overhead + round(weight[i] + blocks)
         subtasks.append(SubtaskPlan(i, target.new_range(i), len(groups_union), size, entries[i]))
     return _operator_plan(target, REGROUP, subtasks, estimated=True)
 
 
-_PADDING_ESTIMATE = 40  # bytes of buffer alignment padding in a typical block
-
-
-def _block_overhead() -> int:
-    """Bytes of an empty keyed block (IPC message metadata): a block's cost beyond its rows."""
+def _new_codec(index: _KeyedIndex) -> BlockCodec:
+    """The codec of the files a max-parallelism change writes for a state (current format)."""
     import pyarrow as pa
 
-    from statekit.statefmt.statefile import encode_block, keyed_schema
+    fmt = current_write_format()
+    types = {c.schema.field("value").type for c in index.codecs}
+    only = next(iter(types)) if len(types) == 1 and fmt.version >= 2 else pa.binary()
+    return BlockCodec.for_writing(layout.FILE_KIND_KEYED, keyed_schema(None if is_serialized(only) else only), fmt)
 
-    return len(encode_block(pa.RecordBatch.from_pylist([], schema=keyed_schema())))
+
+_PADDING_ESTIMATE = 16  # bytes of buffer alignment padding in a typical block (2-4 buffers)
 
 
 def _read_blocks(
     reader: SavepointReader, op: OperatorMetadata, state: str, on_progress: Advance | None
-) -> Iterator[tuple[int, pa.RecordBatch, int]]:
-    """(old key group, verified decoded block, block length) of every old file, in order."""
+) -> Iterator[tuple[int, pa.RecordBatch, int, BlockCodec]]:
+    """(old key group, verified decoded block, block length, its file's codec) of every old
+    file, in order."""
     for st in op.subtasks:
         file = st.file_of(state)
         if file is None:
@@ -354,7 +394,7 @@ def _read_blocks(
                 assert batch is not None
                 if on_progress:
                     on_progress(file.path, entry.length)
-                yield entry.key_group, batch, entry.length
+                yield entry.key_group, batch, entry.length, source.codec
 
 
 def plan_rescale(
@@ -444,14 +484,8 @@ def rescale_savepoint(
             staged_output_dir(output, output_storage_options) as (io, directory):
         job = _Job(reader, report, spill_dir, memory_budget, advance)
         operators = tuple(job.operator(io, directory, target) for target in targets)
-        md = reader.metadata
-        metadata = CheckpointMetadata(
-            job_id=md.job_id, job_name=md.job_name, checkpoint_id=md.checkpoint_id,
-            kind=SnapshotKind.SAVEPOINT, format=SnapshotFormat.CANONICAL,
-            created_at_ms=CheckpointMetadata.now_ms(), operators=operators,
-            properties={**md.properties, "statekit.rescaled-from": reader.path},
-        )
-        commit_metadata(io, directory, metadata)
+        header = SnapshotMetadataBuilder.continuing(reader.metadata, {"statekit.rescaled-from": reader.path})
+        commit_metadata(io, directory, header.build(operators))
     report.elapsed_s = time.monotonic() - started
     return report
 
@@ -517,7 +551,7 @@ class _Job:
             self._advance(descriptor.name, max(0, work - (self._done - done_before)))
         self.report.bytes_written += sum(f.size for fs in files for f in fs)
         self.report.operators.append(self._outcome(target, action, written))
-        subtasks = tuple(SubtaskState(i, target.new_range(i), tuple(files[i])) for i in range(p2))
+        subtasks = subtask_states(target.max_parallelism, p2, files)
         return replace(op, parallelism=p2, max_parallelism=target.max_parallelism, subtasks=subtasks)
 
     def _outcome(self, target: _Target, action: str, written: dict[str, list[tuple[StateFile, set[int]]]]) -> OperatorPlan:
@@ -534,7 +568,7 @@ class _Job:
         written: dict[str, list[tuple[StateFile, set[int]]]] = {}
         for descriptor in target.keyed_states():
             index = _read_indexes(self.reader, op, descriptor.name)
-            by_subtask = {i: (f, {e.key_group for e in entries}) for i, _, f, entries in index.files}
+            by_subtask = {f.subtask: (f.file, {e.key_group for e in f.index}) for f in index.files}
             empty = StateFile(descriptor.name, "", 0, "", 0)
             written[descriptor.name] = [by_subtask.get(i, (empty, set())) for i in range(op.parallelism)]
         copied = copy_operator(self.reader, op, io, directory, on_bytes=self._advance)
@@ -544,37 +578,77 @@ class _Job:
 
     def _rescale_state(self, io: FileIO, directory: str, target: _Target, state: str) -> list[tuple[StateFile, set[int]]]:
         index = _read_indexes(self.reader, target.op, state)
+        shared = {c.header: c for c in index.codecs}
+        copying = len(shared) <= 1
+        codec = next(iter(shared.values())) if copying and shared else None
 
         def write(i: int) -> tuple[StateFile, set[int]]:
-            groups: set[int] = set()
             relative = layout.state_file_path(target.op.uid, state, i, target.parallelism)
-            blocks = self._blocks_in(index, target.new_range(i), groups)
-            return write_raw_keyed_file(io, directory, relative, state, blocks), groups
+            kg_range = target.new_range(i)
+            groups = {e.key_group for f in index.files for e in f.index if e.key_group in kg_range}
+            if copying:
+                runs = self._runs_in(index, kg_range)
+                file_codec = codec or BlockCodec.for_writing(layout.FILE_KIND_KEYED, None, current_write_format())
+                return write_block_runs(io, directory, relative, state, file_codec, self.reader.snapshot.io, runs,
+                                        on_bytes=self._advance), groups
+            return self._write_transcoded(io, directory, relative, target.op, state, index, kg_range), groups
 
-        # Two writers overlap one file's CRC and copying with another's fsync (both release the GIL).
+        # Two writers overlap one file's copy and checks with another's fsync (both release the GIL).
         with ThreadPoolExecutor(max_workers=_WRITERS) as pool:
             return list(pool.map(write, range(target.parallelism)))
 
-    def _blocks_in(self, index: _KeyedIndex, kg_range: KeyGroupRange, groups: set[int]) -> Iterator[tuple[IndexEntry, bytes]]:
-        """The verified blocks of ``kg_range`` from the old files that overlap it, in key-group order."""
-        for _, old_range, file, entries in index.files:
-            wanted = [e.key_group for e in entries if e.key_group in kg_range]
+    def _runs_in(self, index: _KeyedIndex, kg_range: KeyGroupRange) -> list[BlockRun]:
+        """The blocks of ``kg_range``: one run per old file that overlaps it, in key-group order
+        (an old file's blocks of a contiguous range are contiguous in the file)."""
+        snapshot = self.reader.snapshot
+        runs = []
+        for old in index.files:
+            blocks = tuple(e for e in old.index if e.key_group in kg_range)
+            if blocks:
+                path = snapshot.file_path(old.file.path)
+                runs.append(BlockRun(path, snapshot.io.url(path), blocks))
+        return runs
+
+    def _write_transcoded(self, io: FileIO, directory: str, relative: str, op: OperatorMetadata, state: str,
+                          index: _KeyedIndex, kg_range: KeyGroupRange) -> StateFile:
+        """A new file from old files of different headers: every block re-encoded into the
+        current format, values in one form (:class:`_ValueConformer`)."""
+        forms = _ValueConformer(index, op, state)
+        blocks = self._decoded_in(index, kg_range, forms)
+        return write_keyed_file(io, directory, relative, state, blocks)
+
+    def _decoded_in(self, index: _KeyedIndex, kg_range: KeyGroupRange,
+                    forms: _ValueConformer) -> Iterator[tuple[int, pa.RecordBatch]]:
+        version = current_write_format().version
+        for old in index.files:
+            wanted = [e.key_group for e in old.index if e.key_group in kg_range]
             if not wanted:
                 continue
-            with self.reader.open_file(file) as source:
+            with self.reader.open_file(old.file) as source:
                 for entry, data in source.iter_raw_blocks(wanted):
-                    groups.add(entry.key_group)
-                    self._advance(file.path, entry.length)
-                    yield entry, data
+                    self._advance(old.file.path, entry.length)
+                    batch = forms.conform(source.decode(entry.key_group, data))
+                    if old.codec.version != version:  # another version's entry order
+                        import pyarrow as pa
+
+                        (_, batch), = sort_key_group_table(pa.Table.from_batches([batch]), 1 << 32, version=version)
+                    yield entry.key_group, batch
 
     def _regroup_state(self, io: FileIO, directory: str, target: _Target, state: str) -> list[tuple[StateFile, set[int]]]:
         op = target.op
         expected = sum(f.size for st in op.subtasks for f in st.files if f.state == state)
+        index = _read_indexes(self.reader, op, state)
+        forms = _ValueConformer(index, op, state)
+        version = current_write_format().version
+        # blocks of a source whose max parallelism divides the new one keep their order, in
+        # a version whose order sorts by key hash first the same way
+        in_order = target.max_parallelism % op.max_parallelism == 0 and \
+            all(c.version == version for c in index.codecs)
         with KeyGroupSorter(target.max_parallelism, target.parallelism, memory_budget=self.memory_budget,
                             expected_bytes=expected, duplicates=DuplicateMode.LAST, spill_dir=self.spill_dir,
-                            presorted=target.max_parallelism % op.max_parallelism == 0) as sorter:
-            for _, batch, _ in _read_blocks(self.reader, op, state, self._advance):
-                sorter.add(batch)
+                            presorted=in_order, version=version) as sorter:
+            for _, batch, _, _ in _read_blocks(self.reader, op, state, self._advance):
+                sorter.add(forms.conform(batch))
             per_row = expected / max(1, sorter.rows_in)
 
             def write(i: int, blocks: Iterator[tuple[int, pa.RecordBatch]]) -> tuple[StateFile, set[int]]:
@@ -584,6 +658,30 @@ class _Job:
                 return write_keyed_file(io, directory, relative, state, recorded), groups
 
             return sorter.drain(write)
+
+
+class _ValueConformer:
+    """Old blocks of one state in one value form: their common typed column type when every
+    old file has it (and the current format can hold it), else serialized bytes — typed
+    columns are serialized with the state's value serializer (no value is decoded from
+    bytes, so pickled state needs no trust)."""
+
+    def __init__(self, index: _KeyedIndex, op: OperatorMetadata, state: str) -> None:
+        import pyarrow as pa
+
+        types = {c.schema.field("value").type for c in index.codecs}
+        only = next(iter(types)) if len(types) == 1 else pa.binary()
+        self.type = only if current_write_format().version >= 2 else pa.binary()
+        self._codec = StateCodec(op.state(state), op.key_serializer, for_write=True)
+
+    def conform(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        import pyarrow as pa
+
+        if batch.schema.field("value").type == self.type:
+            return batch
+        columns = list(batch.columns)
+        columns[batch.schema.get_field_index("value")] = self._codec.serialized_values(batch.column("value"))
+        return pa.RecordBatch.from_arrays(columns, schema=keyed_schema(None if is_serialized(self.type) else self.type))
 
 
 def _recording(blocks: Iterator[tuple[int, pa.RecordBatch]], groups: set[int],

@@ -15,7 +15,6 @@ The output appears whole or not at all (see :mod:`statekit.writers.staging`).
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -25,30 +24,18 @@ from statekit.statefmt import layout
 from statekit.statefmt.entries import StateCodec, group_by_key_group
 from statekit.statefmt.errors import BadInputError, StateNotFoundError
 from statekit.statefmt.fileio import FileIO
+from statekit.statefmt.job_id import new_job_id
 from statekit.statefmt.keygroups import (
     check_parallelism,
     compute_default_max_parallelism,
-    compute_key_group_range_for_operator_index,
     compute_operator_index_for_key_group,
 )
-from statekit.statefmt.metadata import (
-    CheckpointMetadata,
-    OperatorMetadata,
-    SnapshotFormat,
-    SnapshotKind,
-    StateDescriptor,
-    StateFile,
-    StateKind,
-    SubtaskState,
-)
+from statekit.statefmt.metadata import CheckpointMetadata, OperatorMetadata, StateDescriptor, StateFile, StateKind
+from statekit.writers.metadata_builder import SnapshotMetadataBuilder, operator_metadata
 from statekit.writers.staging import staged_output_dir
 from statekit.writers.state_writer import commit_metadata, copy_state_file, write_keyed_file, write_operator_file
 
-__all__ = ["SavepointWriter", "PerSubtask", "new_job_id"]
-
-
-def new_job_id() -> str:
-    return uuid.uuid4().hex
+__all__ = ["SavepointWriter", "PerSubtask"]
 
 
 @dataclass(frozen=True)
@@ -186,15 +173,8 @@ class SavepointWriter:
             operators = tuple(
                 self._write_operator(io, directory, entry, on_file) for entry in self._operators.values()
             )
-            metadata = CheckpointMetadata(
-                job_id=self.job_id,
-                job_name=self.job_name,
-                checkpoint_id=0,
-                kind=SnapshotKind.SAVEPOINT,
-                format=SnapshotFormat.CANONICAL,
-                created_at_ms=CheckpointMetadata.now_ms() if created_at_ms is None else created_at_ms,
-                operators=operators,
-            )
+            metadata = SnapshotMetadataBuilder(self.job_id, job_name=self.job_name).build(
+                operators, created_at_ms=created_at_ms)
             commit_metadata(io, directory, metadata)
         return metadata
 
@@ -216,23 +196,10 @@ class SavepointWriter:
             for index, file in enumerate(written):
                 if file is not None:
                     files[index].append(file)
-        keyed = any(d.keyed for d, _ in entry.states)
-        return OperatorMetadata(
-            uid=entry.uid,
-            name=entry.name,
-            parallelism=entry.parallelism,
-            max_parallelism=entry.max_parallelism,
-            key_serializer=entry.key_serializer if keyed else None,
-            states=tuple(d for d, _ in entry.states),
-            subtasks=_subtasks(entry.max_parallelism, entry.parallelism, files),
+        return operator_metadata(
+            entry.uid, name=entry.name, parallelism=entry.parallelism, max_parallelism=entry.max_parallelism,
+            key_serializer=entry.key_serializer, states=[d for d, _ in entry.states], files=files,
         )
-
-
-def _subtasks(max_parallelism: int, parallelism: int, files: list[list[StateFile]]) -> tuple[SubtaskState, ...]:
-    return tuple(
-        SubtaskState(i, compute_key_group_range_for_operator_index(max_parallelism, parallelism, i), tuple(files[i]))
-        for i in range(parallelism)
-    )
 
 
 def _write_keyed_state(

@@ -25,6 +25,16 @@ def test_cli_reference_is_up_to_date() -> None:
     assert actual == expected, "docs/CLI.md is stale: run `python scripts/gen_cli_docs.py`"
 
 
+def test_every_usage_line_names_its_command_once() -> None:
+    text = (ROOT / "docs" / "CLI.md").read_text()
+    headings = re.findall(r"^##+ (statekit(?: [a-z-]+)*)\n", text, re.M)
+    usages = re.findall(r"^Usage: (statekit(?: [a-z-]+)*)(?: \[OPTIONS\]|$)", text, re.M)
+    assert usages == headings, "usage lines do not match their headings"
+    for usage in usages:
+        words = usage.split()
+        assert len(words) == len(set(words)), f"usage line repeats a word: {usage}"
+
+
 def test_every_command_is_documented() -> None:
     text = (ROOT / "docs" / "CLI.md").read_text()
     for name in COMMANDS:

@@ -117,14 +117,14 @@ def test_checkpoints_list_text(checkpoint_root: Path, fixed_clock: None) -> None
     assert result.exit_code == 0, result.output
     job = checkpoint_root / JOB
     sizes = {name: dir_size(job / name) for name in ("chk-1", "chk-2")}
-    assert sizes == {"chk-1": 4030, "chk-2": 5262}  # the writer is deterministic
+    assert sizes == {"chk-1": 3926, "chk-2": 4630}  # the writer is deterministic
     assert result.stdout.splitlines()[0].strip() == f"Snapshots in {checkpoint_root}"
     assert rows(result.stdout) == [
-        ["abababababab", "1", "checkpoint", "complete", "canonical", "3.9 KiB", "60 min", str(job / "chk-1")],
-        ["abababababab", "2", "checkpoint", "complete", "canonical", "5.1 KiB", "60 min", str(job / "chk-2")],
+        ["abababababab", "1", "checkpoint", "complete", "canonical", "3.8 KiB", "60 min", str(job / "chk-1")],
+        ["abababababab", "2", "checkpoint", "complete", "canonical", "4.5 KiB", "60 min", str(job / "chk-2")],
         ["abababababab", "3", "checkpoint", "incomplete (no _metadata)", "-", "10 B", "30 s", str(job / "chk-3")],
         ["abababababab", "4", "checkpoint", "damaged", "-", "12 B", "-", str(job / "chk-4")],
-        ["abababababab", "0", "savepoint", "complete", "canonical", "4.3 KiB", "58 min",
+        ["abababababab", "0", "savepoint", "complete", "canonical", "3.6 KiB", "58 min",
          str(checkpoint_root / "savepoints" / "savepoint-ababab-000000000001")],
     ]
 
@@ -310,7 +310,7 @@ def test_dispose_dry_run_text_and_json(tmp_path: Path) -> None:
     assert text.stdout.splitlines() == [f"would delete {copy} (17 files, 10.2 KiB)", *(f"  {f}" for f in files)]
     result = run("--json", "dispose", "--dry-run", str(copy))
     assert json.loads(result.stdout) == {"path": str(copy), "files": files, "bytes": dir_size(copy), "complete": True,
-                                         "dry_run": True, "disposed": False}
+                                         "dry_run": True, "disposed": False, "shared_files": [], "kept_shared": 0, "notes": []}
     assert sorted(str(p) for p in copy.rglob("*") if p.is_file()) == files
 
 
@@ -354,7 +354,8 @@ def test_dispose_an_incomplete_checkpoint(checkpoint_root: Path, tmp_path: Path)
     shutil.copytree(checkpoint_root / JOB, job)
     dry = json.loads(run("--json", "dispose", "--dry-run", str(job / "chk-3")).stdout)
     assert dry == {"path": str(job / "chk-3"), "files": [str(job / "chk-3" / "counter" / "count" / "00000-of-00002.sks")],
-                   "bytes": 10, "complete": False, "dry_run": True, "disposed": False}
+                   "bytes": 10, "complete": False, "dry_run": True, "disposed": False,
+                   "shared_files": [], "kept_shared": 0, "notes": []}
     result = run("dispose", str(job / "chk-3"))
     assert result.exit_code == 0 and result.stdout == f"deleted {job / 'chk-3'} (1 files, 10 B)\n"
     assert sorted(p.name for p in job.iterdir()) == ["chk-1", "chk-2", "chk-4", "shared"]

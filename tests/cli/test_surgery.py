@@ -15,6 +15,7 @@ from click.testing import CliRunner, Result
 from statekit.cli.main import cli
 from statekit.readers.savepoint_reader import SavepointReader
 from statekit.statefmt.metadata import StateDescriptor, StateKind
+from statekit.statefmt.statefile import StateFileReader
 from statekit.writers.savepoint_writer import SavepointWriter
 
 
@@ -42,10 +43,10 @@ Rescale plan for {savepoint} (dry run: nothing written)
 operator counter: rescale, parallelism 2 -> 3, max parallelism 8
 subtask ┃ key groups ┃ with state ┃   bytes ┃ entries
 ━━━━━━━━╇━━━━━━━━━━━━╇━━━━━━━━━━━━╇━━━━━━━━━╇━━━━━━━━
-      0 │ 0-2        │          3 │ 2.3 KiB │      16
-      1 │ 3-5        │          3 │ 2.2 KiB │      14
-      2 │ 6-7        │          2 │ 1.4 KiB │      10
-  keyed states count: 5.9 KiB, 40 entries, skew 1.18 (largest subtask / mean)
+      0 │ 0-2        │          3 │ 1.6 KiB │      16
+      1 │ 3-5        │          3 │ 1.6 KiB │      14
+      2 │ 6-7        │          2 │ 1.2 KiB │      10
+  keyed states count: 4.5 KiB, 40 entries, skew 1.10 (largest subtask / mean)
   operator-list state offsets: elements per subtask [1, 1, 1]
 """
 
@@ -106,7 +107,10 @@ def test_rescale_damaged_or_incomplete_sources(tmp_path: Path, savepoint: str) -
     file = SavepointReader.read(str(damaged)).operator("counter").subtasks[0].file_of("count")
     assert file is not None
     data = bytearray((damaged / file.path).read_bytes())
-    data[40] ^= 0xFF
+    with open(damaged / file.path, "rb") as stream:
+        first = StateFileReader(stream, len(data), path="").index
+    block = min(first, key=lambda e: e.offset)
+    data[block.offset + block.length // 2] ^= 0xFF  # inside the first block's body
     (damaged / file.path).write_bytes(bytes(data))
     result = invoke("rescale", str(damaged), "-p", "3", "-o", str(tmp_path / "out"))
     assert result.exit_code == 2
@@ -126,7 +130,7 @@ Modify plan for {savepoint} (dry run: nothing written)
   renamed counter -> c2
 uid ┃ was     ┃ parallelism ┃ max parallelism ┃ states         ┃ files ┃ bytes  
 ━━━━╇━━━━━━━━━╇━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━╇━━━━━━━╇━━━━━━━━
-c2  │ counter │ 2           │ 8               │ count, offsets │ 4     │ 6.6 KiB
+c2  │ counter │ 2           │ 8               │ count, offsets │ 4     │ 4.9 KiB
 """
     out = str(tmp_path / "out")
     result = invoke("--json", "modify", savepoint, "-o", out, "--rename-uid", "counter=c2",
@@ -150,13 +154,13 @@ def test_bootstrap_text_and_json(tmp_path: Path, savepoint: str) -> None:
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert lines[0].startswith(f"Bootstrapped counter/count (value) into {out} in ")
-    assert lines[0].endswith(" s: 3 rows -> 2 entries, 1.2 KiB")
+    assert lines[0].endswith(" s: 3 rows -> 2 entries, 1.5 KiB")
     assert lines[1:] == [
         "  parallelism 2, max parallelism 128, value type int (msgpack)",
         "subtask ┃ key groups ┃   bytes ┃ entries",
         "━━━━━━━━╇━━━━━━━━━━━━╇━━━━━━━━━╇━━━━━━━━",
         "      0 │ 0-63       │ 1.1 KiB │       2",
-        "      1 │ 64-127     │    44 B │       0",
+        "      1 │ 64-127     │   436 B │       0",
     ]
     assert {e.key: e.value for e in SavepointReader.read(out).read_keyed_state("counter", "count")} == {"a": 3, "b": 2}
     added = str(tmp_path / "added")

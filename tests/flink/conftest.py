@@ -10,9 +10,11 @@ served by the ``flink_golden`` fixture, keyed by the snapshot names below.
 
 from __future__ import annotations
 
+import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -74,3 +76,53 @@ def relocated_inline0(tmp_path: Path) -> Path:
         relocate_flink_metadata(meta.read_bytes(), GOLDEN.inline0_old_prefix, f"file:{root}")
     )
     return root / job
+
+
+# ------------------------------------------------------------------ the PyFlink job fixtures
+
+GOLDEN_ROOT = Path(__file__).resolve().parents[1] / "golden"
+
+
+@dataclass(frozen=True)
+class JobFixture:
+    """One run of scripts/flink_fixture_job.py, as tests/golden/<name>/facts.json describes it."""
+
+    name: str
+    root: Path
+    facts: dict[str, Any]
+
+    @property
+    def checkpoint(self) -> Path:
+        """The retained checkpoint as committed: a moved one (its absolute paths name the work dir)."""
+        return self.root / self.facts["checkpoint"]
+
+    def savepoint(self, kind: str) -> Path:
+        """The ``canonical`` or ``native`` savepoint."""
+        return self.root / self.facts["savepoints"][kind]
+
+    def relocated_checkpoint(self, tmp_path: Path) -> Path:
+        """A copy of the fixture whose checkpoint names its own shared files (``relocate --auto``)."""
+        from statekit.flink.relocation import relocate_moved_snapshot
+
+        copy = tmp_path / self.name.replace("/", "-")
+        if not copy.exists():
+            shutil.copytree(self.root, copy)
+            for path in copy.rglob("*"):
+                path.chmod(path.stat().st_mode | 0o200)
+            if "rocksdb" in self.name:  # heap checkpoints hold relative paths only
+                relocate_moved_snapshot(str(copy / self.facts["checkpoint"]), force=True)
+        return copy / self.facts["checkpoint"]
+
+
+def _job_fixture(name: str) -> JobFixture:
+    root = GOLDEN_ROOT / name
+    return JobFixture(name, root, json.loads((root / "facts.json").read_text()))
+
+
+JOB_FIXTURES = ("pyflink-2.3/rocksdb", "pyflink-2.3/hashmap", "pyflink-1.20/rocksdb")
+
+
+@pytest.fixture(scope="session")
+def pyflink_jobs() -> dict[str, JobFixture]:
+    """The fixtures written by real PyFlink 2.3 and 1.20 (scripts/gen_flink_fixtures.py)."""
+    return {name: _job_fixture(name) for name in JOB_FIXTURES}

@@ -56,27 +56,43 @@ def test_entries_agree_with_the_counts_per_key_group(flink_golden: Any) -> None:
     assert {e.key_group for e in only} == set(some) and len(only) == sum(per_group[g] for g in some)
 
 
-def test_decodable_states_name_what_cannot_be_decoded(flink_golden: Any) -> None:
+def test_decodable_states_include_timers(flink_golden: Any) -> None:
     snapshot = open_flink_snapshot(str(flink_golden["hashmap/savepoint"]))
     states = decodable_states(snapshot, "running-count")
     assert (states[0].name, states[0].kind, states[0].reason) == (STATE, "list", None)
     assert states[0].decoder is not None
     assert states[0].decoder.spark_schema == (
-        "key struct<f0:string>, namespace string, user_key string, value array<binary>, key_group int, subtask int")
-    assert [(s.name, s.kind, s.reason) for s in states[1:] if s.decoder is None] == [
-        ("_timer_state/processing_user-timers", "timers", "timers state cannot be decoded"),
-        ("_timer_state/event_user-timers", "timers", "timers state cannot be decoded"),
-    ]
-    with pytest.raises(BadInputError, match="timers state cannot be decoded"):
-        list(read_savepoint_entries(snapshot, "running-count", "_timer_state/event_user-timers"))
+        "key struct<f0:string>, namespace string, user_key string, value array<binary>, expiry bigint, "
+        "key_group int, subtask int")
+    timers = [(s.name, s.kind, s.reason, s.decoder.spark_schema if s.decoder else None) for s in states[1:]]
+    schema = ("key struct<f0:string>, namespace string, user_key string, value bigint, expiry bigint, "
+              "key_group int, subtask int")
+    assert timers == [("_timer_state/processing_user-timers", "timers", None, schema),
+                      ("_timer_state/event_user-timers", "timers", None, schema)]
+    assert list(read_savepoint_entries(snapshot, "running-count", "_timer_state/event_user-timers")) == []
     with pytest.raises(StateNotFoundError, match="no keyed state 'nope'"):
         list(read_savepoint_entries(snapshot, "running-count", "nope"))
 
 
-def test_checkpoints_are_refused_with_the_handle_kind(flink_golden: Any) -> None:
+def test_heap_checkpoints_decode_and_changelog_handles_are_refused(flink_golden: Any) -> None:
+    from dataclasses import replace
+
+    from statekit.flink.model import KeyedHandleKind
+
     snapshot = open_flink_snapshot(str(flink_golden["hashmap/chk-4"]))
-    with pytest.raises(BadInputError, match="needs a canonical savepoint"):
-        list(read_savepoint_entries(snapshot, "running-count", STATE))
+    counts = counts_of(flink_golden["hashmap/chk-4"])
+    low = min(counts.values())
+    ahead = sum(1 for c in counts.values() if c == low + 1)
+    assert counts == {f"key-{i}": low + 1 if i < ahead else low for i in range(1000)}  # the round-robin feed
+    op = snapshot.metadata.operator("running-count")
+    handle = op.subtasks[0].managed_keyed_state
+    assert handle is not None and handle.kind is KeyedHandleKind.KEY_GROUPS
+    changelog = replace(handle, kind=KeyedHandleKind.CHANGELOG)
+    ops = tuple(replace(o, subtasks=(replace(o.subtasks[0], managed_keyed_state=changelog),)) if o is op else o
+                for o in snapshot.metadata.operators)
+    fake = replace(snapshot, metadata=replace(snapshot.metadata, operators=ops))
+    with pytest.raises(BadInputError, match="needs a canonical savepoint or RocksDB state .* changelog handle"):
+        list(read_savepoint_entries(fake, "running-count", STATE))
 
 
 def _copy(flink_golden: Any, tmp_path: Path) -> tuple[Path, Path]:
@@ -158,7 +174,7 @@ def _java_string(text: str) -> bytes:
 def test_map_state_with_variable_key_and_namespace_decodes_the_length_suffixes() -> None:
     import struct
 
-    from statekit.flink.entries import _decode, flink_state_decoder
+    from statekit.flink.decoding import decode_entry as _decode, flink_state_decoder
 
     meta = _meta("map", _node("String"), _node("String"), _node("Map", _node("Int"), _node("Long")))
     decoder = flink_state_decoder(meta, "s", source="f")
@@ -176,7 +192,7 @@ def test_map_state_with_variable_key_and_namespace_decodes_the_length_suffixes()
 def test_fixed_length_namespace_means_no_length_suffix() -> None:
     import struct
 
-    from statekit.flink.entries import _decode, flink_state_decoder
+    from statekit.flink.decoding import decode_entry as _decode, flink_state_decoder
 
     decoder = flink_state_decoder(_meta("value", _node("String"), _node("Void"), _node("Long")), "s", source="f")
     assert not decoder.ambiguous_key
@@ -203,7 +219,7 @@ def test_headers_that_cannot_be_decoded_name_the_serializer() -> None:
 def test_a_wrong_length_suffix_is_damage_and_long_keys_take_two_suffix_bytes() -> None:
     import struct
 
-    from statekit.flink.entries import _decode, flink_state_decoder
+    from statekit.flink.decoding import decode_entry as _decode, flink_state_decoder
 
     decoder = flink_state_decoder(_meta("value", _node("String"), _node("String"), _node("Long")), "s", source="f")
     long_key = b"\x81\x02" + b"k" * 256  # StringValue length 257 -> 256 chars: 258 key bytes

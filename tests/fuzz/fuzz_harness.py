@@ -216,8 +216,9 @@ def system_roots() -> SystemRoots:
     """Asked from the child's own interpreter, started the same way (-I -B)."""
     code = (
         "import sys, os, json, importlib.util, sysconfig\n"
-        "names = ['statekit.cli', 'statekit.statefmt', 'statekit.readers', 'statekit.flink',"
-        " 'statekit.writers', 'statekit.runtime']\n"
+        "import tomllib, pathlib\n"
+        "root = pathlib.Path(importlib.util.find_spec('statekit.cli').submodule_search_locations[0]).parent\n"
+        "names = tomllib.loads((root / 'pyproject.toml').read_text())['tool']['setuptools']['packages']\n"
         "pkgs = [p for n in names for p in (importlib.util.find_spec(n).submodule_search_locations or [])]\n"
         "prefixes = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix]\n"
         "prefixes += [v for k, v in sysconfig.get_paths().items() if k in ('stdlib', 'platstdlib', 'purelib', 'platlib')]\n"

@@ -1,12 +1,14 @@
-"""Regenerate the statekit format golden savepoints under ``tests/golden/statekit-v1/``.
+"""Regenerate the statekit format golden savepoints under ``tests/golden/statekit-v<N>/``.
 
     .venv/bin/python tests/golden/make_golden.py          # rewrite the golden files
     .venv/bin/python tests/golden/make_golden.py --check  # exit 1 if today's bytes differ
 
-Everything is pinned (job id, timestamp, values, parallelism), so the output is the same
-bytes on every run; ``tests/statefmt/test_golden_v1.py`` asserts exactly that, and that the
-reader decodes the committed files to the expected values. A change of these bytes is a
-change of the on-disk format: bump the format version instead of regenerating.
+Everything is pinned (job id, timestamp, values, parallelism, format version), so the
+output is the same bytes on every run; ``tests/statefmt/test_golden_v1.py`` and
+``test_golden_v2.py`` assert exactly that, and that the reader decodes the committed files
+to the expected values. A change of these bytes is a change of the on-disk format: bump
+the format version instead of regenerating. Compressed goldens are only read back, never
+compared byte for byte (the compressor's output may change between library versions).
 """
 
 from __future__ import annotations
@@ -19,12 +21,17 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from statekit.statefmt.encoding import WriteFormat, writing_format
 from statekit.statefmt.entries import KeyedStateEntry
 from statekit.statefmt.metadata import StateDescriptor, StateKind
 from statekit.writers.savepoint_writer import SavepointWriter
 
-GOLDEN_ROOT = Path(__file__).resolve().parent / "statekit-v1"
+GOLDEN_DIR = Path(__file__).resolve().parent
+GOLDEN_ROOT = GOLDEN_DIR / "statekit-v1"
 ALL_KINDS = "statekit-0.1-v1-all-kinds"
+V2_ROOT = GOLDEN_DIR / "statekit-v2"
+V2_ALL_TYPES = "statekit-0.1-v2-all-types"
+V2_ALL_TYPES_ZSTD = "statekit-0.1-v2-all-types-zstd"
 JOB_ID = "5eed0000000000000000000000000001"
 JOB_NAME = "golden-all-kinds"
 CREATED_AT_MS = 1_700_000_000_000
@@ -38,6 +45,15 @@ AVERAGE = StateDescriptor("average", StateKind.AGGREGATING, value_serializer="js
 OFFSETS = StateDescriptor("offsets", StateKind.OPERATOR_LIST, value_serializer="int64", value_type="int")
 WATERMARKS = StateDescriptor("watermarks", StateKind.UNION, value_type="timestamp")
 RULES = StateDescriptor("rules", StateKind.BROADCAST, value_type="json", user_key_serializer="utf8")
+
+# version 2 only: one state per typed value column kind (and an untyped one)
+SEEN_AT = StateDescriptor("seen-at", StateKind.VALUE, value_type="timestamp")
+ACTIVE = StateDescriptor("active", StateKind.VALUE, value_type="bool")
+TAGS = StateDescriptor("tags", StateKind.VALUE, value_type="map<string,int>")
+SESSIONS = StateDescriptor("sessions", StateKind.LIST, value_type="struct<id:string,pages:list<int>,raw:bytes>")
+BLOB = StateDescriptor("blob", StateKind.VALUE, value_type="bytes", value_serializer="bytes")
+ANYTHING = StateDescriptor("anything", StateKind.VALUE)
+NOTES = StateDescriptor("notes", StateKind.VALUE, value_type="string")  # compressible: zstd shrinks its block
 
 
 def keyed_states() -> dict[StateDescriptor, list[Any]]:
@@ -64,6 +80,19 @@ def operator_states() -> dict[StateDescriptor, Any]:
     }
 
 
+def typed_states() -> dict[StateDescriptor, list[Any]]:
+    """Values of every typed column kind version 2 stores (keys are ints: msgpack ints)."""
+    return {
+        SEEN_AT: [(1, CREATED_AT_MS), (2, CREATED_AT_MS + 1), (3, None)],
+        ACTIVE: [(1, True), (2, False)],
+        TAGS: [(1, {"a": 1, "b": None}), (2, {})],
+        SESSIONS: [(1, [{"id": "s1", "pages": [1, 2], "raw": b"\x00\xff"}, {"id": "s2", "pages": [], "raw": None}])],
+        BLOB: [(1, b"\x01\x02"), (2, b"")],
+        ANYTHING: [(1, {"nested": [1, "two", None]}), (2, 3.5)],
+        NOTES: [(1, "statekit " * 200)],
+    }
+
+
 def all_kinds_writer() -> SavepointWriter:
     """Two operators covering every state kind, parallelism 2 and max parallelism 4."""
     return (
@@ -74,7 +103,27 @@ def all_kinds_writer() -> SavepointWriter:
 
 
 def write_all_kinds(path: str, storage_options: dict[str, Any] | None = None) -> None:
-    all_kinds_writer().write(path, storage_options=storage_options, created_at_ms=CREATED_AT_MS)
+    """The version 1 golden savepoint (written in format version 1)."""
+    with writing_format(WriteFormat(1)):
+        all_kinds_writer().write(path, storage_options=storage_options, created_at_ms=CREATED_AT_MS)
+
+
+def all_types_writer() -> SavepointWriter:
+    """Every state kind plus every typed value column: the version 2 golden savepoint."""
+    return all_kinds_writer().with_operator("typed", typed_states(), parallelism=1, name="Typed")
+
+
+def write_all_types(path: str, compression: str = "none") -> None:
+    with writing_format(WriteFormat(2, compression)):
+        all_types_writer().write(path, created_at_ms=CREATED_AT_MS)
+
+
+# name -> (folder, writer, compared byte for byte)
+GOLDENS: dict[str, tuple[Path, Any, bool]] = {
+    ALL_KINDS: (GOLDEN_ROOT, write_all_kinds, True),
+    V2_ALL_TYPES: (V2_ROOT, write_all_types, True),
+    V2_ALL_TYPES_ZSTD: (V2_ROOT, lambda path: write_all_types(path, "zstd"), False),
+}
 
 
 def _differences(a: Path, b: Path) -> list[str]:
@@ -89,18 +138,23 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="compare instead of rewriting")
     args = parser.parse_args()
-    target = GOLDEN_ROOT / ALL_KINDS
-    if args.check:
-        with tempfile.TemporaryDirectory() as tmp:
-            write_all_kinds(f"{tmp}/out")
-            diff = _differences(Path(tmp) / "out", target)
-        print("golden files match" if not diff else f"golden files differ: {diff}")
-        return 1 if diff else 0
-    shutil.rmtree(target, ignore_errors=True)
-    write_all_kinds(str(target))
-    size = sum(p.stat().st_size for p in target.rglob("*") if p.is_file())
-    print(f"wrote {target} ({size} bytes)")
-    return 0
+    failed = False
+    for name, (root, write, exact) in GOLDENS.items():
+        target = root / name
+        if args.check:
+            if not exact:
+                continue
+            with tempfile.TemporaryDirectory() as tmp:
+                write(f"{tmp}/out")
+                diff = _differences(Path(tmp) / "out", target)
+            print(f"{name}: golden files match" if not diff else f"{name}: golden files differ: {diff}")
+            failed = failed or bool(diff)
+            continue
+        shutil.rmtree(target, ignore_errors=True)
+        write(str(target))
+        size = sum(p.stat().st_size for p in target.rglob("*") if p.is_file())
+        print(f"wrote {target} ({size} bytes)")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

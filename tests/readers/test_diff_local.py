@@ -9,9 +9,10 @@ import pyarrow.dataset as ds
 import pytest
 
 from statekit.readers import diff as diff_module
-from statekit.readers.diff import diff_savepoints
+from statekit.readers.diff import DiffSpec, SavepointDiff
 from statekit.statefmt.errors import BadInputError, PathNotFoundError, StateNotFoundError
 from statekit.statefmt.metadata import StateDescriptor, StateKind
+from statekit.writers.diff_output import write_diff
 from statekit.writers.savepoint_writer import SavepointWriter
 
 COUNT = StateDescriptor("count", StateKind.VALUE, value_type="int")
@@ -19,6 +20,10 @@ TAGS = StateDescriptor("tags", StateKind.MAP, value_type="int", user_key_type="s
 HISTORY = StateDescriptor("history", StateKind.LIST, value_type="int")
 OFFSETS = StateDescriptor("offsets", StateKind.OPERATOR_LIST, value_type="int")
 RULES = StateDescriptor("rules", StateKind.BROADCAST, value_type="string", user_key_type="string")
+
+
+def diff_savepoints(a: str, b: str, **options: Any) -> SavepointDiff:
+    return write_diff(DiffSpec(a, b, **options))
 
 
 def counts(start: int, stop: int, changed: range = range(0)) -> list[tuple[str, int]]:
@@ -138,7 +143,7 @@ def test_output_writes_every_difference_as_parquet(base: dict[str, str], tmp_pat
 def test_output_must_be_new(base: dict[str, str], tmp_path: Path) -> None:
     (tmp_path / "taken").mkdir()
     (tmp_path / "taken" / "file").write_text("x")
-    with pytest.raises(BadInputError, match="not an empty directory"):
+    with pytest.raises(BadInputError, match="output directory exists and is not empty"):
         diff_savepoints(base["a"], base["b"], output=str(tmp_path / "taken"))
 
 

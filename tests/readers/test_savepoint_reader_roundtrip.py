@@ -61,15 +61,17 @@ def cleanup(url: str) -> None:
 
 
 def check_keyed_layout(reader: SavepointReader, state: str, key_serializer: str = "msgpack") -> None:
-    """Blocks sit in the subtask owning their key group, sorted by (key, namespace, user key)."""
+    """Blocks sit in the subtask owning their key group, sorted by (key hash, key, namespace,
+    user key) — the order of format version 2, which the writer writes."""
     op = reader.operator("op")
     for subtask, key_group, batch in reader.read_keyed_batches("op", state):
         assert key_group in op.subtasks[subtask].key_group_range
         assert compute_operator_index_for_key_group(op.max_parallelism, op.parallelism, key_group) == subtask
-        rows = list(zip(batch.column("key").to_pylist(), batch.column("namespace").to_pylist(),
-                        [u or b"" for u in batch.column("user_key").to_pylist()]))
+        rows = list(zip(batch.column("key_hash").to_pylist(), batch.column("key").to_pylist(),
+                        batch.column("namespace").to_pylist(), [u or b"" for u in batch.column("user_key").to_pylist()]))
         assert rows == sorted(rows) and len(set(rows)) == len(rows)
-        assert all(assign_to_key_group(k, op.max_parallelism) == key_group for k, _, _ in rows)
+        assert all(assign_to_key_group(k, op.max_parallelism) == key_group for _, k, _, _ in rows)
+        assert all(assign_to_key_group(k, 2**32) == h for h, k, _, _ in rows)
 
 
 # ---------------------------------------------------------------- keyed kinds
@@ -321,8 +323,9 @@ def test_one_key_group_is_read_without_the_others(where: str, tmp_path: Path, me
     with reader.open_file(file) as state_file:
         entry = state_file.entry(key_group)
         index_bytes = 32 * len(state_file.index)
-    assert entry is not None
-    one_open = 16 + 28 + index_bytes
+        header_bytes = state_file.header_size  # version 2: 16 bytes and the file's schema
+    assert entry is not None and header_bytes > 16
+    one_open = header_bytes + 28 + index_bytes
     assert counter["bytes"] == 2 * one_open + entry.length  # header, footer, index (twice) and one block
     assert counter["bytes"] < file.size / 20
 

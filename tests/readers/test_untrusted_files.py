@@ -273,7 +273,7 @@ def test_a_full_disk_during_rescale_is_exit_2_and_leaves_no_output(base: Path, t
 
     from statekit.writers import state_writer
 
-    original = state_writer.write_raw_keyed_file
+    original = state_writer.write_block_runs
     calls = []
 
     def full(*args: Any, **kwargs: Any) -> Any:
@@ -282,7 +282,7 @@ def test_a_full_disk_during_rescale_is_exit_2_and_leaves_no_output(base: Path, t
             raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "out"))
         return original(*args, **kwargs)
 
-    monkeypatch.setattr("statekit.writers.rescale.write_raw_keyed_file", full)
+    monkeypatch.setattr("statekit.writers.rescale.write_block_runs", full)
     result = CliRunner().invoke(cli, ["rescale", str(base), "-p", "3", "-o", str(tmp_path / "out")])
     assert result.exit_code == 2, result.output
     assert result.output.strip() == f"statekit: error: {tmp_path / 'out'}: No space left on device"
@@ -293,7 +293,8 @@ def test_inspect_of_many_operators_prints_three_tables_not_two_per_operator(tmp_
     """Text inspect of 10,000 operators took 36 s (two rich tables per operator, ~2 ms a row);
     above PER_OPERATOR_TABLES operators it prints one table each of operators, states and
     subtasks, in plain aligned text above RICH_TABLE_ROWS rows."""
-    from statekit.cli.render import PER_OPERATOR_TABLES, RICH_TABLE_ROWS
+    from statekit.cli.renderers.markup import RICH_TABLE_ROWS
+    from statekit.cli.renderers.snapshots import PER_OPERATOR_TABLES
 
     writer = SavepointWriter.new_savepoint(max_parallelism=128)
     operators = RICH_TABLE_ROWS + 1

@@ -8,72 +8,85 @@ import time
 from typing import Any
 
 from statekit.readers.savepoint_reader import SavepointReader
-from statekit.runtime.channels import Barrier
+from statekit.runtime.barrier_handler import CheckpointBarrierHandler
+from statekit.runtime.channels import Barrier, InputGate
 from statekit.runtime.environment import StreamEnvironment
-from statekit.runtime.task import BarrierAligner
+
+
+class Recorder:
+    """Callbacks of a barrier handler that log what the task would do."""
+
+    def __init__(self) -> None:
+        self.events: list[Any] = []
+
+    def snapshot(self, barrier: Barrier, *, unaligned: bool, alignment_ms: int) -> None:
+        self.events.append(("snap", barrier.checkpoint_id))
+
+    def input_done(self, barrier: Barrier) -> None:
+        pass
+
+    def decline(self, barrier: Barrier, reason: str) -> None:
+        self.events.append(("decline", barrier.checkpoint_id))
+
+    def record_inflight(self, barrier: Barrier, channel: int, records: list[Any]) -> None:
+        self.events.append(("inflight", channel, list(records)))
 
 
 def barrier(checkpoint_id: int) -> Barrier:
     return Barrier(checkpoint_id, 0)
 
 
-def drive(aligner: BarrierAligner, items: list[tuple[int, Any]]) -> list[tuple[int, Any]]:
-    """Feed items like a task loop; return what was processed, snapshots as ('snap', id)."""
+def handler(channels: int) -> tuple[CheckpointBarrierHandler, Recorder]:
+    recorder = Recorder()
+    return CheckpointBarrierHandler(channels, InputGate(16, channels), recorder), recorder
+
+
+def drive(aligner: CheckpointBarrierHandler, items: list[tuple[int, Any]]) -> list[tuple[int, Any]]:
+    """Feed items like a task loop; return what was processed (snapshots land in the recorder)."""
     processed: list[tuple[int, Any]] = []
     queue = list(items)
     while queue or aligner.pending:
         channel, payload = aligner.pending.popleft() if aligner.pending else queue.pop(0)
-        if channel in aligner.stash:
-            aligner.stash[channel].append((channel, payload))
-        elif isinstance(payload, Barrier):
-            aligner.on_barrier(channel, payload)
-        elif payload == "eop":
+        if payload == "eop":
             aligner.on_end_of_partition(channel)
-        else:
+        elif aligner.on_item(channel, payload):
             processed.append((channel, payload))
     return processed
 
 
 def test_inputs_behind_a_barrier_wait_until_every_channel_delivered_it() -> None:
-    events: list[Any] = []
-    aligner = BarrierAligner(2, lambda b: events.append(("snap", b.checkpoint_id)))
-    items = [(0, "a1"), (0, barrier(1)), (0, "a2"), (1, "b1"), (0, "a3"), (1, "b2"), (1, barrier(1)), (1, "b3")]
-    processed: list[Any] = []
+    aligner, recorder = handler(2)
+    items = [(0, ["a1"]), (0, barrier(1)), (0, ["a2"]), (1, ["b1"]), (0, ["a3"]), (1, ["b2"]), (1, barrier(1)),
+             (1, ["b3"])]
+    order: list[Any] = []
     queue = list(items)
     while queue or aligner.pending:
         channel, payload = aligner.pending.popleft() if aligner.pending else queue.pop(0)
-        if channel in aligner.stash:
-            aligner.stash[channel].append((channel, payload))
-        elif isinstance(payload, Barrier):
-            aligner.on_barrier(channel, payload)
-            if not aligner.stash and aligner.aligning is None:
-                events.append("aligned")
-        else:
-            events.append(payload)
-            processed.append(payload)
+        before = len(recorder.events)
+        if aligner.on_item(channel, payload):
+            order.append(payload[0])
+        order.extend(recorder.events[before:])
     # a2 and a3 arrived behind channel 0's barrier: processed only after the snapshot
-    assert events == ["a1", "b1", "b2", ("snap", 1), "aligned", "a2", "a3", "b3"]
+    assert order == ["a1", "b1", "b2", ("snap", 1), "a2", "a3", "b3"]
 
 
 def test_stashed_items_keep_their_order_and_next_barriers_align_again() -> None:
-    snaps: list[int] = []
-    aligner = BarrierAligner(2, lambda b: snaps.append(b.checkpoint_id))
-    items = [(0, barrier(1)), (0, "a1"), (0, barrier(2)), (0, "a2"), (1, "b1"), (1, barrier(1)),
-             (1, "b2"), (1, barrier(2)), (1, "b3")]
+    aligner, recorder = handler(2)
+    items = [(0, barrier(1)), (0, ["a1"]), (0, barrier(2)), (0, ["a2"]), (1, ["b1"]), (1, barrier(1)),
+             (1, ["b2"]), (1, barrier(2)), (1, ["b3"])]
     processed = drive(aligner, items)
-    assert snaps == [1, 2]
-    assert [p for _, p in processed] == ["b1", "a1", "b2", "a2", "b3"]
+    assert recorder.events == [("snap", 1), ("snap", 2)]
+    assert [p[0] for _, p in processed] == ["b1", "a1", "b2", "a2", "b3"]
 
 
 def test_finished_channel_no_longer_blocks_alignment_and_stale_barriers_are_ignored() -> None:
-    snaps: list[int] = []
-    aligner = BarrierAligner(3, lambda b: snaps.append(b.checkpoint_id))
+    aligner, recorder = handler(3)
     drive(aligner, [(0, barrier(1)), (1, barrier(1)), (2, "eop")])
-    assert snaps == [1]
+    assert recorder.events == [("snap", 1)]
     drive(aligner, [(0, barrier(3)), (1, barrier(2))])  # 3 overtook 2: 2 is abandoned
-    assert snaps == [1] and aligner.aligning is not None and aligner.aligning.checkpoint_id == 3
+    assert recorder.events == [("snap", 1)] and aligner.current is not None and aligner.current.checkpoint_id == 3
     drive(aligner, [(1, barrier(3))])
-    assert snaps == [1, 3]
+    assert recorder.events == [("snap", 1), ("snap", 3)]
 
 
 class SlowDown:

@@ -1,13 +1,28 @@
-"""State API units: keyed state handles, copy-on-write snapshots, operator state, descriptors."""
+"""State API units: keyed state handles, copy-on-write snapshots, operator state, descriptors.
+
+:class:`TestKeyedStateBackendContract` runs over every backend of the registry, and over a
+toy backend (tests/runtime/toy_backend.py) that the fixture registers, as a new one would be.
+"""
 
 from __future__ import annotations
 
-import importlib.util
+import runpy
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from statekit.readers.savepoint_reader import SavepointReader
-from statekit.runtime.backend import KeyedStateBackend, SubtaskScope, create_keyed_backend
+from statekit.runtime.backend import (
+    KeyedStateBackend,
+    SubtaskScope,
+    create_keyed_backend,
+    register_state_backend,
+    state_backend,
+    state_backend_names,
+    unregister_state_backend,
+)
 from statekit.runtime.checkpoint_storage import CheckpointStorageLocation
 from statekit.runtime.functions import AggregateFunction
 from statekit.runtime.operator_state import DefaultOperatorStateStore
@@ -36,15 +51,36 @@ from statekit.writers.state_writer import commit_metadata
 M = 128
 
 
-def backend(subtask: int = 0, parallelism: int = 1, kind: str = "hashmap") -> KeyedStateBackend:
+def backend(subtask: int = 0, parallelism: int = 1, kind: str = "hashmap") -> KeyedStateBackend[Any]:
     scope = SubtaskScope(
         "op", subtask, parallelism, M, "msgpack", compute_key_group_range_for_operator_index(M, parallelism, subtask),
     )
     return create_keyed_backend(kind, scope)
 
 
-BACKENDS = ["hashmap", pytest.param("rocksdb", marks=pytest.mark.skipif(
-    importlib.util.find_spec("rocksdict") is None, reason="rocksdict is not installed"))]
+def registered_backends() -> list[Any]:
+    """Every registered backend; one whose optional package is missing is skipped, saying so."""
+    return [
+        pytest.param(name, marks=pytest.mark.skipif(
+            not state_backend(name).available, reason=f"{state_backend(name).requires} is not installed"))
+        for name in state_backend_names()
+    ]
+
+
+TOY = runpy.run_path(str(Path(__file__).with_name("toy_backend.py")))["TOY"]
+
+
+@pytest.fixture(params=[*registered_backends(), pytest.param(TOY.name, id="toy-registered-by-the-test")])
+def kind(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A backend name; the toy one is registered for the test only."""
+    if request.param != TOY.name:
+        yield request.param
+        return
+    register_state_backend(TOY)
+    try:
+        yield TOY.name
+    finally:
+        unregister_state_backend(TOY.name)
 
 
 class Average(AggregateFunction):
@@ -78,98 +114,7 @@ def test_descriptors_map_to_metadata() -> None:
         ValueStateDescriptor("v", "lst<int>")
 
 
-@pytest.mark.parametrize("kind", BACKENDS)
-def test_keyed_state_handles_are_scoped_to_the_current_key(kind: str) -> None:
-    b = backend(kind=kind)
-    value = b.get_state(ValueStateDescriptor("v", default=0))
-    lst = b.get_state(ListStateDescriptor("l"))
-    mp = b.get_state(MapStateDescriptor("m"))
-    red = b.get_state(ReducingStateDescriptor("r", reduce_function=lambda a, c: a + c))
-    agg = b.get_state(AggregatingStateDescriptor("a", aggregate_function=Average()))
-    for key in ("x", "y"):
-        b.current_key = key
-        assert value.value() == 0 and lst.get() == [] and mp.is_empty() and red.get() is None and agg.get() is None
-    b.current_key = "x"
-    value.update(5)
-    lst.add(1)
-    lst.add_all([2, 3])
-    mp.put("a", 1)
-    mp.put_all({"b": 2})
-    red.add(10)
-    red.add(5)
-    agg.add(4)
-    agg.add(8)
-    b.current_key = "y"
-    assert value.value() == 0 and lst.get() == [] and not mp.contains("a")
-    b.current_key = "x"
-    assert value.value() == 5
-    assert lst.get() == [1, 2, 3] and list(lst) == [1, 2, 3]
-    assert sorted(mp.items()) == [("a", 1), ("b", 2)] and mp.get("b") == 2 and mp.contains("a")
-    assert red.get() == 15 and agg.get() == 6.0
-    mp.remove("a")
-    mp.remove("b")
-    assert mp.is_empty() and "x" not in list(b.keys("m"))
-    lst.update([])
-    value.update(None)
-    assert lst.get() == [] and value.value() == 0 and "x" not in list(b.keys("v"))
-    assert sorted(b.keys("r")) == ["x"]
-    red.clear()
-    assert red.get() is None
-    assert b.get_state(ValueStateDescriptor("v", default=0)) is value
-
-
-@pytest.mark.parametrize("kind", BACKENDS)
-def test_mutable_default_is_not_shared_between_keys(kind: str) -> None:
-    b = backend(kind=kind)
-    state = b.get_state(ValueStateDescriptor("v", default=[]))
-    b.current_key = "a"
-    state.value().append(1)
-    assert state.value() == []
-
-
-@pytest.mark.parametrize("kind", BACKENDS)
-def test_snapshot_is_consistent_while_processing_continues(tmp_path, kind: str) -> None:  # type: ignore[no-untyped-def]
-    b = backend(kind=kind)
-    value = b.get_state(ValueStateDescriptor("v", "int"))
-    lst = b.get_state(ListStateDescriptor("l", "int"))
-    mp = b.get_state(MapStateDescriptor("m", "int", key_type="string"))
-    agg = b.get_state(AggregatingStateDescriptor("a", "list<int>", aggregate_function=Average()))
-    for key in ("k1", "k2"):
-        b.current_key = key
-        value.update(1)
-        lst.add(1)
-        mp.put("p", 1)
-        agg.add(1)
-    snapshot = b.snapshot()
-    # processing after the barrier mutates every kind of state in place
-    b.current_key = "k1"
-    value.update(2)
-    lst.add(2)
-    if kind == "hashmap":  # a container handed out while shared is a private copy
-        lst.get().append(99)
-    mp.put("p", 2)
-    mp.put("q", 2)
-    agg.add(3)
-    b.current_key = "k3"
-    value.update(3)
-    io, directory = FileIO.for_path(str(tmp_path / "chk-1"))
-    location = CheckpointStorageLocation(io, directory, directory, 1, False)
-    files = snapshot.write(location)
-    snapshot.release()
-    assert {f.state for f in files} == {"v", "l", "m", "a"}
-    metadata = _metadata(b, files)
-    commit_metadata(io, directory, metadata)
-    reader = SavepointReader.read(directory)
-    assert sorted((e.key, e.value) for e in reader.read_keyed_state("op", "v")) == [("k1", 1), ("k2", 1)]
-    assert sorted((e.key, e.value) for e in reader.read_keyed_state("op", "l")) == [("k1", [1]), ("k2", [1])]
-    assert sorted((e.key, e.user_key, e.value) for e in reader.read_keyed_state("op", "m")) == [
-        ("k1", "p", 1), ("k2", "p", 1)]
-    assert sorted((e.key, e.value) for e in reader.read_keyed_state("op", "a")) == [("k1", [1, 1]), ("k2", [1, 1])]
-    b.current_key = "k1"
-    assert lst.get() == ([1, 2, 99] if kind == "hashmap" else [1, 2]) and mp.get("q") == 2 and agg.get() == 2.0
-
-
-def _metadata(b: KeyedStateBackend, files: list) -> CheckpointMetadata:  # type: ignore[type-arg]
+def _metadata(b: KeyedStateBackend[Any], files: list) -> CheckpointMetadata:  # type: ignore[type-arg]
     op = OperatorMetadata(
         uid="op", name="op", parallelism=1, max_parallelism=M, key_serializer="msgpack",
         states=tuple(b.descriptors()),
@@ -179,44 +124,147 @@ def _metadata(b: KeyedStateBackend, files: list) -> CheckpointMetadata:  # type:
                               CheckpointMetadata.now_ms(), (op,))
 
 
-@pytest.mark.parametrize("kind", BACKENDS)
-def test_restored_state_keeps_its_kind_and_rejects_another(kind: str) -> None:
-    b = backend(kind=kind)
-    b.restore_state(ValueStateDescriptor("count", "int").to_metadata(), [])
-    with pytest.raises(BadInputError, match="restored as value state but the job declares list state"):
-        b.get_state(ListStateDescriptor("count"))
-    with pytest.raises(BadInputError, match="serializer"):
-        b.get_state(ValueStateDescriptor("count", serializer="json"))
+class TestKeyedStateBackendContract:
+    """What every keyed state backend must do (``kind`` is each registered backend)."""
+
+    def test_keyed_state_handles_are_scoped_to_the_current_key(self, kind: str) -> None:
+        b = backend(kind=kind)
+        value = b.get_state(ValueStateDescriptor("v", default=0))
+        lst = b.get_state(ListStateDescriptor("l"))
+        mp = b.get_state(MapStateDescriptor("m"))
+        red = b.get_state(ReducingStateDescriptor("r", reduce_function=lambda a, c: a + c))
+        agg = b.get_state(AggregatingStateDescriptor("a", aggregate_function=Average()))
+        for key in ("x", "y"):
+            b.current_key = key
+            assert value.value() == 0 and lst.get() == [] and mp.is_empty() and red.get() is None and agg.get() is None
+        b.current_key = "x"
+        value.update(5)
+        lst.add(1)
+        lst.add_all([2, 3])
+        mp.put("a", 1)
+        mp.put_all({"b": 2})
+        red.add(10)
+        red.add(5)
+        agg.add(4)
+        agg.add(8)
+        b.current_key = "y"
+        assert value.value() == 0 and lst.get() == [] and not mp.contains("a")
+        b.current_key = "x"
+        assert value.value() == 5
+        assert lst.get() == [1, 2, 3] and list(lst) == [1, 2, 3]
+        assert sorted(mp.items()) == [("a", 1), ("b", 2)] and mp.get("b") == 2 and mp.contains("a")
+        assert red.get() == 15 and agg.get() == 6.0
+        mp.remove("a")
+        mp.remove("b")
+        assert mp.is_empty() and "x" not in list(b.keys("m"))
+        lst.update([])
+        value.update(None)
+        assert lst.get() == [] and value.value() == 0 and "x" not in list(b.keys("v"))
+        assert sorted(b.keys("r")) == ["x"]
+        red.clear()
+        assert red.get() is None
+        assert b.get_state(ValueStateDescriptor("v", default=0)) is value
+
+    def test_mutable_default_is_not_shared_between_keys(self, kind: str) -> None:
+        b = backend(kind=kind)
+        state = b.get_state(ValueStateDescriptor("v", default=[]))
+        b.current_key = "a"
+        state.value().append(1)
+        assert state.value() == []
+
+    def test_snapshot_is_consistent_while_processing_continues(self, tmp_path, kind: str) -> None:  # type: ignore[no-untyped-def]
+        b = backend(kind=kind)
+        value = b.get_state(ValueStateDescriptor("v", "int"))
+        lst = b.get_state(ListStateDescriptor("l", "int"))
+        mp = b.get_state(MapStateDescriptor("m", "int", key_type="string"))
+        agg = b.get_state(AggregatingStateDescriptor("a", "list<int>", aggregate_function=Average()))
+        for key in ("k1", "k2"):
+            b.current_key = key
+            value.update(1)
+            lst.add(1)
+            mp.put("p", 1)
+            agg.add(1)
+        snapshot = b.snapshot()
+        # processing after the barrier mutates every kind of state in place
+        b.current_key = "k1"
+        value.update(2)
+        lst.add(2)
+        mp.put("p", 2)
+        mp.put("q", 2)
+        agg.add(3)
+        b.current_key = "k3"
+        value.update(3)
+        io, directory = FileIO.for_path(str(tmp_path / "chk-1"))
+        location = CheckpointStorageLocation(io, directory, directory, 1, False)
+        files = snapshot.write(location)
+        snapshot.release()
+        assert {f.state for f in files} == {"v", "l", "m", "a"}
+        metadata = _metadata(b, files)
+        commit_metadata(io, directory, metadata)
+        reader = SavepointReader.read(directory)
+        assert sorted((e.key, e.value) for e in reader.read_keyed_state("op", "v")) == [("k1", 1), ("k2", 1)]
+        assert sorted((e.key, e.value) for e in reader.read_keyed_state("op", "l")) == [("k1", [1]), ("k2", [1])]
+        assert sorted((e.key, e.user_key, e.value) for e in reader.read_keyed_state("op", "m")) == [
+            ("k1", "p", 1), ("k2", "p", 1)]
+        assert sorted((e.key, e.value) for e in reader.read_keyed_state("op", "a")) == [("k1", [1, 1]), ("k2", [1, 1])]
+        b.current_key = "k1"
+        assert lst.get() == [1, 2] and mp.get("q") == 2 and agg.get() == 2.0
+
+    def test_restored_state_keeps_its_kind_and_rejects_another(self, kind: str) -> None:
+        b = backend(kind=kind)
+        b.restore_state(ValueStateDescriptor("count", "int").to_metadata(), [])
+        with pytest.raises(BadInputError, match="restored as value state but the job declares list state"):
+            b.get_state(ListStateDescriptor("count"))
+        with pytest.raises(BadInputError, match="serializer"):
+            b.get_state(ValueStateDescriptor("count", serializer="json"))
+
+    def test_keyed_restore_reads_only_the_key_groups_of_the_new_subtask(self, tmp_path, kind: str) -> None:  # type: ignore[no-untyped-def]
+        source = backend(kind=kind)
+        state = source.get_state(ValueStateDescriptor("count", "int"))
+        keys = [f"w{i}" for i in range(300)]
+        for i, key in enumerate(keys):
+            source.current_key = key
+            state.update(i)
+        io, directory = FileIO.for_path(str(tmp_path / "sp"))
+        snapshot = source.snapshot()
+        files = snapshot.write(CheckpointStorageLocation(io, directory, directory, 1, True))
+        commit_metadata(io, directory, _metadata(source, files))
+        plan = RestorePlan.open(directory)
+        key_bytes = get_serializer("msgpack").serialize
+        seen: dict[str, int] = {}
+        for subtask in range(3):
+            restore = plan.subtask("op", subtask, 3, M)
+            assert isinstance(restore, SubtaskRestore)
+            target = backend(subtask, 3, kind)
+            for descriptor, restored in restore.keyed_states():
+                target.restore_state(descriptor, restored)
+            kg_range = compute_key_group_range_for_operator_index(M, 3, subtask)
+            handle = target.get_state(ValueStateDescriptor("count", "int"))
+            for key in target.keys("count"):
+                assert assign_to_key_group(key_bytes(key), M) in kg_range
+                target.current_key = key
+                seen[key] = handle.value()
+        assert seen == {key: i for i, key in enumerate(keys)}
 
 
-@pytest.mark.parametrize("kind", BACKENDS)
-def test_keyed_restore_reads_only_the_key_groups_of_the_new_subtask(tmp_path, kind: str) -> None:  # type: ignore[no-untyped-def]
-    source = backend(kind=kind)
-    state = source.get_state(ValueStateDescriptor("count", "int"))
-    keys = [f"w{i}" for i in range(300)]
-    for i, key in enumerate(keys):
-        source.current_key = key
-        state.update(i)
-    io, directory = FileIO.for_path(str(tmp_path / "sp"))
-    snapshot = source.snapshot()
-    files = snapshot.write(CheckpointStorageLocation(io, directory, directory, 1, True))
-    commit_metadata(io, directory, _metadata(source, files))
-    plan = RestorePlan.open(directory)
-    key_bytes = get_serializer("msgpack").serialize
-    seen: dict[str, int] = {}
-    for subtask in range(3):
-        restore = plan.subtask("op", subtask, 3, M)
-        assert isinstance(restore, SubtaskRestore)
-        target = backend(subtask, 3, kind)
-        for descriptor, restored in restore.keyed_states():
-            target.restore_state(descriptor, restored)
-        kg_range = compute_key_group_range_for_operator_index(M, 3, subtask)
-        handle = target.get_state(ValueStateDescriptor("count", "int"))
-        for key in target.keys("count"):
-            assert assign_to_key_group(key_bytes(key), M) in kg_range
-            target.current_key = key
-            seen[key] = handle.value()
-    assert seen == {key: i for i, key in enumerate(keys)}
+def test_hashmap_hands_out_a_private_copy_of_a_container_a_snapshot_shares(tmp_path: Path) -> None:
+    """hashmap hands out its live containers; the first one changed while shared is copied first."""
+    b = backend(kind="hashmap")
+    lst = b.get_state(ListStateDescriptor("l", "int"))
+    for key in ("k1", "k2"):
+        b.current_key = key
+        lst.add(1)
+    snapshot = b.snapshot()
+    b.current_key = "k1"
+    lst.add(2)
+    lst.get().append(99)
+    io, directory = FileIO.for_path(str(tmp_path / "chk-1"))
+    files = snapshot.write(CheckpointStorageLocation(io, directory, directory, 1, False))
+    snapshot.release()
+    commit_metadata(io, directory, _metadata(b, files))
+    reader = SavepointReader.read(directory)
+    assert sorted((e.key, e.value) for e in reader.read_keyed_state("op", "l")) == [("k1", [1]), ("k2", [1])]
+    assert lst.get() == [1, 2, 99]
 
 
 def test_operator_state_modes_redistribute_on_restore() -> None:

@@ -11,12 +11,14 @@ import pytest
 from click.testing import CliRunner
 
 from statekit.cli.main import cli
-from statekit.readers.diff import diff_savepoints
-from statekit.spark.diff import diff_savepoints_spark
+from statekit.readers.diff import DiffSpec
+from statekit.spark.engine import diff
+from statekit.spark.session import SparkSettings
 from statekit.statefmt.metadata import StateDescriptor, StateKind
 from statekit.writers.savepoint_writer import SavepointWriter
 
 pytestmark = pytest.mark.spark
+ON_SPARK = SparkSettings("local[2]")
 
 COUNT = StateDescriptor("count", StateKind.VALUE, value_type="int")
 TAGS = StateDescriptor("tags", StateKind.MAP, value_type="int", user_key_type="string")
@@ -58,27 +60,27 @@ EXPECTED = {
 
 
 def test_both_engines_give_the_same_counts(spark: Any, savepoints: dict[str, str]) -> None:
-    local = diff_savepoints(savepoints["a"], savepoints["b"])
-    on_spark = diff_savepoints_spark(savepoints["a"], savepoints["b"], master="local[2]")
+    local = diff(DiffSpec(savepoints["a"], savepoints["b"]))
+    on_spark = diff(DiffSpec(savepoints["a"], savepoints["b"]), "spark", ON_SPARK)
     assert counts(local) == counts(on_spark) == EXPECTED
     assert on_spark.engine == "spark" and not on_spark.equal
 
 
 def test_rescaled_copy_is_equal_on_spark(spark: Any, savepoints: dict[str, str]) -> None:
-    result = diff_savepoints_spark(savepoints["a"], savepoints["a_p5"], master="local[2]")
+    result = diff(DiffSpec(savepoints["a"], savepoints["a_p5"]), "spark", ON_SPARK)
     assert result.equal
     assert counts(result)[("counter", "count")] == (0, 0, 0, 300)
 
 
 def test_different_max_parallelism_on_spark(spark: Any, savepoints: dict[str, str]) -> None:
-    result = diff_savepoints_spark(savepoints["a"], savepoints["b_m256"], state="count", master="local[2]")
+    result = diff(DiffSpec(savepoints["a"], savepoints["b_m256"], state="count"), "spark", ON_SPARK)
     assert counts(result) == {("counter", "count"): EXPECTED[("counter", "count")]}
 
 
 def test_keys_and_output_match_the_local_engine(spark: Any, savepoints: dict[str, str], tmp_path: Path) -> None:
-    local = diff_savepoints(savepoints["a"], savepoints["b"], keys=True, limit=3, output=str(tmp_path / "local"))
-    on_spark = diff_savepoints_spark(savepoints["a"], savepoints["b"], keys=True, limit=3,
-                                     output=str(tmp_path / "spark"), master="local[2]")
+    local = diff(DiffSpec(savepoints["a"], savepoints["b"], keys=True, limit=3, output=str(tmp_path / "local")))
+    on_spark = diff(DiffSpec(savepoints["a"], savepoints["b"], keys=True, limit=3, output=str(tmp_path / "spark")),
+                    "spark", ON_SPARK)
     for result in (local, on_spark):
         assert [len(s.examples) for s in result.states] == [3, 3, 1, 2]
     tables = [ds.dataset(str(tmp_path / name), format="parquet", partitioning="hive").to_table()

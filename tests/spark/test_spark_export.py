@@ -16,7 +16,9 @@ from click.testing import CliRunner
 from statekit.cli.main import cli
 from statekit.readers.savepoint_reader import SavepointReader
 from statekit.statefmt.errors import CorruptStateError
-from statekit.spark.export import export_savepoint
+from statekit.spark.engine import export
+from statekit.spark.export import ExportSpec
+from statekit.spark.session import SparkSettings
 
 pytestmark = pytest.mark.spark
 
@@ -67,7 +69,8 @@ def test_pyarrow_reads_map_list_and_operator_state(exported: tuple[str, dict[str
 
 
 def test_chosen_state_only(spark: Any, sample: str, tmp_path: Path) -> None:
-    result = export_savepoint(sample, str(tmp_path / "one"), operator="counter", state="history", master="local[2]")
+    result = export(ExportSpec(sample, str(tmp_path / "one"), operator="counter", state="history",
+                               spark=SparkSettings("local[2]")))
     assert [(s.operator_uid, s.state_name, s.rows) for s in result.states] == [("counter", "history", 30)]
     assert os.listdir(tmp_path / "one") == ["operator_uid=counter"]
 
@@ -86,7 +89,7 @@ def test_a_failed_export_leaves_nothing(spark: Any, sample: str, tmp_path: Path)
         f.write(bytes([byte[0] ^ 0xFF]))
     out = tmp_path / "out"
     with pytest.raises(CorruptStateError, match="checksum"):
-        export_savepoint(str(damaged), str(out), master="local[2]")
+        export(ExportSpec(str(damaged), str(out), spark=SparkSettings("local[2]")))
     assert sorted(os.listdir(tmp_path)) == ["damaged"]
     result = CliRunner().invoke(cli, ["export", str(damaged), "-o", str(out), "--state", "tags"])
     assert result.exit_code == 2

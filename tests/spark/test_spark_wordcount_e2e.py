@@ -13,12 +13,13 @@ from typing import Any
 import duckdb
 import pytest
 
-from statekit.readers.diff import diff_savepoints
-from statekit.spark.diff import diff_savepoints_spark
+from statekit.readers.diff import DiffSpec
+from statekit.spark.engine import ENGINES, diff, export
 from statekit.runtime.job import JobStatus
 from statekit.runtime.launcher import run_job_file
 from statekit.runtime.run_options import RunOptions
-from statekit.spark.export import export_savepoint
+from statekit.spark.export import ExportSpec
+from statekit.spark.session import SparkSettings
 
 pytestmark = pytest.mark.spark
 
@@ -69,7 +70,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 def test_exported_word_counts_equal_the_input(spark: Any, world: dict[str, Any]) -> None:
     out = world["root"] / "export"
-    export_savepoint(world["prefix"], str(out), operator="counter", state="count", master="local[2]")
+    export(ExportSpec(world["prefix"], str(out), operator="counter", state="count", spark=SparkSettings("local[2]")))
     glob_ = f"{out}/operator_uid=counter/state_name=count/*.parquet"
     con = duckdb.connect()
     types = {row[0]: row[1] for row in con.execute(f"DESCRIBE SELECT key, value FROM read_parquet('{glob_}')").fetchall()}
@@ -87,15 +88,14 @@ def test_diff_of_two_prefixes_equals_the_input_difference(spark: Any, world: dic
         sum(1 for w in before if after.get(w) == before[w]),
     )
     assert expected[1] > 0 and expected[2] > 0 and expected[3] > 0
-    for result in (diff_savepoints(world["prefix"], world["all"], operator="counter", state="count"),
-                   diff_savepoints_spark(world["prefix"], world["all"], operator="counter", state="count",
-                                         master="local[2]")):
+    spec = DiffSpec(world["prefix"], world["all"], operator="counter", state="count")
+    for result in (diff(spec), diff(spec, "spark", SparkSettings("local[2]"))):
         (count,) = result.states
         assert (count.only_in_a, count.only_in_b, count.changed, count.unchanged) == expected
 
 
 def test_rescaled_runs_compare_equal(spark: Any, world: dict[str, Any]) -> None:
-    for engine in (diff_savepoints, diff_savepoints_spark):
-        result = engine(world["prefix"], world["prefix_p5"], operator="counter")
+    for engine in ENGINES:
+        result = diff(DiffSpec(world["prefix"], world["prefix_p5"], operator="counter"), engine)
         assert result.equal, result.to_json()
         assert result.states[0].unchanged == len(world["truth_prefix"])

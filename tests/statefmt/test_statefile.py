@@ -1,10 +1,14 @@
-"""The state file codec: blocks, index, footer, checksums, random access and damage."""
+"""The state file codec: blocks, index, footer, checksums, random access and damage, in
+format versions 1 and 2 (``fmt``: every generic test runs for both, uncompressed and
+compressed)."""
 
 from __future__ import annotations
 
 import io
+import re
 import struct
 import zlib
+from collections.abc import Iterator
 
 import pyarrow as pa
 import pytest
@@ -12,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from statekit.statefmt import layout
+from statekit.statefmt.encoding import BlockCodec, WriteFormat, writing_format
 from statekit.statefmt.errors import CorruptStateError, UnsupportedVersionError
 from statekit.statefmt.statefile import (
     StateFileReader,
@@ -22,6 +27,14 @@ from statekit.statefmt.statefile import (
 )
 
 PATH = "/sp/op/s/00000-of-00001.sks"
+FORMATS = [WriteFormat(1), WriteFormat(2), WriteFormat(2, "zstd"), WriteFormat(2, "lz4")]
+V1 = WriteFormat(1)
+
+
+@pytest.fixture(params=FORMATS, ids=lambda f: f"v{f.version}-{f.compression}", autouse=True)
+def fmt(request: pytest.FixtureRequest) -> Iterator[WriteFormat]:
+    with writing_format(request.param):
+        yield request.param
 
 
 def keyed_batch(keys: list[bytes], value: bytes = b"v") -> pa.RecordBatch:
@@ -51,10 +64,17 @@ def open_reader(data: bytes) -> StateFileReader:
     return StateFileReader(io.BytesIO(data), len(data), path=PATH)
 
 
-def test_layout_header_index_footer() -> None:
+def test_layout_header_index_footer(fmt: WriteFormat) -> None:
     data, size, _ = write_file({2: [b"a", b"b"], 5: [b"c"]})
-    magic, version, kind, reserved1, reserved2 = layout.STATE_FILE_HEADER.unpack_from(data, 0)
-    assert (magic, version, kind, reserved1, reserved2) == (b"STKSTAT\x01", 1, 1, 0, 0)
+    magic, version, kind, field1, field2 = layout.STATE_FILE_HEADER.unpack_from(data, 0)
+    header_size = 16
+    if fmt.version == 1:
+        assert (magic, version, kind, field1, field2) == (b"STKSTAT\x01", 1, 1, 0, 0)
+    else:
+        assert (magic, version, kind, field1) == (b"STKSTAT\x01", 2, 1, layout.COMPRESSION_IDS[fmt.compression])
+        header_size = 16 + field2 + (-(16 + field2) % 8)
+        assert pa.ipc.read_schema(pa.py_buffer(data[16:16 + field2])).equals(keyed_schema())
+        assert header_size % 8 == 0 and not any(data[16 + field2:header_size])
     index_offset, count, index_crc, body_crc, end_magic = layout.STATE_FILE_FOOTER.unpack_from(data, size - 28)
     assert end_magic == b"STKEND\x00\x01" and count == 2
     assert index_offset == size - 28 - 2 * 32
@@ -63,16 +83,36 @@ def test_layout_header_index_footer() -> None:
     reader = open_reader(data)
     assert reader.key_groups == [2, 5] and reader.entries == 3 and reader.kind == layout.FILE_KIND_KEYED
     first = reader.entry(2)
-    assert first is not None and first.offset == 16 and first.entries == 2
+    assert first is not None and first.offset == header_size and first.entries == 2
     assert first.checksum == zlib.crc32(data[first.offset:first.offset + first.length])
 
 
-def test_empty_file() -> None:
-    data, size, _ = write_file({})
-    assert size == 44
+@pytest.mark.parametrize("fmt", [WriteFormat(2), WriteFormat(2, "zstd")], indirect=True, ids=["v2-none", "v2-zstd"])
+def test_version_2_blocks_store_only_the_columns_in_use(fmt: WriteFormat) -> None:
+    data, _, _ = write_file({3: [b"a", b"b"]})
     reader = open_reader(data)
+    entry = reader.entry(3)
+    assert entry is not None
+    block = data[entry.offset:entry.offset + entry.length]
+    assert block[:8] == bytes(8)  # no namespace, user key or expiry stored
+    batch = reader.read_block(3)
+    assert batch is not None and batch.schema.equals(keyed_schema())
+    assert batch.column("namespace").to_pylist() == [b"", b""]
+    assert batch.column("user_key").to_pylist() == [None, None] and batch.column("expiry").to_pylist() == [None, None]
+    full = pa.record_batch([pa.array([0, 0], pa.uint32()), pa.array([b"a", b"b"]), pa.array([b"n", b""]),
+                            pa.array([b"u", None]), pa.array([b"v", b"w"]), pa.array([None, 5], pa.int64())],
+                           schema=keyed_schema())
+    codec = BlockCodec.for_writing(layout.FILE_KIND_KEYED, full.schema, fmt)
+    encoded = codec.encode(full)
+    assert encoded[0] == 7 and codec.decode(encoded, path=PATH).equals(full)
+
+
+def test_empty_file(fmt: WriteFormat) -> None:
+    data, size, _ = write_file({})
+    reader = open_reader(data)
+    assert size == reader.header_size + 28 and (fmt.version == 2 or size == 44)
     assert reader.index == () and list(reader.iter_blocks()) == []
-    assert verify_state_stream(io.BytesIO(data), PATH, 44, None) == ([], 0)
+    assert verify_state_stream(io.BytesIO(data), PATH, size, None) == ([], 0)
 
 
 @settings(max_examples=30, deadline=None)
@@ -93,11 +133,29 @@ def test_random_access_to_any_key_group(groups: dict[int, list[bytes]], data: st
 
 def test_raw_blocks_copy_into_an_identical_file() -> None:
     original, _, checksum = write_file({1: [b"a"], 3: [b"b", b"c"]})
+    source = open_reader(original)
     out = io.BytesIO()
-    writer = StateFileWriter(out, layout.FILE_KIND_KEYED)
-    for entry, block in open_reader(original).iter_raw_blocks():
+    writer = StateFileWriter(out, layout.FILE_KIND_KEYED, codec=source.codec)
+    for entry, block in source.iter_raw_blocks():
         writer.write_raw_block(entry.key_group, block, entry.entries, entry.checksum)
     assert writer.finish().checksum == checksum and out.getvalue() == original
+
+
+def test_copied_runs_get_the_checksum_of_their_bytes() -> None:
+    original, _, checksum = write_file({1: [b"a"], 3: [b"b", b"c"], 9: [b"d"]})
+    source = open_reader(original)
+    out = io.BytesIO()
+    writer = StateFileWriter(out, layout.FILE_KIND_KEYED, codec=source.codec)
+    start, end = source.index[0].offset, source.index[-1].offset + source.index[-1].length
+    out.write(original[start:end])  # what a kernel copy of the run writes
+    writer.add_copied_blocks(source.index, zlib.crc32(original[start:end]))
+    assert writer.finish().checksum == checksum and out.getvalue() == original
+
+
+def test_a_copied_block_needs_the_codec_of_its_file() -> None:
+    writer = StateFileWriter(io.BytesIO(), layout.FILE_KIND_KEYED)
+    with pytest.raises(ValueError, match="needs the codec"):
+        writer.write_raw_block(1, b"x", 1, zlib.crc32(b"x"))
 
 
 def test_key_groups_must_ascend_and_finish_once() -> None:
@@ -165,14 +223,22 @@ def test_structural_damage_on_open(where: int, cause: str) -> None:
 
 def test_version_is_checked() -> None:
     data, _, _ = write_file({1: [b"a"]})
-    with pytest.raises(UnsupportedVersionError, match="state file version 3 is not supported"):
-        open_reader(flip(data, 8, 1))
+    damaged = bytearray(data)
+    damaged[8] = 3
+    with pytest.raises(UnsupportedVersionError, match=r"state file version 3 is not supported \(known: 1, 2\)"):
+        open_reader(bytes(damaged))
 
 
 @pytest.mark.parametrize("where", [11, 12, 15, -12, -9])  # reserved header bytes, the footer's body CRC
-def test_damage_no_block_covers_is_found_by_a_full_read(where: int) -> None:
+def test_damage_no_block_covers_is_found_by_a_full_read(fmt: WriteFormat, where: int) -> None:
     data, size, _ = write_file({1: [b"a"], 7: [b"b"]})
     damaged = flip(data, where % size)
+    if fmt.version == 2 and where > 0:  # the compression and schema length fields
+        try:
+            open_reader(damaged)
+        except CorruptStateError as exc:
+            assert re.search("compression|schema|canonical", str(exc))
+            return  # refused on open
     reader = open_reader(damaged)
     assert reader.read_block(7) is not None  # a partial read cannot see it
     with pytest.raises(CorruptStateError, match="file checksum mismatch in the footer"):
@@ -183,17 +249,26 @@ def test_damage_no_block_covers_is_found_by_a_full_read(where: int) -> None:
     assert [str(p) for p in problems] == [f"{PATH}: file checksum mismatch in the footer: header, index or footer damaged"]
 
 
-def test_full_read_of_an_intact_file_passes_the_body_check() -> None:
-    data, _, _ = write_file({0: [b"a"], 1: [b"b"], 9: [b"c"]})
-    reader = open_reader(data)
-    assert [kg for kg, _ in reader.iter_blocks()] == [0, 1, 9]
-    reader.check_body()
+V2_FORMATS = [f for f in FORMATS if f.version == 2]
+
+
+@pytest.mark.parametrize("fmt", V2_FORMATS, indirect=True, ids=lambda f: f"v2-{f.compression}")
+@pytest.mark.parametrize("change", ["schema byte", "schema length + 8", "schema length - 8"])
+def test_version_2_header_must_be_canonical(fmt: WriteFormat, change: str) -> None:
+    data = bytearray(write_file({1: [b"a"]})[0])
+    length = layout.STATE_FILE_HEADER.unpack_from(data, 0)[4]
+    if change == "schema byte":
+        data[16 + length - 9] ^= 0x40
+    else:
+        struct.pack_into("<I", data, 12, length + (8 if change.endswith("+ 8") else -8))
+    with pytest.raises(CorruptStateError, match="header"):
+        open_reader(bytes(data))
 
 
 @pytest.mark.parametrize("length", [0, 10, 43, 100])
 def test_truncated_file(length: int) -> None:
     data, size, checksum = write_file({1: [b"a"], 7: [b"b"]})
-    with pytest.raises(CorruptStateError, match="truncated|damaged or truncated footer"):
+    with pytest.raises(CorruptStateError, match="truncated|damaged or truncated footer|more than the file holds"):
         StateFileReader(io.BytesIO(data[:length]), length, path=PATH)
     problems, blocks = verify_state_stream(io.BytesIO(data[:length]), PATH, size, checksum)
     messages = [str(p) for p in problems]
@@ -225,17 +300,29 @@ def test_verify_reports_every_damaged_block() -> None:
     ]
 
 
-def test_block_with_a_valid_checksum_but_undecodable_bytes() -> None:
+@pytest.mark.parametrize("garbage", [b"\x00" * 24, b"\x00" * 8 + b"\xff" * 16, b"\x01\x01" + bytes(22), b"\x80" + bytes(23)])
+def test_block_with_a_valid_checksum_but_undecodable_bytes(garbage: bytes) -> None:
     out = io.BytesIO()
-    writer = StateFileWriter(out, layout.FILE_KIND_KEYED)
-    garbage = b"\x00" * 24
+    codec = BlockCodec.for_writing(layout.FILE_KIND_KEYED, None, WriteFormat(2) if garbage[0] else V1)
+    writer = StateFileWriter(out, layout.FILE_KIND_KEYED, codec=codec)
     writer.write_raw_block(3, garbage, 1, zlib.crc32(garbage))
     summary = writer.finish()
     reader = open_reader(out.getvalue())
-    with pytest.raises(CorruptStateError, match="key group 3: block does not decode"):
+    with pytest.raises(CorruptStateError, match="key group 3: block (does not decode|prefix)"):
         reader.read_block(3)
     problems, _ = verify_state_stream(io.BytesIO(out.getvalue()), PATH, summary.size, summary.checksum)
     assert [p.key_group for p in problems] == [3]
+
+
+def test_a_block_whose_rows_disagree_with_its_index_entry() -> None:
+    source = open_reader(write_file({3: [b"a", b"b"]})[0])
+    out = io.BytesIO()
+    writer = StateFileWriter(out, layout.FILE_KIND_KEYED, codec=source.codec)
+    ((entry, block),) = source.iter_raw_blocks()
+    writer.write_raw_block(3, block, 5, entry.checksum)
+    writer.finish()
+    with pytest.raises(CorruptStateError, match="key group 3: block holds 2 entries, its index entry 5"):
+        open_reader(out.getvalue()).read_block(3)
 
 
 def test_header_constants() -> None:

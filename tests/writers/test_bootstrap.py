@@ -1,10 +1,9 @@
-"""``bootstrap_savepoint``: Parquet, CSV and JSON lines in; every state kind out; streaming."""
+"""``bootstrap_savepoint`` (the local engine): Parquet, CSV and JSON lines in; every state kind out; streaming."""
 
 from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,8 @@ from statekit.readers.savepoint_reader import SavepointReader
 from statekit.readers.verification import verify_snapshot
 from statekit.statefmt.errors import BadInputError, PathNotFoundError, SerializationError
 from statekit.statefmt.keygroups import assign_to_key_group, compute_operator_index_for_key_group
-from statekit.writers.bootstrap import bootstrap_savepoint
+from statekit.writers.bootstrap import BootstrapReport, bootstrap_savepoint
+from statekit.writers.bootstrap_spec import BootstrapSpec
 
 ROWS = [
     {"user": f"u{i % 40}", "n": i, "score": i / 4, "tag": f"t{i % 3}", "day": i % 5}
@@ -44,11 +44,17 @@ def last_by(key: str, value: str) -> dict[Any, Any]:
     return {row[key]: row[value] for row in ROWS}
 
 
+def boot(**spec: Any) -> BootstrapReport:
+    """The local engine with its default knobs on ``BootstrapSpec(**spec)``."""
+    return bootstrap_savepoint(BootstrapSpec(**spec))
+
+
 @pytest.mark.parametrize("fmt", ["parquet", "csv", "json"])
 def test_value_state_round_trip_from_each_format(inputs: dict[str, str], tmp_path: Path, fmt: str) -> None:
     out = str(tmp_path / "sp")
-    report = bootstrap_savepoint(inputs=[inputs[fmt]], output=out, uid="counter", state="count",
-                                 key_column="user", value_columns=["n"], parallelism=3, batch_size=16)
+    spec = BootstrapSpec(inputs=[inputs[fmt]], output=out, uid="counter", state="count", key_column="user",
+                         value_columns=["n"], parallelism=3)
+    report = bootstrap_savepoint(spec, batch_size=16)
     reader = SavepointReader.read(out)
     assert {e.key: e.value for e in reader.read_keyed_state("counter", "count")} == last_by("user", "n")
     assert report.rows_read == 200 and report.entries == 40 and report.input_format == fmt
@@ -66,21 +72,21 @@ def test_value_state_round_trip_from_each_format(inputs: dict[str, str], tmp_pat
 def test_every_keyed_kind(inputs: dict[str, str], tmp_path: Path) -> None:
     common: dict[str, Any] = dict(inputs=[inputs["parquet"]], uid="op", key_column="user", max_parallelism=64,
                                   parallelism=2)
-    bootstrap_savepoint(output=str(tmp_path / "list"), state="s", kind="list", value_columns=["n"], **common)
+    boot(output=str(tmp_path / "list"), state="s", kind="list", value_columns=["n"], **common)
     got = {e.key: e.value for e in SavepointReader.read(str(tmp_path / "list")).read_keyed_state("op", "s")}
     assert got == {u: [r["n"] for r in ROWS if r["user"] == u] for u in last_by("user", "n")}
-    bootstrap_savepoint(output=str(tmp_path / "map"), state="s", kind="map", user_key_column="tag",
-                        value_columns=["score"], **common)
+    boot(output=str(tmp_path / "map"), state="s", kind="map", user_key_column="tag",
+         value_columns=["score"], **common)
     got_map = {(e.key, e.user_key): e.value
                for e in SavepointReader.read(str(tmp_path / "map")).read_keyed_state("op", "s")}
     assert got_map == {(r["user"], r["tag"]): r["score"] for r in ROWS}
     for kind in ("reducing", "aggregating"):
-        bootstrap_savepoint(output=str(tmp_path / kind), state="s", kind=kind, value_columns=["n", "score"], **common)
+        boot(output=str(tmp_path / kind), state="s", kind=kind, value_columns=["n", "score"], **common)
         reader = SavepointReader.read(str(tmp_path / kind))
         assert reader.descriptor("op", "s").value_type == "struct<n:int,score:float>"
         got_struct = {e.key: e.value for e in reader.read_keyed_state("op", "s")}
         assert got_struct == {r["user"]: {"n": r["n"], "score": r["score"]} for r in ROWS}
-    bootstrap_savepoint(output=str(tmp_path / "ns"), state="s", value_columns=["n"], namespace_column="day", **common)
+    boot(output=str(tmp_path / "ns"), state="s", value_columns=["n"], namespace_column="day", **common)
     got_ns = {(e.key, e.namespace): e.value for e in SavepointReader.read(str(tmp_path / "ns")).read_keyed_state("op", "s")}
     assert got_ns == {(r["user"], r["day"]): r["n"] for r in ROWS}
 
@@ -88,54 +94,54 @@ def test_every_keyed_kind(inputs: dict[str, str], tmp_path: Path) -> None:
 def test_list_column_gives_the_whole_list(tmp_path: Path) -> None:
     path = tmp_path / "lists.parquet"
     pq.write_table(pa.table({"k": ["a", "b", "a"], "xs": [[1, 2], [3], [4]]}), path)
-    bootstrap_savepoint(inputs=[str(path)], output=str(tmp_path / "sp"), uid="op", state="s", kind="list",
-                        key_column="k", value_columns=["xs"])
+    boot(inputs=[str(path)], output=str(tmp_path / "sp"), uid="op", state="s", kind="list",
+         key_column="k", value_columns=["xs"])
     reader = SavepointReader.read(str(tmp_path / "sp"))
     assert {e.key: e.value for e in reader.read_keyed_state("op", "s")} == {"a": [4], "b": [3]}
     assert reader.descriptor("op", "s").value_type == "int"
 
 
 def test_operator_state_kinds(inputs: dict[str, str], tmp_path: Path) -> None:
-    bootstrap_savepoint(inputs=[inputs["json"]], output=str(tmp_path / "l"), uid="src", state="s",
-                        kind="operator-list", value_columns=["n"], parallelism=3)
+    boot(inputs=[inputs["json"]], output=str(tmp_path / "l"), uid="src", state="s",
+         kind="operator-list", value_columns=["n"], parallelism=3)
     reader = SavepointReader.read(str(tmp_path / "l"))
     assert reader.read_list_state("src", "s") == [r["n"] for r in ROWS]
     assert [len(p) for p in reader.read_operator_state_per_subtask("src", "s")] == [67, 67, 66]
-    bootstrap_savepoint(inputs=[inputs["json"]], output=str(tmp_path / "u"), uid="src", state="s",
-                        kind="union", value_columns=["tag"], parallelism=2)
+    boot(inputs=[inputs["json"]], output=str(tmp_path / "u"), uid="src", state="s",
+         kind="union", value_columns=["tag"], parallelism=2)
     assert SavepointReader.read(str(tmp_path / "u")).read_union_state("src", "s") == [r["tag"] for r in ROWS]
-    bootstrap_savepoint(inputs=[inputs["json"]], output=str(tmp_path / "b"), uid="src", state="s",
-                        kind="broadcast", user_key_column="user", value_columns=["n"], parallelism=2)
+    boot(inputs=[inputs["json"]], output=str(tmp_path / "b"), uid="src", state="s",
+         kind="broadcast", user_key_column="user", value_columns=["n"], parallelism=2)
     assert SavepointReader.read(str(tmp_path / "b")).read_broadcast_state("src", "s") == last_by("user", "n")
 
 
 def test_declared_types_and_serializers(inputs: dict[str, str], tmp_path: Path) -> None:
     out = str(tmp_path / "sp")
-    bootstrap_savepoint(inputs=[inputs["csv"]], output=out, uid="op", state="s", key_column="n",
-                        value_columns=["n"], value_type="string", key_serializer="int64", value_serializer="json")
+    boot(inputs=[inputs["csv"]], output=out, uid="op", state="s", key_column="n",
+         value_columns=["n"], value_type="string", key_serializer="int64", value_serializer="json")
     reader = SavepointReader.read(out)
     assert {e.key: e.value for e in reader.read_keyed_state("op", "s")} == {r["n"]: str(r["n"]) for r in ROWS}
     assert reader.operator("op").key_serializer == "int64"
     assert reader.descriptor("op", "s").value_serializer == "json"
     with pytest.raises(BadInputError, match="column 'tag' .* cannot be cast to the declared type int"):
-        bootstrap_savepoint(inputs=[inputs["csv"]], output=str(tmp_path / "bad"), uid="op", state="s",
-                            key_column="n", value_columns=["tag"], value_type="int")
+        boot(inputs=[inputs["csv"]], output=str(tmp_path / "bad"), uid="op", state="s",
+             key_column="n", value_columns=["tag"], value_type="int")
     with pytest.raises(BadInputError, match="column 'tag' .* cannot be cast to the declared type int"):
-        bootstrap_savepoint(inputs=[inputs["csv"]], output=str(tmp_path / "bad"), uid="op", state="s",
-                            key_column="n", value_columns=["n", "tag"], value_type="struct<n:int,tag:int>")
+        boot(inputs=[inputs["csv"]], output=str(tmp_path / "bad"), uid="op", state="s",
+             key_column="n", value_columns=["n", "tag"], value_type="struct<n:int,tag:int>")
     with pytest.raises(SerializationError, match="does not match the declared type: expected list, got int"):
-        bootstrap_savepoint(inputs=[inputs["csv"]], output=str(tmp_path / "bad"), uid="op", state="s",
-                            key_column="n", value_columns=["n"], value_type="list<int>")
+        boot(inputs=[inputs["csv"]], output=str(tmp_path / "bad"), uid="op", state="s",
+             key_column="n", value_columns=["n"], value_type="list<int>")
     assert not (tmp_path / "bad").exists()
 
 
 def test_add_an_operator_to_an_existing_savepoint(inputs: dict[str, str], tmp_path: Path) -> None:
     first = str(tmp_path / "first")
-    bootstrap_savepoint(inputs=[inputs["parquet"]], output=first, uid="counter", state="count",
-                        key_column="user", value_columns=["n"], parallelism=2, max_parallelism=256)
+    boot(inputs=[inputs["parquet"]], output=first, uid="counter", state="count",
+         key_column="user", value_columns=["n"], parallelism=2, max_parallelism=256)
     second = str(tmp_path / "second")
-    report = bootstrap_savepoint(inputs=[inputs["csv"]], output=second, uid="scores", state="best",
-                                 key_column="user", value_columns=["score"], from_savepoint=first)
+    report = boot(inputs=[inputs["csv"]], output=second, uid="scores", state="best",
+                  key_column="user", value_columns=["score"], from_savepoint=first)
     reader = SavepointReader.read(second)
     assert [op.uid for op in reader.operators] == ["counter", "scores"]
     assert reader.operator("scores").max_parallelism == 256, "defaults to the existing operators'"
@@ -143,8 +149,8 @@ def test_add_an_operator_to_an_existing_savepoint(inputs: dict[str, str], tmp_pa
     assert report.copied_operators == ["counter"]
     assert {e.key: e.value for e in reader.read_keyed_state("counter", "count")} == last_by("user", "n")
     with pytest.raises(BadInputError, match="operator .counter. exists already .* `statekit modify --remove-operator counter`"):
-        bootstrap_savepoint(inputs=[inputs["csv"]], output=str(tmp_path / "third"), uid="counter", state="x",
-                            key_column="user", value_columns=["n"], from_savepoint=first)
+        boot(inputs=[inputs["csv"]], output=str(tmp_path / "third"), uid="counter", state="x",
+             key_column="user", value_columns=["n"], from_savepoint=first)
 
 
 def test_streaming_with_a_tiny_budget_gives_the_same_savepoint(tmp_path: Path) -> None:
@@ -153,9 +159,9 @@ def test_streaming_with_a_tiny_budget_gives_the_same_savepoint(tmp_path: Path) -
     outs = []
     for name, budget, batch in (("small", 1 << 20, 1000), ("large", 256 << 20, 100_000)):
         out = str(tmp_path / name)
-        bootstrap_savepoint(inputs=[str(tmp_path / "big.parquet")], output=out, uid="op", state="s",
-                            key_column="k", value_columns=["v"], parallelism=2, memory_budget=budget,
-                            batch_size=batch)
+        spec = BootstrapSpec(inputs=[str(tmp_path / "big.parquet")], output=out, uid="op", state="s",
+                             key_column="k", value_columns=["v"], parallelism=2)
+        bootstrap_savepoint(spec, memory_budget=budget, batch_size=batch)
         outs.append(SavepointReader.read(out))
     checksums = [[f.checksum for s in r.operator("op").subtasks for f in s.files] for r in outs]
     assert checksums[0] == checksums[1], "identical bytes whatever the memory budget"
@@ -172,14 +178,13 @@ def test_streaming_with_a_tiny_budget_gives_the_same_savepoint(tmp_path: Path) -
     ({"parallelism": 200, "max_parallelism": 128}, BadInputError, "parallelism 200 is larger than max parallelism 128"),
     ({"inputs": ["/no/such/file.csv"]}, PathNotFoundError, "no such file or directory"),
     ({"input_format": "avro"}, BadInputError, "--input-format 'avro'"),
-    ({"engine": "flink"}, BadInputError, "--engine 'flink'"),
 ])
 def test_bad_options(inputs: dict[str, str], tmp_path: Path, options: dict[str, Any], error: type[Exception],
                      message: str) -> None:
     arguments: dict[str, Any] = dict(inputs=[inputs["csv"]], output=str(tmp_path / "out"), uid="op", state="s",
                                      key_column="user", value_columns=["n"]) | options
     with pytest.raises(error) as failure:
-        bootstrap_savepoint(**arguments)
+        boot(**arguments)
     assert message in str(failure.value)
     assert not (tmp_path / "out").exists()
 
@@ -188,22 +193,14 @@ def test_null_keys_and_unreadable_input_are_named(tmp_path: Path) -> None:
     path = tmp_path / "nulls.jsonl"
     path.write_text('{"k": "a", "v": 1}\n{"k": null, "v": 2}\n')
     with pytest.raises(BadInputError, match=r"row 1: column 'k' \(the key\) is null"):
-        bootstrap_savepoint(inputs=[str(path)], output=str(tmp_path / "out"), uid="op", state="s",
-                            key_column="k", value_columns=["v"])
+        boot(inputs=[str(path)], output=str(tmp_path / "out"), uid="op", state="s",
+             key_column="k", value_columns=["v"])
     broken = tmp_path / "broken.parquet"
     broken.write_bytes(b"PAR1 not really")
     with pytest.raises(BadInputError, match="broken.parquet: cannot read as parquet"):
-        bootstrap_savepoint(inputs=[str(broken)], output=str(tmp_path / "out"), uid="op", state="s",
-                            key_column="k", value_columns=["v"])
+        boot(inputs=[str(broken)], output=str(tmp_path / "out"), uid="op", state="s",
+             key_column="k", value_columns=["v"])
     assert sorted(os.listdir(tmp_path)) == ["broken.parquet", "nulls.jsonl"]
-
-
-def test_spark_engine_without_the_spark_bootstrap(inputs: dict[str, str], tmp_path: Path,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "pyspark", None)  # as if PySpark were not installed
-    with pytest.raises(BadInputError, match=r"^--engine spark needs PySpark: pip install 'statekit\[spark\]'$"):
-        bootstrap_savepoint(inputs=[inputs["csv"]], output=str(tmp_path / "out"), uid="op", state="s",
-                            key_column="user", value_columns=["n"], engine="spark")
 
 
 def test_progress_covers_the_work(inputs: dict[str, str], tmp_path: Path) -> None:
@@ -221,8 +218,9 @@ def test_progress_covers_the_work(inputs: dict[str, str], tmp_path: Path) -> Non
 
         return open_bar()
 
-    bootstrap_savepoint(inputs=[inputs["parquet"]], output=str(tmp_path / "sp"), uid="op", state="s",
-                        key_column="user", value_columns=["n"], parallelism=2, progress=progress)
+    spec = BootstrapSpec(inputs=[inputs["parquet"]], output=str(tmp_path / "sp"), uid="op", state="s",
+                         key_column="user", value_columns=["n"], parallelism=2)
+    bootstrap_savepoint(spec, progress=progress)
     (bar,) = bars
     assert bar["description"] == "bootstrapping" and bar["total"] > 0
     assert abs(bar["done"] - bar["total"]) <= 0.02 * bar["total"]

@@ -20,6 +20,7 @@ from statekit.statefmt.errors import (
 )
 from statekit.statefmt.keygroups import assign_to_key_group, compute_operator_index_for_key_group
 from statekit.statefmt.metadata import StateDescriptor, StateKind
+from statekit.statefmt.statefile import IndexEntry, StateFileReader
 from statekit.writers.rescale import RescaleReport, rescale_savepoint
 from statekit.writers.savepoint_writer import SavepointWriter
 
@@ -80,6 +81,11 @@ def file_digests(path: str) -> dict[str, str]:
             with open(full, "rb") as f:
                 out[os.path.relpath(full, path)] = hashlib.sha256(f.read()).hexdigest()
     return out
+
+
+def first_block(path: str) -> IndexEntry:
+    with open(path, "rb") as f:
+        return StateFileReader(f, os.path.getsize(path), path=path).index[0]
 
 
 def check_placement(path: str, uid: str, state: str) -> None:
@@ -216,7 +222,8 @@ def test_corrupted_source_fails_atomically(tmp_path: Path, options: dict[str, An
     assert victim is not None
     full = os.path.join(path, victim.path)
     data = bytearray(Path(full).read_bytes())
-    data[200] ^= 0xFF  # inside the first block
+    first = first_block(full)
+    data[first.offset + first.length // 2] ^= 0xFF  # inside the first block
     Path(full).write_bytes(bytes(data))
     with pytest.raises(CorruptStateError) as failure:
         rescale_savepoint(path, str(tmp_path / "out"), **options)

@@ -1,4 +1,5 @@
-"""``KeyGroupSorter``: blocks per key group, sorted and unique, with bounded buckets."""
+"""``KeyGroupSorter``: blocks per key group, sorted (in the order of the format version written)
+and unique, with bounded buckets; serialized and typed values alike."""
 
 from __future__ import annotations
 
@@ -30,16 +31,18 @@ def drain_all(sorter: KeyGroupSorter) -> list[tuple[int, int, pa.RecordBatch]]:
     return out
 
 
-def check_blocks(blocks: list[tuple[int, int, pa.RecordBatch]], max_p: int, p: int) -> list[bytes]:
+def check_blocks(blocks: list[tuple[int, int, pa.RecordBatch]], max_p: int, p: int, version: int = 2) -> list[bytes]:
     keys: list[bytes] = []
     last: dict[int, int] = {}
     for subtask, key_group, batch in blocks:
         assert compute_operator_index_for_key_group(max_p, p, key_group) == subtask
         assert key_group > last.get(subtask, -1)
         last[subtask] = key_group
-        assert all(h % max_p == key_group for h in batch.column("key_hash").to_pylist())
+        hashes = batch.column("key_hash").to_pylist()
+        assert all(h % max_p == key_group for h in hashes)
         column = batch.column("key").to_pylist()
-        assert column == sorted(column) and len(set(column)) == len(column)
+        order = column if version == 1 else list(zip(hashes, column))
+        assert order == sorted(order) and len(set(column)) == len(column)
         keys.extend(column)
     return keys
 
@@ -94,12 +97,43 @@ def test_concat_lists_appends_elements_in_arrival_order() -> None:
     assert all(len(decode_list(f)) in (1, 4) for f in frames)
 
 
-def test_presorted_input_that_is_not_sorted_still_comes_out_sorted() -> None:
+@pytest.mark.parametrize("version", [1, 2])
+def test_presorted_input_that_is_not_sorted_still_comes_out_sorted(version: int) -> None:
     rows = [(f"k{i}", i) for i in range(2000)]
     shuffled = table(rows).take(list(reversed(range(2000))))
-    blocks = list(sort_key_group_table(shuffled, 8, presorted=True))
-    keys = check_blocks([(compute_operator_index_for_key_group(8, 1, kg), kg, b) for kg, b in blocks], 8, 1)
+    blocks = list(sort_key_group_table(shuffled, 8, presorted=True, version=version))
+    keys = check_blocks([(compute_operator_index_for_key_group(8, 1, kg), kg, b) for kg, b in blocks], 8, 1, version)
     assert len(keys) == 2000
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_blocks_are_in_the_order_of_the_version_written(version: int) -> None:
+    rows = [(f"key-{i}", i) for i in range(5000)]
+    random.Random(3).shuffle(rows)
+    with KeyGroupSorter(64, 2, version=version) as sorter:
+        sorter.add(table(rows))
+        keys = check_blocks(drain_all(sorter), 64, 2, version)
+    assert len(keys) == 5000
+
+
+def test_typed_values_sort_and_concatenate_lists() -> None:
+    codec = StateCodec(StateDescriptor("l", StateKind.LIST, value_type="int"), "msgpack", for_write=True)
+    first = codec.encode_keyed_rows([("a", [1]), ("b", [9])], version=2)
+    assert first.schema.field("value").type == pa.list_(pa.int64())
+    with KeyGroupSorter(16, 1, duplicates=DuplicateMode.CONCAT_LISTS) as sorter:
+        sorter.add(first)
+        sorter.add(codec.encode_keyed_rows([("a", [2, 3]), ("a", [4])], version=2))
+        blocks = drain_all(sorter)
+    assert {e.key: e.value for _, _, b in blocks for e in codec.decode_keyed_batch(b)} == {"a": [1, 2, 3, 4], "b": [9]}
+    assert all(b.schema.field("value").type == pa.list_(pa.int64()) for _, _, b in blocks)
+
+
+def test_tables_of_another_schema_are_refused() -> None:
+    typed = StateCodec(StateDescriptor("v", StateKind.VALUE, value_type="int"), "msgpack", for_write=True)
+    with KeyGroupSorter(16, 1) as sorter:
+        sorter.add(typed.encode_keyed_rows([("a", 1)], version=2))
+        with pytest.raises(ValueError, match="differs from the first table's"):
+            sorter.add(typed.encode_keyed_rows([("b", 1)], version=1))
 
 
 def test_add_after_drain_is_refused() -> None:

@@ -24,6 +24,7 @@ from statekit.statefmt.errors import (
 )
 from statekit.statefmt.fileio import FileIO
 from statekit.statefmt.metadata import StateDescriptor, StateKind, parse_metadata
+from statekit.statefmt.statefile import StateFileReader
 from statekit.writers.savepoint_writer import SavepointWriter, split_evenly
 
 VALUE = StateDescriptor("v", StateKind.VALUE, value_type="int")
@@ -272,7 +273,9 @@ def test_copy_of_a_damaged_source_fails_and_writes_nothing(tmp_path: Path) -> No
     small_writer().write(str(tmp_path / "a"))
     damaged = tmp_path / "a" / "a" / "v" / "00001-of-00002.sks"
     data = bytearray(damaged.read_bytes())
-    data[30] ^= 1
+    with open(damaged, "rb") as f:
+        block = StateFileReader(f, len(data), path=str(damaged)).index[0]
+    data[block.offset + 3] ^= 1  # inside a block: the header, footer and index stay intact
     damaged.write_bytes(bytes(data))
     with pytest.raises(CorruptStateError,
                        match=r"00001-of-00002.sks: file checksum mismatch: crc32:\w+ differs from the recorded crc32:\w+"):

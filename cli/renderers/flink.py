@@ -1,20 +1,23 @@
-"""Rich renderers of the Flink results and of the mixed snapshot listing.
-
-Imported for its side effect (registering renderers by result class name) by
-``statekit.cli.offline`` and ``statekit.cli.flink_commands``; it imports no reader.
-"""
+"""Renderers of Apache Flink results, the mixed snapshot listing and key-group lookups."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from statekit.cli.render import human_age, human_bytes, renderer
+from statekit.cli.renderers.markup import human_age, human_bytes
 
-__all__: list[str] = []
+if TYPE_CHECKING:
+    from statekit.flink.dispatch import FlinkDisposal, FlinkInspection, FlinkVerifyReport, SnapshotList
+    from statekit.flink.key_group_lookup import KeyGroupLookup
+    from statekit.flink.relocation import FlinkRelocation
+
+__all__ = ["snapshot_list", "flink_inspection", "flink_verify_report", "flink_disposal", "flink_relocation",
+           "key_group_lookup"]
 
 _STATUS_STYLES = {"complete": "green", "incomplete": "yellow", "damaged": "red"}
 
@@ -27,12 +30,11 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
-def _range(kg: Any) -> str:
+def _range(kg: Sequence[int] | None) -> str:
     return "-" if not kg else f"{kg[0]}-{kg[1]}"
 
 
-@renderer("SnapshotList")
-def _snapshot_list(console: Console, result: Any) -> None:
+def snapshot_list(console: Console, result: SnapshotList) -> None:
     table = Table(title=f"Snapshots in {escape(result.path)}", title_justify="left")
     for column in ("engine", "job", "id", "kind", "status", "format", "size", "age", "path"):
         table.add_column(column, justify="right" if column in ("id", "size", "age") else "left")
@@ -40,16 +42,15 @@ def _snapshot_list(console: Console, result: Any) -> None:
         status = f"[{_STATUS_STYLES.get(row.status, 'white')}]{row.status}[/]"
         if row.problem and row.status == "damaged":
             status += f" ({escape(row.problem[:80])})"
-        table.add_row(row.engine, row.job_id[:12] or "-",
-                      "-" if row.checkpoint_id is None else str(row.checkpoint_id), row.kind, status,
-                      row.format or "-", human_bytes(row.size), human_age(row.age_s), escape(row.path))
+        table.add_row(escape(row.engine), escape(row.job_id[:12] or "-"),
+                      "-" if row.checkpoint_id is None else str(row.checkpoint_id), escape(row.kind), status,
+                      escape(row.format or "-"), human_bytes(row.size), human_age(row.age_s), escape(row.path))
     console.print(table)
 
 
-@renderer("FlinkInspection")
-def _inspection(console: Console, result: Any) -> None:
+def flink_inspection(console: Console, result: FlinkInspection) -> None:
     s = result.summary
-    console.print(f"[bold]Flink {s.kind or 'snapshot'}[/] ({s.format}) {escape(s.path)}")
+    console.print(f"[bold]Flink {escape(s.kind or 'snapshot')}[/] ({escape(s.format)}) {escape(s.path)}")
     console.print(
         f"checkpoint {s.checkpoint_id}  metadata v{s.metadata_version} ({human_bytes(s.metadata_bytes)})  "
         f"{len(s.operators)} operators  {human_bytes(s.bytes)}: inline {human_bytes(s.inline_bytes)}, "
@@ -74,7 +75,7 @@ def _inspection(console: Console, result: Any) -> None:
             _operator_detail(console, result, index)
 
 
-def _operator_detail(console: Console, result: Any, index: int) -> None:
+def _operator_detail(console: Console, result: FlinkInspection, index: int) -> None:
     op = result.summary.operators[index]
     title = f"Operator {escape(op.label)}" + (f" (id {op.operator_id})" if op.uid else "")
     if op.keyed_states:
@@ -83,7 +84,7 @@ def _operator_detail(console: Console, result: Any, index: int) -> None:
             states.add_column(column)
         for st in op.keyed_states:
             serializers = ", ".join(f"{ser.key.split('_')[0].lower()}={ser.short_name}" for ser in st.serializers)
-            states.add_row(escape(st.name), st.kind, escape(serializers) or "-", escape(st.problem or "-"))
+            states.add_row(escape(st.name), escape(st.kind), escape(serializers) or "-", escape(st.problem or "-"))
         console.print(states)
     if op.keyed_state_problem:
         console.print(f"[yellow]{title}: keyed state names: {escape(op.keyed_state_problem)}[/]")
@@ -106,8 +107,7 @@ def _operator_detail(console: Console, result: Any, index: int) -> None:
         console.print(f"{title}: operator state {escape(', '.join(operator_states))}")
 
 
-@renderer("FlinkVerifyReport")
-def _verify(console: Console, r: Any) -> None:
+def flink_verify_report(console: Console, r: FlinkVerifyReport) -> None:
     if r.ok:
         console.print(f"[green]OK[/] {escape(r.path)}: {_count(r.files, 'file')}, {human_bytes(r.bytes)} present with "
                       f"their recorded sizes (+ {human_bytes(r.inline_bytes)} inline); "
@@ -118,8 +118,7 @@ def _verify(console: Console, r: Any) -> None:
         console.print(f"  {p.kind}: {escape(p.message)}")
 
 
-@renderer("FlinkDisposal")
-def _dispose(console: Console, r: Any) -> None:
+def flink_disposal(console: Console, r: FlinkDisposal) -> None:
     plan = r.result.plan
     verb = "would delete" if r.result.dry_run else "deleted"
     shared = f" and {_count(len(plan.delete_shared), 'shared file')}" if plan.delete_shared else ""
@@ -141,8 +140,7 @@ def _dispose(console: Console, r: Any) -> None:
         console.print(f"[yellow]warning:[/] {escape(warning)}")
 
 
-@renderer("FlinkRelocation")
-def _relocate(console: Console, r: Any) -> None:
+def flink_relocation(console: Console, r: FlinkRelocation) -> None:
     console.print(f"rewrote {r.paths_changed} of {_count(r.paths, 'absolute path')} "
                   f"({_count(r.handles_changed, 'file handle')}) "
                   f"in {escape(r.source)}")
@@ -153,14 +151,13 @@ def _relocate(console: Console, r: Any) -> None:
         console.print(f"[yellow]warning:[/] {escape(warning)}")
 
 
-@renderer("KeyGroupLookup")
-def _keygroup(console: Console, r: Any) -> None:
+def key_group_lookup(console: Console, r: KeyGroupLookup) -> None:
     if r.engine == "flink":
         console.print(f"key {escape(repr(r.value))} (Java {r.java_type}, hashCode {r.hash}, murmurHash {r.murmur_hash}) "
                       f"-> Flink key group {r.key_group} of {r.max_parallelism}")
     else:
         console.print(f"key {escape(repr(r.value))} ({r.key_serializer} bytes {r.key_bytes}, murmur3_32 {r.hash}) "
                       f"-> statekit key group {r.key_group} of {r.max_parallelism}")
-    if r.subtask is not None:
+    if r.subtask is not None and r.subtask_key_groups is not None:  # set together
         start, end = r.subtask_key_groups
         console.print(f"subtask {r.subtask} of {r.parallelism} (key groups {start}-{end})")

@@ -1,0 +1,99 @@
+"""Renderers of statekit snapshots: listing, inspection, verification, disposal."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.table import Table
+
+from statekit.cli.renderers.markup import _e, human_age, human_bytes, print_table, timestamp
+
+if TYPE_CHECKING:
+    from statekit.readers.inspection import OperatorInspection, SnapshotInspection, StateInspection
+    from statekit.readers.listing import CheckpointList
+    from statekit.readers.verification import VerifyReport
+    from statekit.writers.disposal import DisposalPlan
+
+__all__ = ["checkpoint_list", "snapshot_inspection", "verify_report", "disposal_plan", "PER_OPERATOR_TABLES"]
+
+# Above this many operators, inspect prints one table of all states and one of all
+# subtasks instead of two tables per operator.
+PER_OPERATOR_TABLES = 20
+
+_STATE_COLUMNS = ["state", "kind", "serializer", "type", "ttl", "bytes", "entries", "skew (max/mean)", "histogram"]
+
+
+def checkpoint_list(console: Console, result: CheckpointList) -> None:
+    table = Table(title=f"Snapshots in {_e(result.path)}", title_justify="left")
+    for column in ("job", "id", "kind", "status", "format", "size", "age", "path"):
+        table.add_column(column, justify="right" if column in ("id", "size", "age") else "left")
+    styles = {"complete": "green", "incomplete": "yellow", "damaged": "red", "flink": "cyan"}
+    for c in result.listings:
+        status = f"[{styles.get(c.status, 'white')}]{c.status}[/]"
+        if c.problem and c.status != "complete":
+            status += f" ({_e(c.problem)})" if len(c.problem) < 60 else ""
+        table.add_row(_e(c.job_id[:12] or "-"), "-" if c.checkpoint_id is None else str(c.checkpoint_id), _e(c.kind),
+                      status, _e(c.format or "-"), human_bytes(c.size), human_age(c.age_s), _e(c.path))
+    console.print(table)
+
+
+def snapshot_inspection(console: Console, r: SnapshotInspection) -> None:
+    console.print(f"[bold]{_e(r.kind)}[/] {_e(r.path)}")
+    console.print(f"job {_e(r.job_id)} {_e(r.job_name)}  checkpoint {_e(r.checkpoint_id)}  format {_e(r.format)}  "
+                  f"created {_e(timestamp(r.created_at_ms))}  {human_bytes(r.bytes)}, {_e(r.entries)} entries")
+    print_table(console, "Operators",
+                ["uid", "name", "parallelism", "max parallelism", "key serializer", "states", "bytes", "entries"],
+                [[op.uid, op.name, str(op.parallelism), str(op.max_parallelism), op.key_serializer or "-",
+                  str(len(op.states)), human_bytes(op.bytes), str(op.entries)] for op in r.operators])
+    if len(r.operators) > PER_OPERATOR_TABLES:
+        print_table(console, "States", ["uid", *_STATE_COLUMNS],
+                    [[op.uid, *_state_row(s)] for op in r.operators for s in op.states])
+        print_table(console, "Subtasks", ["uid", "subtask", "key groups", "state", "bytes / entries"],
+                    [[op.uid, str(i), _key_groups(op, i), s.name, _subtask_cell(s, i)]
+                     for op in r.operators for s in op.states for i in range(len(op.key_group_ranges))])
+        return
+    for op in r.operators:
+        print_table(console, f"Operator {op.uid!r}", _STATE_COLUMNS, [_state_row(s) for s in op.states])
+        print_table(console, None, ["subtask", "key groups", *(f"{s.name} bytes / entries" for s in op.states)],
+                    [[str(i), _key_groups(op, i), *(_subtask_cell(s, i) for s in op.states)]
+                     for i in range(len(op.key_group_ranges))])
+
+
+def _state_row(s: StateInspection) -> list[str]:
+    skew = f"{s.skew.ratio:.2f} (kg {s.skew.max_key_group})" if s.skew and s.skew.max_key_group is not None else "-"
+    return [s.name, s.kind, s.value_serializer, s.value_type or "-", f"{s.ttl_ms} ms" if s.ttl_ms else "-",
+            human_bytes(s.bytes), str(s.entries), skew, _sparkline(s.skew.histogram) if s.skew else "-"]
+
+
+def _key_groups(op: OperatorInspection, i: int) -> str:
+    kg = op.key_group_ranges[i]
+    return f"{kg[0]}-{kg[1]}"
+
+
+def _subtask_cell(s: StateInspection, i: int) -> str:
+    return f"{human_bytes(s.per_subtask[i]['bytes'])} / {s.per_subtask[i]['entries']}"
+
+
+def _sparkline(histogram: list[int]) -> str:
+    bars = " ▁▂▃▄▅▆▇█"
+    top = max(histogram) or 1
+    return "".join(bars[min(8, (v * 8 + top - 1) // top)] for v in histogram)
+
+
+def verify_report(console: Console, r: VerifyReport) -> None:
+    if r.ok:
+        console.print(f"[green]OK[/] {_e(r.path)}: {_e(r.files)} files, {human_bytes(r.bytes)}, every checksum matches")
+        return
+    console.print(f"[red]DAMAGED[/] {_e(r.path)}: {_e(len(r.damage))} problem(s) in {_e(r.files)} files")
+    for d in r.damage:
+        where = f" key group {d.key_group}" if d.key_group is not None else ""
+        console.print(f"  {_e(d.path)}{_e(where)}: {_e(d.message)}")
+
+
+def disposal_plan(console: Console, r: DisposalPlan) -> None:
+    verb = "would delete" if r.dry_run else "deleted"
+    console.print(f"{_e(verb)} {_e(r.path)} ({_e(len(r.files))} files, {human_bytes(r.bytes)})")
+    if r.dry_run:
+        for f in r.files:
+            console.print(f"  {_e(f)}")

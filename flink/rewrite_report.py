@@ -1,0 +1,188 @@
+"""What a rewrite of a Flink savepoint did, or (``dry_run``) would do: the results of
+:func:`statekit.flink.rewrite.rescale_flink_savepoint` and
+:func:`statekit.flink.rewrite.modify_flink_savepoint`, ready for JSON and rendering."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from statekit.statefmt.keygroups import KeyGroupRange
+
+__all__ = ["FlinkSubtaskPlan", "FlinkOperatorPlan", "FlinkRescaleReport", "FlinkOperatorSummary",
+           "FlinkModifyReport", "REGROUP", "MAX_PARALLELISM_ONLY", "KEPT"]
+
+REGROUP = "regroup"  # keyed state regrouped into the new key groups
+MAX_PARALLELISM_ONLY = "max parallelism"  # no keyed state: only the number changes
+KEPT = "kept"  # carried over as it is: already at the new max parallelism, or one set apart (e.g. 1)
+
+
+@dataclass(frozen=True)
+class FlinkSubtaskPlan:
+    """The keyed state of one subtask under the new max parallelism.
+
+    Attributes:
+        index: The subtask index.
+        key_group_range: Its key-group range (Flink's ``computeKeyGroupRangeForOperatorIndex``).
+        key_groups: Key groups of the range that hold entries.
+        entries: Entries (one per user key of map state, one per timer).
+        bytes: Entry bytes in the new stream (without the header).
+    """
+
+    index: int
+    key_group_range: KeyGroupRange
+    key_groups: int
+    entries: int
+    bytes: int
+
+    def to_json(self) -> dict[str, Any]:
+        """The plan as JSON data."""
+        return {"index": self.index, "key_group_range": self.key_group_range.to_list(),
+                "key_groups": self.key_groups, "entries": self.entries, "bytes": self.bytes}
+
+
+@dataclass(frozen=True)
+class FlinkOperatorPlan:
+    """What a rescale does to one operator.
+
+    Attributes:
+        label: Its uid, or its id when it has none.
+        operator_id: The 32-hex-digit operator id.
+        action: ``regroup`` (keyed state), ``max parallelism`` (only the number changes) or
+            ``kept`` (carried over as it is: already at the new max parallelism, or a max
+            parallelism set apart from the keyed operators', such as 1 of a non-parallel source).
+        parallelism: Its parallelism (kept: Flink redistributes state when restoring at another).
+        old_max_parallelism / max_parallelism: Before and after.
+        states: The keyed states (``regroup``).
+        key_type: The key type hashed (``Row<String>``...), for ``regroup``.
+        subtasks: Per subtask, the key groups, entries and bytes it holds afterwards.
+    """
+
+    label: str
+    operator_id: str
+    action: str
+    parallelism: int
+    old_max_parallelism: int
+    max_parallelism: int
+    states: tuple[str, ...] = ()
+    key_type: str | None = None
+    subtasks: tuple[FlinkSubtaskPlan, ...] = ()
+
+    @property
+    def entries(self) -> int:
+        """Entries of all subtasks."""
+        return sum(s.entries for s in self.subtasks)
+
+    @property
+    def bytes(self) -> int:
+        """Entry bytes of all subtasks."""
+        return sum(s.bytes for s in self.subtasks)
+
+    @property
+    def skew(self) -> float:
+        """The largest subtask's bytes over the mean (1.0: even; 0 subtasks or bytes: 1.0)."""
+        sizes = [s.bytes for s in self.subtasks]
+        mean = sum(sizes) / len(sizes) if sizes else 0
+        return max(sizes) / mean if mean else 1.0
+
+    def to_json(self) -> dict[str, Any]:
+        """The plan as JSON data."""
+        return {"label": self.label, "operator_id": self.operator_id, "action": self.action,
+                "parallelism": self.parallelism, "max_parallelism": [self.old_max_parallelism, self.max_parallelism],
+                "states": list(self.states), "key_type": self.key_type, "entries": self.entries,
+                "bytes": self.bytes, "skew": round(self.skew, 4), "subtasks": [s.to_json() for s in self.subtasks]}
+
+
+@dataclass
+class FlinkRescaleReport:
+    """The plan (``dry_run``) or the outcome of a max-parallelism change of a Flink savepoint.
+
+    Attributes:
+        source: The savepoint read.
+        output: The savepoint written (``None`` for a dry run without ``-o``).
+        dry_run: Nothing was written.
+        metadata_version: The ``_metadata`` version, kept.
+        operators: One plan per operator, in ``_metadata`` order.
+        bytes_read: Key-group stream bytes read.
+        bytes_written: Bytes written (streams, copied files, ``_metadata``).
+        spilled_bytes: Bytes that went through temporary files.
+        files_copied: Files carried over unchanged (operator state).
+        elapsed_s: Wall time.
+    """
+
+    source: str
+    output: str | None
+    dry_run: bool
+    metadata_version: int
+    operators: list[FlinkOperatorPlan] = field(default_factory=list)
+    bytes_read: int = 0
+    bytes_written: int = 0
+    spilled_bytes: int = 0
+    files_copied: int = 0
+    elapsed_s: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as JSON data."""
+        return {"engine": "flink", "source": self.source, "output": self.output, "dry_run": self.dry_run,
+                "metadata_version": self.metadata_version, "bytes_read": self.bytes_read,
+                "bytes_written": self.bytes_written, "spilled_bytes": self.spilled_bytes,
+                "files_copied": self.files_copied, "elapsed_s": round(self.elapsed_s, 3),
+                "operators": [op.to_json() for op in self.operators]}
+
+
+@dataclass(frozen=True)
+class FlinkOperatorSummary:
+    """One operator of a modified savepoint.
+
+    Attributes:
+        label: Its uid (the new one when renamed), or its id.
+        operator_id: Its id (Flink's hash of the new uid when renamed).
+        renamed_from: The label it had, when renamed.
+        parallelism / max_parallelism: As in the source.
+        files: Files its state references.
+        bytes: Their recorded sizes plus inlined state.
+    """
+
+    label: str
+    operator_id: str
+    renamed_from: str | None
+    parallelism: int
+    max_parallelism: int
+    files: int
+    bytes: int
+
+    def to_json(self) -> dict[str, Any]:
+        """The operator as JSON data."""
+        return {"label": self.label, "operator_id": self.operator_id, "renamed_from": self.renamed_from,
+                "parallelism": self.parallelism, "max_parallelism": self.max_parallelism,
+                "files": self.files, "bytes": self.bytes}
+
+
+@dataclass
+class FlinkModifyReport:
+    """What ``modify`` of a Flink savepoint did (or, ``dry_run``, would do).
+
+    Attributes:
+        removed: ``(label, operator id)`` of each removed operator.
+        renamed: ``(old label, new uid, new operator id)`` of each renamed operator.
+        operators: The operators of the result, in ``_metadata`` order.
+    """
+
+    source: str
+    output: str | None
+    dry_run: bool
+    metadata_version: int
+    removed: list[tuple[str, str]] = field(default_factory=list)
+    renamed: list[tuple[str, str, str]] = field(default_factory=list)
+    operators: list[FlinkOperatorSummary] = field(default_factory=list)
+    bytes_written: int = 0
+    elapsed_s: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as JSON data."""
+        return {"engine": "flink", "source": self.source, "output": self.output, "dry_run": self.dry_run,
+                "metadata_version": self.metadata_version,
+                "removed": [{"label": label, "operator_id": op_id} for label, op_id in self.removed],
+                "renamed": [{"from": old, "uid": new, "operator_id": op_id} for old, new, op_id in self.renamed],
+                "operators": [op.to_json() for op in self.operators], "bytes_written": self.bytes_written,
+                "elapsed_s": round(self.elapsed_s, 3)}

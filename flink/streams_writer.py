@@ -1,0 +1,232 @@
+"""Canonical key-group streams of an operator: check them for a rewrite, open them, write new ones.
+
+A canonical savepoint stores each subtask's keyed state as one stream (Flink's full-snapshot
+layout, :mod:`statekit.flink.sources`): the keyed backend meta information (the *header*:
+key serializer, states and their serializer snapshots), then the key groups. A rewrite
+keeps one header for every new stream — byte for byte, so serializer snapshots carry over
+as they are — and writes the regrouped entries (:mod:`statekit.flink.regroup`) after it::
+
+    header | per non-empty key group, ascending:
+               state id short | entries, the last of each state flagged | (next state id short)...
+               | 0xFFFF end-of-key-group mark
+
+The offset of each key group (of its first state id) goes into the subtask's
+``KeyGroupsSavepointStateHandle``; an empty key group keeps offset 0, as Flink writes it.
+
+Refused, with one line naming the operator, subtask or state and the reason: keyed handles
+other than canonical savepoint ones, raw keyed state, compressed key groups, headers whose
+serializer snapshots statekit cannot read, keys whose Java ``hashCode`` statekit cannot
+compute, and subtasks that registered different serializers for the same state.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from typing import IO
+
+from statekit.flink.key_hash import KeyHasher, key_hasher, unhashable_class
+from statekit.flink.model import FlinkOperatorState, KeyedHandleKind, StreamHandle, StreamHandleKind
+from statekit.flink.regroup import StreamInput
+from statekit.flink.serializers import TIMER_CLASS
+from statekit.flink.sources import StreamSource, keyed_sources
+from statekit.flink.state_meta import FlinkStateMeta, KeyedBackendMeta
+from statekit.flink.storage import FlinkSnapshot, read_stream_bytes, resolve_stream
+from statekit.statefmt.errors import BadInputError
+from statekit.statefmt.keygroups import KeyGroupRange
+
+__all__ = ["OperatorStreams", "operator_streams", "open_inputs", "write_stream", "has_keyed_state"]
+
+END_OF_KEY_GROUP = b"\xff\xff"
+SUPPORTED_KEYS = "String, Long, Integer, Short, Byte, Boolean, Character, Double, Float and Rows of these"
+
+
+@dataclass(frozen=True)
+class OperatorStreams:
+    """The checked key-group streams of one operator.
+
+    Attributes:
+        operator: The operator.
+        header: The keyed backend meta information every new stream starts with.
+        meta: That header, parsed.
+        hasher: The Java ``hashCode`` of the operator's keys.
+        sources: One stream per subtask that has keyed state.
+        state_ids: Per source (same order), the header's state id of each of its state ids.
+        timers: State ids (of the header) of timers, whose keys start with a timestamp.
+    """
+
+    operator: FlinkOperatorState
+    header: bytes
+    meta: KeyedBackendMeta
+    hasher: KeyHasher
+    sources: tuple[StreamSource, ...]
+    state_ids: tuple[tuple[int, ...], ...]
+    timers: frozenset[int]
+
+    @property
+    def state_names(self) -> tuple[str, ...]:
+        """The states of the header, in state id order."""
+        return tuple(state.name for state in self.meta.states)
+
+    @property
+    def bytes(self) -> int:
+        """The recorded size of the source streams."""
+        return sum(source.delegate.size for source in self.sources)
+
+
+def has_keyed_state(op: FlinkOperatorState) -> bool:
+    """True when a subtask of ``op`` has a managed or raw keyed state handle."""
+    return any(sub.keyed_handles for sub in op.subtasks)
+
+
+def _check_handles(snapshot: FlinkSnapshot, op: FlinkOperatorState) -> None:
+    for sub in op.subtasks:
+        if sub.raw_keyed_state is not None:
+            raise BadInputError(f"operator {op.label} subtask {sub.index} has raw keyed state (written by the operator "
+                                "itself, per key group): its keys cannot be regrouped", path=snapshot.path)
+        handle = sub.managed_keyed_state
+        if handle is not None and handle.kind is not KeyedHandleKind.SAVEPOINT_KEY_GROUPS:
+            raise BadInputError(f"operator {op.label} subtask {sub.index} has a {handle.kind.value} keyed state handle; "
+                                "rewriting keyed state needs a canonical savepoint (flink savepoint --type canonical, "
+                                "or stop-with-savepoint in the canonical format)", path=snapshot.path)
+
+
+def _problem(op: FlinkOperatorState, meta: KeyedBackendMeta, source: str) -> BadInputError | None:
+    """Why the header cannot be carried over and mapped by state id, or ``None``."""
+    broken = next((s for s in meta.states if s.problem), None)
+    if broken is not None:
+        return BadInputError(f"operator {op.label}: state {broken.name!r}: {broken.problem}; the state ids that "
+                             "follow it cannot be trusted, so the operator is not rewritten", path=source)
+    if meta.problem or meta.header_size is None or meta.key_serializer is None:
+        return BadInputError(f"operator {op.label}: the keyed state header cannot be read: "
+                             f"{meta.problem or 'incomplete'}", path=source)
+    return None
+
+
+def _classes(state: FlinkStateMeta) -> tuple[tuple[str, str | None, tuple[str, ...]], ...]:
+    return tuple((s.key, s.snapshot_class, s.nested) for s in state.serializers)
+
+
+def _reference(op: FlinkOperatorState, sources: list[StreamSource]) -> StreamSource:
+    """The source whose header names every state of every source, with the same serializers."""
+    seen: dict[str, FlinkStateMeta] = {}
+    for source in sources:
+        for state in source.meta.states:
+            known = seen.setdefault(state.name, state)
+            if _classes(known) != _classes(state) or known.backend_type != state.backend_type:
+                raise BadInputError(f"operator {op.label}: subtasks registered state {state.name!r} with different "
+                                    "serializers or types; not rewritten", path=source.source)
+    for source in sources:
+        if {s.name for s in source.meta.states} == set(seen):
+            return source
+    raise BadInputError(f"operator {op.label}: no subtask registered every state ({', '.join(seen)}); their headers "
+                        "cannot be merged", path=sources[0].source)
+
+
+def _timers(op: FlinkOperatorState, meta: KeyedBackendMeta, source: str) -> frozenset[int]:
+    ids = set()
+    for index, state in enumerate(meta.states):
+        if state.backend_type == "priority-queue":
+            value = next((s.snapshot_class for s in state.serializers if s.key == "VALUE_SERIALIZER"), None)
+            if value != TIMER_CLASS:
+                raise BadInputError(f"operator {op.label}: priority queue state {state.name!r} holds {value}, not "
+                                    "timers: its keys cannot be regrouped", path=source)
+            ids.add(index)
+        elif state.backend_type != "key-value":
+            raise BadInputError(f"operator {op.label}: {state.backend_type} state {state.name!r} in a keyed state "
+                                "stream cannot be regrouped", path=source)
+    return frozenset(ids)
+
+
+def operator_streams(snapshot: FlinkSnapshot, op: FlinkOperatorState) -> OperatorStreams:
+    """Check one operator's keyed state for a rewrite and choose the header of its new streams.
+
+    Raises:
+        BadInputError: Anything a rewrite refuses (see the module docstring); the message
+            names the operator and the state or subtask.
+        CorruptStateError: A damaged header.
+    """
+    _check_handles(snapshot, op)
+    sources = []
+    for source in keyed_sources(snapshot, op, purpose="rewriting keyed state"):
+        assert isinstance(source, StreamSource)  # _check_handles admitted savepoint key-group handles only
+        problem = _problem(op, source.meta, source.source)
+        if problem is not None:
+            raise problem
+        sources.append(source)
+    if not sources:
+        raise BadInputError(f"operator {op.label} has no keyed state to rewrite", path=snapshot.path)
+    reference = _reference(op, sources)
+    meta = reference.meta
+    assert meta.key_serializer is not None and meta.header_size is not None  # _problem checked
+    hasher = key_hasher(meta.key_serializer.tree)
+    if hasher is None:
+        state = meta.states[0].name
+        raise BadInputError(f"operator {op.label}: state {state!r} is keyed by "
+                            f"{unhashable_class(meta.key_serializer.tree)}, whose Java hashCode statekit cannot "
+                            f"compute (it hashes {SUPPORTED_KEYS})", path=reference.source)
+    names = [state.name for state in meta.states]
+    state_ids = tuple(tuple(names.index(state.name) for state in source.meta.states) for source in sources)
+    header = read_stream_bytes(snapshot, reference.delegate, length=meta.header_size)
+    return OperatorStreams(op, header, meta, hasher, tuple(sources), state_ids,
+                           _timers(op, meta, reference.source))
+
+
+def _leaf(handle: StreamHandle) -> StreamHandle:
+    while handle.kind is StreamHandleKind.KEY_GROUPS and handle.delegate is not None:
+        handle = handle.delegate
+    return handle
+
+
+def _open(snapshot: FlinkSnapshot, handle: StreamHandle) -> IO[bytes]:
+    leaf = _leaf(handle)
+    if leaf.kind is StreamHandleKind.BYTE_STREAM:
+        return io.BytesIO(leaf.data or b"")
+    location = resolve_stream(snapshot, leaf)
+    return location.io.open_input(location.path)
+
+
+@contextmanager
+def open_inputs(snapshot: FlinkSnapshot, streams: OperatorStreams) -> Iterator[list[StreamInput]]:
+    """The operator's streams, opened, as regrouper inputs (closed when the block exits)."""
+    with ExitStack() as stack:
+        inputs = []
+        for source, state_ids in zip(streams.sources, streams.state_ids):
+            handle = source.handle
+            offsets = tuple(sorted(((kg, offset) for kg, offset in zip(handle.key_group_range,
+                                                                     handle.key_group_offsets) if offset),
+                                   key=lambda pair: pair[1]))
+            stream = stack.enter_context(_open(snapshot, source.delegate))
+            inputs.append(StreamInput(stream, source.source, offsets, state_ids, streams.timers))
+        yield inputs
+
+
+def write_stream(out: IO[bytes], header: bytes, key_groups: KeyGroupRange,
+                 groups: Iterable[tuple[int, int, Iterator[bytes]]]) -> tuple[list[int], int]:
+    """Write one subtask's stream: ``header``, then ``groups`` (ascending, inside ``key_groups``).
+
+    Returns:
+        The offset of every key group of ``key_groups`` (0 when empty) and the stream's size.
+    """
+    out.write(header)
+    position = len(header)
+    offsets = [0] * len(key_groups)
+    current: int | None = None
+    for key_group, state, chunks in groups:
+        if key_group != current:
+            if current is not None:
+                out.write(END_OF_KEY_GROUP)
+                position += 2
+            offsets[key_group - key_groups.start] = position
+            current = key_group
+        out.write(state.to_bytes(2, "big"))
+        position += 2
+        for chunk in chunks:
+            out.write(chunk)
+            position += len(chunk)
+    if current is not None:
+        out.write(END_OF_KEY_GROUP)
+        position += 2
+    return offsets, position

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Run the tests that restore savepoints statekit rewrote in real Apache Flink (pytest -m flink:
+# tests/flink/test_flink_rewrite_restore.py, about 3 minutes on 2 cores). PyFlink is installed
+# into .venv-flink first when it is missing (scripts/install_pyflink.sh; Java 17 on the PATH),
+# never into statekit's .venv. Extra arguments go to pytest.
+#
+#   scripts/test_flink.sh                 # PyFlink 2.3.0
+#   PYFLINK_VERSION=1.20.3 scripts/test_flink.sh    # into .venv-flink-1.20, used through STATEKIT_PYFLINK_PYTHON
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VERSION="${PYFLINK_VERSION:-2.3.0}"
+case "$VERSION" in
+  2.*) VENV=.venv-flink ;;
+  *)   VENV=".venv-flink-${VERSION%.*}" ;;
+esac
+if ! "$VENV/bin/python" -c "import pyflink" 2>/dev/null; then
+  scripts/install_pyflink.sh "$VERSION"
+fi
+if [ ! -x .venv/bin/python ]; then
+  scripts/bootstrap.sh test
+fi
+export STATEKIT_PYFLINK_PYTHON="$PWD/$VENV/bin/python"
+exec .venv/bin/python -m pytest -m flink tests/flink "$@"

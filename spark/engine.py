@@ -1,0 +1,91 @@
+"""The one place that chooses how a command runs: on this machine or on Spark, and which
+exporter reads a snapshot (statekit's or Apache Flink's).
+
+Each entry takes a frozen spec and returns the command's typed result::
+
+    export(ExportSpec(path, output, fmt="csv"))                     # always on Spark
+    diff(DiffSpec(a, b, output=out), "spark", SparkSettings("local[4]"))
+    bootstrap(BootstrapSpec(...), "local")
+
+Importing this module loads neither pyspark nor any engine: each is imported by the branch
+that runs it, so the local engines never start a JVM.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from statekit.readers.diff import DiffSpec, SavepointDiff
+from statekit.readers.progress import ProgressFactory
+from statekit.spark.session import SparkSettings
+from statekit.statefmt.errors import BadInputError
+from statekit.writers.key_group_sorter import DEFAULT_MEMORY_BUDGET
+
+if TYPE_CHECKING:
+    from statekit.spark.export import ExportResult, ExportSpec
+    from statekit.writers.bootstrap import BootstrapReport
+    from statekit.writers.bootstrap_spec import BootstrapSpec
+
+__all__ = ["ENGINES", "bootstrap", "diff", "export"]
+
+ENGINES = ("local", "spark")
+
+
+def export(spec: ExportSpec, progress: ProgressFactory | None = None) -> ExportResult:
+    """``statekit export`` (always on Spark): an Apache Flink savepoint through the Flink
+    exporter, anything else as a statekit snapshot (whose reader names what is wrong with it)."""
+    from statekit.flink.dispatch import flink_snapshot_path
+
+    _require_pyspark("statekit export")
+    flink_path = flink_snapshot_path(spec.path, storage_options=spec.storage_options)
+    if flink_path is not None:
+        from statekit.spark.flink_export import export_flink
+
+        return export_flink(replace(spec, path=flink_path), progress)
+    from statekit.spark.export import export_statekit
+
+    return export_statekit(spec, progress)
+
+
+def diff(spec: DiffSpec, engine: str = "local", spark: SparkSettings | None = None,
+         progress: ProgressFactory | None = None) -> SavepointDiff:
+    """``statekit diff`` on ``engine`` (``spark`` runs with ``spark``'s settings): the same
+    counts and the same ``-o`` rows on both."""
+    if _engine(engine) == "spark":
+        _require_pyspark("--engine spark")
+        from statekit.spark.diff import diff_on_spark
+
+        return diff_on_spark(spec, spark or SparkSettings(), progress)
+    from statekit.writers.diff_output import write_diff
+
+    return write_diff(spec, progress)
+
+
+def bootstrap(spec: BootstrapSpec, engine: str = "local", *, batch_size: int = 65536, spill_dir: str | None = None,
+              memory_budget: int = DEFAULT_MEMORY_BUDGET, progress: ProgressFactory | None = None) -> BootstrapReport:
+    """``statekit bootstrap`` on ``engine``. Operator state is small by nature: the local
+    engine writes it whatever the engine (the Spark bootstrap writes keyed state only)."""
+    if _engine(engine) == "spark":
+        _require_pyspark("--engine spark")
+        if spec.kind.keyed:
+            from statekit.spark.bootstrap import bootstrap_with_spark
+
+            return bootstrap_with_spark(spec, memory_budget=memory_budget)
+    from statekit.writers.bootstrap import bootstrap_savepoint
+
+    return bootstrap_savepoint(spec, batch_size=batch_size, spill_dir=spill_dir, memory_budget=memory_budget,
+                               progress=progress)
+
+
+def _engine(name: str) -> str:
+    if name not in ENGINES:
+        raise BadInputError(f"--engine {name!r}: expected one of {', '.join(ENGINES)}")
+    return name
+
+
+def _require_pyspark(what: str) -> None:
+    try:
+        import pyspark  # noqa: F401 - only whether it is installed
+    except ImportError:
+        raise BadInputError(f"{what} needs PySpark: pip install 'statekit[spark]'") from None

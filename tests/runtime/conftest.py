@@ -1,0 +1,43 @@
+"""Fixtures of the runtime tests: a real PostgreSQL server and a fresh database per test.
+
+The server helper (``postgres_server``) sits beside this file and is imported by name (this
+directory goes on ``sys.path``). The server is started once per run, as the ``postgres``
+system user when the tests run as root; the tests skip only when the PostgreSQL binaries
+are missing (``.ci/run`` installs the Debian package ``postgresql``).
+"""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+from postgres_server import MISSING_BINARIES, PostgresServer, find_postgres_bin
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """One PostgreSQL server (127.0.0.1, a free port, max_prepared_transactions = 64) for the run."""
+    bin_dir = find_postgres_bin()
+    if bin_dir is None:
+        pytest.skip(MISSING_BINARIES)
+    server = PostgresServer(bin_dir)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def postgres_dsn(postgres_server: PostgresServer) -> str:
+    """The DSN of a new, empty database on the shared server (started again if a test stopped it)."""
+    postgres_server.start()
+    return postgres_server.create_database(f"t_{uuid.uuid4().hex[:12]}")
