@@ -1,16 +1,21 @@
-"""Flink max-parallelism change: ``statekit rescale --max-parallelism`` of a real PyFlink savepoint
-against ``cp -r`` of the same savepoint, same run.
+"""Flink max-parallelism change: ``statekit rescale --max-parallelism`` of a canonical savepoint of
+>= 1M keys against ``cp -r`` of the same savepoint, same run.
 
     .venv/bin/python bench/flink_rescale_bench.py [--keys 1000000] [--savepoint DIR] [--workdir DIR]
 
-Steps (each a child process, its peak RSS read from ``os.wait4``):
+Steps (the timed ones each a child process, its peak RSS and CPU time read from ``os.wait4``;
+this process stays small, since on Linux a child's peak RSS starts from its parent's at fork):
 
-1. the savepoint: ``--savepoint DIR``, or one written by real Flink — the PyFlink job of the
-   restore test (scripts/flink_rewrite_job.py ``write``, PyFlink from .venv-flink or
-   ``STATEKIT_PYFLINK_PYTHON``) with ``--keys`` keys, one event each: per key a ValueState
-   LONG, a ListState INT, a MapState STRING -> LONG entry and an event-time timer (4 entries),
-   max parallelism 128, parallelism 2, canonical format. It is kept in the work directory and
-   reused by later runs;
+1. the savepoint: ``--savepoint DIR``, or one grown from a savepoint real Flink wrote. PyFlink
+   under load processes a few hundred keyed events a second here (1M keys would take hours),
+   so the PyFlink job of the restore test (scripts/flink_rewrite_job.py ``write``, PyFlink
+   from .venv-flink or ``STATEKIT_PYFLINK_PYTHON``) writes a canonical savepoint of
+   ``BASE_KEYS`` keys, one event each (per key a ValueState LONG, a ListState INT, a MapState
+   STRING -> LONG entry and an event-time timer: 4 entries; max parallelism 128, parallelism
+   2), and :func:`grow` copies every entry of key ``key-k`` to the keys ``key-(k + j *
+   BASE_KEYS)`` until there are ``--keys`` keys: the same header, serializers and value bytes,
+   each new key serialized like Flink's (checked by decoding it) and stored in the key group
+   Flink assigns it. Both are kept in the work directory and reused by later runs;
 2. ``cp -r`` of the savepoint (the baseline; best of 3) and ``cp -r`` + ``sync``;
 3. ``statekit rescale --max-parallelism 1024`` (every key hashed, every entry regrouped through
    temporary files; default memory budget), then the same with ``--memory-budget 16`` (more
@@ -24,21 +29,37 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 from typing import Any
+
+from statekit.flink.keygroups import flink_murmur_hash
+from statekit.flink.metadata_writer import (
+    Edit,
+    apply_edits,
+    encode_relative_file_handle,
+    encode_savepoint_key_groups_handle,
+    metadata_spans,
+)
+from statekit.flink.model import FlinkOperatorState
+from statekit.flink.sources import key_group_entries, prefix_bytes
+from statekit.flink.storage import FlinkSnapshot, load_snapshot, read_stream_bytes
+from statekit.flink.streams_writer import operator_streams, write_stream
 
 ROOT = Path(__file__).resolve().parents[1]
 STATEKIT = [sys.executable, "-m", "statekit.cli.main"]
 JOB = ROOT / "scripts" / "flink_rewrite_job.py"
 
 
-def run(argv: list[str]) -> tuple[float, int, str]:
-    """Run a child; (wall seconds, its own peak RSS in MB, stdout). Fails loudly on a non-zero exit.
+def run(argv: list[str]) -> tuple[float, int, str, float]:
+    """Run a child; (wall seconds, its own peak RSS in MB, stdout, its CPU seconds). Fails loudly on a
+    non-zero exit. CPU seconds (user + system) show the cost on a machine that others load.
 
     ``os.wait4`` reports the rusage of exactly this child; its output goes to temporary files
     (a pipe could fill up while the child is waited for)."""
@@ -53,7 +74,7 @@ def run(argv: list[str]) -> tuple[float, int, str]:
     code = os.waitstatus_to_exitcode(status)
     if code != 0:
         raise SystemExit(f"{' '.join(argv)} failed ({code}): {(stdout + stderr)[-3000:].strip()}")
-    return elapsed, usage.ru_maxrss // 1024, stdout
+    return elapsed, usage.ru_maxrss // 1024, stdout, usage.ru_utime + usage.ru_stime
 
 
 def du(path: Path) -> tuple[int, int]:
@@ -68,8 +89,82 @@ def pyflink_python() -> Path:
     return python
 
 
-def flink_savepoint(workdir: Path, keys: int) -> tuple[Path, float | None]:
-    """A canonical savepoint of ``keys`` keys written by PyFlink (reused when already there)."""
+BASE_KEYS = 2000
+KEY = re.compile(rb"key-(\d+)$")
+
+
+def grow(base: Path, keys: int, out: Path) -> None:
+    """Copy ``base`` (a canonical savepoint of the writer job, keys ``key-0`` .. ``key-(n-1)``) to
+    ``out`` with ``keys`` keys: every entry of ``key-k`` also under ``key-(k + j * n)``."""
+    snapshot = load_snapshot(str(base))
+    (op,) = [op for op in snapshot.metadata.operators if op.uid == "state"]
+    streams = operator_streams(snapshot, op)
+    prefix, names = prefix_bytes(op.max_parallelism), streams.state_names
+    groups: dict[tuple[int, int], bytearray] = {}
+    last: dict[tuple[int, int], int] = {}
+    base_keys = 0
+    for source in streams.sources:
+        data = read_stream_bytes(snapshot, source.delegate)
+        own = tuple(state.name for state in source.meta.states)
+        for kg, offset in zip(source.handle.key_group_range, source.handle.key_group_offsets):
+            if not offset:
+                continue
+            for name, key, value, _ in key_group_entries(data[offset:], kg, own, prefix, source.source, offset):
+                state = names.index(name)
+                skip = 8 if state in streams.timers else 0
+                body = key[prefix:]
+                _, end = streams.hasher.java_hash(body, skip, where=source.source)
+                serialized = body[skip:end]
+                found = KEY.search(serialized)
+                assert found and serialized[found.start() - 1] == len(found.group()) + 1, serialized
+                k = int(found.group(1))
+                base_keys = max(base_keys, k + 1)
+                for j in range(-(-keys // BASE_KEYS)):
+                    if k + j * BASE_KEYS >= keys:
+                        break
+                    text = f"key-{k + j * BASE_KEYS}".encode()
+                    new_key = serialized[:found.start() - 1] + bytes([len(text) + 1]) + text
+                    code, new_end = streams.hasher.java_hash(new_key, 0, where="grown key")
+                    assert new_end == len(new_key)
+                    new_kg = flink_murmur_hash(code) % op.max_parallelism
+                    composite = new_kg.to_bytes(prefix, "big") + body[:skip] + new_key + body[end:]
+                    group = groups.setdefault((new_kg, state), bytearray())
+                    last[(new_kg, state)] = len(group)
+                    group += len(composite).to_bytes(4, "big") + composite + len(value).to_bytes(4, "big") + value
+    assert base_keys == BASE_KEYS, f"{base} holds {base_keys} keys, not {BASE_KEYS}"
+    for group, at in last.items():
+        groups[group][at + 4] |= 0x80  # Flink's meta-data-follows flag: the last entry of a state in a key group
+    _write_grown(snapshot, op, streams.header, groups, out)
+
+
+def _write_grown(snapshot: FlinkSnapshot, op: FlinkOperatorState, header: bytes, groups: dict[tuple[int, int], bytearray], out: Path) -> None:
+    """``snapshot`` copied to ``out`` with new streams for ``op``'s subtasks (same key-group ranges)."""
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(snapshot.path, tmp)
+    data = (tmp / "_metadata").read_bytes()
+    (span,) = [sp for sp, o in zip(metadata_spans(data, source="base").operators, snapshot.metadata.operators)
+               if o is op]
+    edits = []
+    for sub, sub_span in zip(op.subtasks, span.subtasks):
+        handle = sub.managed_keyed_state
+        assert handle is not None and handle.delegate is not None and sub_span.managed_keyed is not None
+        (tmp / str(handle.delegate.path)).unlink()
+        key_groups = handle.key_group_range
+        name = str(uuid.uuid4())
+        with open(tmp / name, "wb") as f:
+            chosen = sorted(g for g in groups if key_groups.start <= g[0] <= key_groups.end)
+            offsets, size = write_stream(f, header, key_groups, ((kg, st, iter([bytes(groups[(kg, st)])]))
+                                                                 for kg, st in chosen))
+        edits.append(Edit(*sub_span.managed_keyed, encode_savepoint_key_groups_handle(
+            key_groups, offsets, encode_relative_file_handle(name, size))))
+    (tmp / "_metadata").write_bytes(apply_edits(data, edits))
+    tmp.rename(out)
+
+
+def base_savepoint(workdir: Path) -> tuple[Path, float | None]:
+    """A canonical savepoint of ``BASE_KEYS`` keys written by PyFlink (reused when already there)."""
+    keys = BASE_KEYS
     job = workdir / f"pyflink-{keys}"
     done = job / "savepoint.txt"
     if done.exists():
@@ -95,7 +190,7 @@ def copy_baseline(savepoint: Path, scratch: Path, repeat: int = 3) -> tuple[floa
     times = []
     for _ in range(repeat):
         target = scratch / "copy"
-        elapsed, _, _ = run(["cp", "-r", str(savepoint), str(target)])
+        elapsed, _, _, _ = run(["cp", "-r", str(savepoint), str(target)])
         times.append(elapsed)
         shutil.rmtree(target)
     started = time.perf_counter()
@@ -108,14 +203,15 @@ def copy_baseline(savepoint: Path, scratch: Path, repeat: int = 3) -> tuple[floa
 
 def rescale(savepoint: Path, scratch: Path, label: str, *extra: str) -> dict[str, Any]:
     out = scratch / label
-    elapsed, rss, stdout = run([*STATEKIT, "rescale", str(savepoint), "--max-parallelism", "1024", "-o", str(out),
+    elapsed, rss, stdout, cpu = run([*STATEKIT, "rescale", str(savepoint), "--max-parallelism", "1024", "-o", str(out),
                                 "--spill-dir", str(scratch), "--json", *extra])
     report = json.loads(stdout)
     run([*STATEKIT, "verify", str(out)])
     size, _ = du(out)
     shutil.rmtree(out)
     entries = sum(op["entries"] for op in report["operators"])
-    return {"label": label, "seconds": round(elapsed, 2), "peak_rss_mb": rss, "entries": entries,
+    return {"label": label, "seconds": round(elapsed, 2), "cpu_s": round(cpu, 2), "peak_rss_mb": rss,
+            "entries": entries,
             "bytes_written": size, "spilled_bytes": report["spilled_bytes"],
             "entries_per_s": round(entries / elapsed)}
 
@@ -126,12 +222,20 @@ def main() -> None:
     parser.add_argument("--savepoint", type=Path, help="a canonical Flink savepoint to use instead")
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "statekit-flink-rescale-bench",
                         help="keeps the generated savepoint between runs")
+    parser.add_argument("--grow", nargs=3, metavar=("BASE", "KEYS", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.grow:
+        grow(Path(args.grow[0]), int(args.grow[1]), Path(args.grow[2]))
+        return
     args.workdir.mkdir(parents=True, exist_ok=True)
     generated = None
     savepoint = args.savepoint
     if savepoint is None:
-        savepoint, generated = flink_savepoint(args.workdir, args.keys)
+        base, generated = base_savepoint(args.workdir)
+        savepoint = args.workdir / f"grown-{args.keys}"
+        if not savepoint.exists():  # in a child: a child's peak RSS counts its parent's at fork (Linux)
+            subprocess.run([sys.executable, __file__, "--grow", str(base), str(args.keys), str(savepoint)],
+                           check=True)
     size, files = du(savepoint)
     scratch = Path(tempfile.mkdtemp(prefix="run-", dir=args.workdir))
     try:
@@ -141,17 +245,20 @@ def main() -> None:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     print(f"savepoint {savepoint}: {size / 1e6:.1f} MB in {files} files"
-          + (f" (written by PyFlink in {generated:.0f} s)" if generated else ""))
-    print(f"cp -r {cp_s:.3f} s, cp -r + sync {cp_sync_s:.3f} s")
-    print(f"{'run':<16}{'seconds':>9}{'x cp -r':>9}{'x cp+sync':>10}{'entries':>10}{'entries/s':>11}"
+          + (f" (grown from a PyFlink savepoint of {BASE_KEYS} keys written in {generated:.0f} s)" if generated
+             else ""))
+    load = [round(x, 1) for x in os.getloadavg()]
+    print(f"cp -r {cp_s:.3f} s, cp -r + sync {cp_sync_s:.3f} s; load average {load} on {os.cpu_count()} CPUs")
+    print(f"{'run':<16}{'seconds':>9}{'CPU s':>8}{'x cp -r':>9}{'x cp+sync':>10}{'entries':>10}{'entries/s':>11}"
           f"{'peak RSS':>10}{'spilled':>10}")
     for r in runs:
         r["x_cp"] = round(r["seconds"] / cp_s, 1)
         r["x_cp_sync"] = round(r["seconds"] / cp_sync_s, 1)
-        print(f"{r['label']:<16}{r['seconds']:>9.2f}{r['x_cp']:>9.1f}{r['x_cp_sync']:>10.1f}{r['entries']:>10}"
+        print(f"{r['label']:<16}{r['seconds']:>9.2f}{r['cpu_s']:>8.1f}{r['x_cp']:>9.1f}{r['x_cp_sync']:>10.1f}{r['entries']:>10}"
               f"{r['entries_per_s']:>11}{r['peak_rss_mb']:>7} MB{r['spilled_bytes'] / 1e6:>7.0f} MB")
     print(json.dumps({"savepoint": str(savepoint), "bytes": size, "files": files, "keys": args.keys,
-                      "cp_s": round(cp_s, 3), "cp_sync_s": round(cp_sync_s, 3), "runs": runs}))
+                      "cp_s": round(cp_s, 3), "cp_sync_s": round(cp_sync_s, 3), "load_average": load,
+                      "cpus": os.cpu_count(), "runs": runs}))
 
 
 if __name__ == "__main__":

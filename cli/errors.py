@@ -4,11 +4,22 @@ Exit codes: 0 success; 1 a failed check (verify found damage, diff found differe
 a job failed); 2 bad input (missing or malformed paths, bad options, damaged sources) or
 an environment failure (disk full, permission denied: any OSError);
 3 internal error (a bug: please report it with --verbose output); 130 interrupted.
+
+Text mode prints on stderr one line per reason: ``statekit: error: PATH: cause``. With ``--json``
+the same failure is one JSON object on one line of stderr (stdout stays empty, so a redirected
+result file is never half an answer)::
+
+    {"error": {"message": "PATH: cause", "path": "PATH", "exit_code": 2, "type": "MetadataError"}}
+
+``path`` is ``null`` when the failure names no path; several reasons are separated by newlines
+inside ``message``; the exit code is the same in both modes. Usage errors (unknown option,
+missing argument) follow the same rule.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import sys
 import traceback
 from collections.abc import Callable
@@ -18,7 +29,7 @@ import click
 
 from statekit.statefmt.errors import EXIT_BAD_INPUT, StatekitError
 
-__all__ = ["catch_exception", "EXIT_INTERNAL", "EXIT_INTERRUPTED"]
+__all__ = ["catch_exception", "error_json", "json_mode", "report_usage_error", "EXIT_INTERNAL", "EXIT_INTERRUPTED"]
 
 EXIT_INTERNAL = 3
 EXIT_INTERRUPTED = 130
@@ -36,17 +47,56 @@ def _verbose() -> bool:
     return False
 
 
-def _fail(message: str, code: int) -> None:
+def json_mode(ctx: click.Context | None = None) -> bool:
+    """Whether ``--json`` was given, before the command or after it."""
+    node = ctx if ctx is not None else click.get_current_context(silent=True)
+    while node is not None:
+        if (isinstance(node.obj, dict) and node.obj.get("json")) or node.params.get("as_json"):
+            return True
+        node = node.parent
+    return False
+
+
+def error_json(message: str, code: int, path: str | None, kind: str) -> str:
+    """The ``--json`` form of a failure: one line, ``{"error": {message, path, exit_code, type}}``."""
+    return json.dumps({"error": {"message": message, "path": path, "exit_code": code, "type": kind}})
+
+
+def _fail(message: str, code: int, path: str | None = None, kind: str = "Error", *, reasons: bool = False) -> None:
+    """Print the failure and exit; with ``reasons`` each line of ``message`` is one reason
+    (IncompatibleStateError lists several), else the message is folded into one line."""
     if _verbose():
         traceback.print_exc(file=sys.stderr)
-    one_line = " ".join(message.split())
-    click.echo(f"statekit: error: {one_line}", err=True)
+    parts = message.splitlines() if reasons else [message]
+    lines = [" ".join(line.split()) for line in parts or [""]]
+    if json_mode():
+        click.echo(error_json("\n".join(lines), code, path, kind), err=True)
+    else:
+        for one_line in lines:
+            click.echo(f"statekit: error: {one_line}", err=True)
     sys.exit(code)
+
+
+def report_usage_error(error: click.ClickException) -> None:
+    """Print a usage error as JSON (``--json``) and exit with its code (2)."""
+    click.echo(error_json(" ".join(error.format_message().split()), error.exit_code, None, type(error).__name__),
+               err=True)
+    sys.exit(error.exit_code)
 
 
 def _os_error_line(exc: OSError) -> str:
     cause = exc.strerror or str(exc) or type(exc).__name__
     return f"{exc.filename}: {cause}" if exc.filename else cause
+
+
+# clients of object stores whose failures are the environment's (unreachable endpoint, no or
+# wrong credentials, access denied), not statekit bugs: exit 2 like any OSError
+_OBJECT_STORE_MODULES = ("botocore.", "aiobotocore.", "s3fs.", "gcsfs.", "google.auth.", "google.api_core.",
+                         "adlfs.", "azure.")
+
+
+def _is_object_store_error(exc: BaseException) -> bool:
+    return any(type(exc).__module__.startswith(prefix) for prefix in _OBJECT_STORE_MODULES)
 
 
 def catch_exception(func: F) -> F:
@@ -56,20 +106,28 @@ def catch_exception(func: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return func(*args, **kwargs)
-        except (click.exceptions.Exit, click.ClickException, click.Abort, SystemExit):
+        except click.ClickException as exc:
+            if not json_mode():
+                raise
+            report_usage_error(exc)
+        except (click.exceptions.Exit, click.Abort, SystemExit):
             raise
         except StatekitError as exc:
-            _fail(str(exc), exc.exit_code)
+            _fail(str(exc), exc.exit_code, exc.path, type(exc).__name__, reasons=True)
         except KeyboardInterrupt:
-            _fail("interrupted", EXIT_INTERRUPTED)
+            _fail("interrupted", EXIT_INTERRUPTED, kind="KeyboardInterrupt")
         except BrokenPipeError:
             sys.exit(0)
         except OSError as exc:  # the environment, not statekit: disk full, permissions, name too long
-            _fail(_os_error_line(exc), EXIT_BAD_INPUT)
+            _fail(_os_error_line(exc), EXIT_BAD_INPUT, None if exc.filename is None else str(exc.filename),
+                  type(exc).__name__)
         except Exception as exc:  # noqa: BLE001 - the last line of defence
+            if _is_object_store_error(exc):
+                _fail(f"object store: {type(exc).__name__}: {exc} (check the endpoint, credentials and region: "
+                      "--storage-option or $STATEKIT_STORAGE_OPTIONS)", EXIT_BAD_INPUT, kind=type(exc).__name__)
             _fail(
                 f"internal error: {type(exc).__name__}: {exc} (a bug in statekit; rerun with --verbose for the traceback)",
-                EXIT_INTERNAL,
+                EXIT_INTERNAL, kind="InternalError",
             )
 
     return wrapper  # type: ignore[return-value]

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from statekit.cli.errors import catch_exception
-from statekit.cli.options import common_options
+from statekit.cli.options import common_options, storage_option
 from statekit.cli.output import get_output
 from statekit.flink.dispatch import KEY_TYPES
 from statekit.statefmt.errors import BadInputError
@@ -82,6 +82,7 @@ def keygroup(key: str, flink: bool, key_type: str, max_parallelism: int | None, 
               help="The new _metadata: a path ending in _metadata, or a directory to receive it "
                    "(with --auto: default PATH's own _metadata).")
 @click.option("--force", is_flag=True, help="Replace an existing output file (also PATH's own _metadata).")
+@storage_option
 @common_options
 @catch_exception
 def relocate(path: str, old_prefix: str | None, new_prefix: str | None, auto: bool, output: str | None,

@@ -13,8 +13,9 @@ from typing import Any
 
 import click
 
+from statekit.cli.checkpointing import checkpointing_options, checkpointing_run_options
 from statekit.cli.errors import catch_exception
-from statekit.cli.options import common_options, trust_pickle_option
+from statekit.cli.options import common_options, storage_option, trust_pickle_option
 from statekit.cli.output import get_output
 from statekit.runtime.backend import state_backend_names
 
@@ -27,9 +28,13 @@ __all__ = ["run", "list_jobs", "savepoint", "stop", "cancel"]
 @click.option("-s", "--from-savepoint", "restore_path", metavar="PATH",
               help="Restore from a savepoint, checkpoint, or job checkpoint dir (its latest complete checkpoint).")
 @click.option("-n", "--allow-non-restored-state", is_flag=True, help="Skip snapshot state of operators the job lacks.")
+@click.option("--restore-mode", type=click.Choice(["claim", "no-claim"]), default="no-claim", show_default=True,
+              help="no-claim: the snapshot of -s is never modified or deleted, the first checkpoint is full; "
+                   "claim: the job owns it and retention disposes it once subsumed.")
 @click.option("--checkpoint-dir", metavar="URL", help="Checkpoint storage (local path, file://, s3://...).")
 @click.option("--checkpoint-interval", metavar="DURATION", help="Enable checkpoints every 200ms, 1s, 2min, ...")
 @click.option("--state-backend", type=click.Choice(state_backend_names()), help="Keyed state backend.")
+@checkpointing_options
 @click.option("--savepoint-on-finish", metavar="DIR", help="Take a savepoint into DIR when a bounded job ends.")
 @click.option("-d", "--detached", is_flag=True, help="Run in the background: print the job id and return.")
 @click.option("--job-id", metavar="ID",
@@ -39,13 +44,14 @@ __all__ = ["run", "list_jobs", "savepoint", "stop", "cancel"]
 @click.option("--log-file", hidden=True)
 @click.argument("job_file", metavar="JOB.py")
 @click.argument("job_args", nargs=-1, type=click.UNPROCESSED, metavar="[JOB ARGS]...")
+@storage_option
 @common_options
 @catch_exception
 def run(job_file: str, job_args: tuple[str, ...], parallelism: int | None, max_parallelism: int | None,
-        restore_path: str | None, allow_non_restored_state: bool, checkpoint_dir: str | None,
+        restore_path: str | None, allow_non_restored_state: bool, restore_mode: str, checkpoint_dir: str | None,
         checkpoint_interval: str | None, state_backend: str | None, savepoint_on_finish: str | None,
         detached: bool, job_id: str | None, trust_pickle: bool, log_file: str | None, verbose: bool,
-        **_: Any) -> None:
+        **more: Any) -> None:
     """Run JOB.py on the mini runtime; options go before JOB.py, the job's own arguments after it.
 
     \b
@@ -56,6 +62,8 @@ def run(job_file: str, job_args: tuple[str, ...], parallelism: int | None, max_p
     --trust-pickle applies to the snapshot given with -s; the job's own checkpoints
     (restarts after a task failure) are always trusted.
     --verbose: engine logs, and a failing task's traceback (else one line per failure).
+    On a terminal an attached run shows a live status line: records in/out per second,
+    checkpoints completed and failed, the last checkpoint's duration and size, backpressured tasks.
     """
     from statekit.runtime.control import parse_duration, run_job, submit_detached
     from statekit.runtime.run_options import RunOptions
@@ -68,14 +76,14 @@ def run(job_file: str, job_args: tuple[str, ...], parallelism: int | None, max_p
         allow_non_restored_state=allow_non_restored_state, checkpoint_dir=checkpoint_dir,
         checkpoint_interval_ms=None if checkpoint_interval is None else parse_duration(checkpoint_interval, what="checkpoint interval"),
         state_backend=state_backend, savepoint_on_finish=savepoint_on_finish, job_id=job_id, job_args=job_args,
-        trust_pickle=trust_pickle,
+        trust_pickle=trust_pickle, restore_mode=restore_mode, **checkpointing_run_options(more),
     )
     if detached:
         result = submit_detached(job_file, options, verbose=verbose)
         click.echo(f"Job has been submitted with JobID {result.job_id} (log: {result.log_path})", err=True)
     else:
-        with _engine_logs(verbose):
-            result = run_job(job_file, options, log_path=log_file, on_submitted=_submitted)
+        with _engine_logs(verbose), get_output().live() as on_status:
+            result = run_job(job_file, options, log_path=log_file, on_submitted=_submitted, on_status=on_status)
     get_output().show(result)
     if result.signal is not None:
         sys.exit(128 + result.signal)
@@ -117,7 +125,11 @@ def _engine_logs(verbose: bool) -> Iterator[None]:
 @common_options
 @catch_exception
 def list_jobs(include_all: bool, **_: Any) -> None:
-    """Running jobs of this machine (from the registry in $STATEKIT_HOME); a killed job shows as CRASHED."""
+    """Running jobs of this machine (from the registry in $STATEKIT_HOME); a killed job shows as CRASHED.
+
+    Each job's last completed checkpoint (id, age, size) comes from its REST API while it runs,
+    else from its checkpoint directory.
+    """
     from statekit.runtime.control import list_jobs as list_registered
 
     get_output().show(list_registered(include_all=include_all))
@@ -125,35 +137,41 @@ def list_jobs(include_all: bool, **_: Any) -> None:
 
 _timeout_option = click.option("--timeout", default="5min", show_default=True, metavar="DURATION",
                                help="How long to wait for the savepoint (and the job's end).")
+_format_option = click.option("--format", "fmt", type=click.Choice(["canonical", "native"]), default="canonical",
+                              show_default=True,
+                              help="canonical: statekit's portable format; native: the state backends' own files "
+                                   "(self-contained; RocksDB restores it fastest).")
 
 
 @click.command()
 @click.argument("job_id")
 @click.argument("target_dir", required=False)
+@_format_option
 @_timeout_option
 @common_options
 @catch_exception
-def savepoint(job_id: str, target_dir: str | None, timeout: str, **_: Any) -> None:
+def savepoint(job_id: str, target_dir: str | None, fmt: str, timeout: str, **_: Any) -> None:
     """Trigger a savepoint of JOB_ID (id or unique prefix) into TARGET_DIR; print its path."""
     from statekit.runtime.control import parse_duration, trigger_savepoint
 
     wait_s = parse_duration(timeout, what="timeout") / 1000
-    get_output().show(trigger_savepoint(job_id, target_dir, timeout=wait_s))
+    get_output().show(trigger_savepoint(job_id, target_dir, timeout=wait_s, native=fmt == "native"))
 
 
 @click.command()
 @click.argument("job_id")
 @click.option("-p", "--savepoint-path", metavar="DIR", help="Directory for the savepoint (default: the job's).")
 @click.option("-d", "--drain", is_flag=True, help="End the sources first (flush timers and windows) as at end of input.")
+@_format_option
 @_timeout_option
 @common_options
 @catch_exception
-def stop(job_id: str, savepoint_path: str | None, drain: bool, timeout: str, **_: Any) -> None:
+def stop(job_id: str, savepoint_path: str | None, drain: bool, fmt: str, timeout: str, **_: Any) -> None:
     """Stop JOB_ID with a savepoint (stop-with-savepoint); print the savepoint path."""
     from statekit.runtime.control import parse_duration, stop_job
 
     wait_s = parse_duration(timeout, what="timeout") / 1000
-    get_output().show(stop_job(job_id, savepoint_path, drain=drain, timeout=wait_s))
+    get_output().show(stop_job(job_id, savepoint_path, drain=drain, timeout=wait_s, native=fmt == "native"))
 
 
 @click.command()

@@ -31,7 +31,13 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "diff": ("statekit.cli.spark_commands", "diff", "Compare two savepoints."),
     "keygroup": ("statekit.cli.flink_commands", "keygroup", "Key group and subtask of a key (also Flink's)."),
     "relocate": ("statekit.cli.flink_commands", "relocate", "Rewrite absolute paths in a Flink _metadata."),
+    "check": ("statekit.cli.check", "check", "Will a job restore from a snapshot? Compatibility, offline."),
+    "migrate": ("statekit.cli.migrate", "migrate", "Migrate a state to a new declared value type."),
+    "report": ("statekit.cli.report", "report", "One self-contained HTML page about a snapshot."),
 }
+
+
+_JSON_ARG = "statekit.json-arg"  # ctx.meta: --json among the arguments (before they are parsed)
 
 
 class LazyGroup(click.Group):
@@ -46,6 +52,21 @@ class LazyGroup(click.Group):
         command = getattr(module, spec[1])
         assert isinstance(command, click.Command)
         return command
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta[_JSON_ARG] = "--json" in args
+        return super().parse_args(ctx, args)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Run the command; with ``--json`` a usage error (bad option, missing argument) is JSON too."""
+        from statekit.cli.errors import json_mode, report_usage_error
+
+        try:
+            return super().invoke(ctx)
+        except click.ClickException as error:
+            if not (ctx.meta.get(_JSON_ARG) or json_mode(ctx)):
+                raise
+            report_usage_error(error)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         with formatter.section("Commands"):

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from statekit.cli.errors import catch_exception
-from statekit.cli.options import common_options, uid_option
+from statekit.cli.options import common_options, storage_option, uid_option
 from statekit.cli.output import get_output
 
 __all__ = ["checkpoints", "inspect", "verify", "dispose"]
@@ -21,6 +21,7 @@ def checkpoints() -> None:
 
 @checkpoints.command("list")
 @click.argument("directory")
+@storage_option
 @common_options
 @catch_exception
 def checkpoints_list(directory: str, **_: Any) -> None:
@@ -34,6 +35,7 @@ def checkpoints_list(directory: str, **_: Any) -> None:
 @click.argument("path")
 @click.option("--no-skew", is_flag=True, help="Skip the key-group skew view (reads no state file).")
 @uid_option
+@storage_option
 @common_options
 @catch_exception
 def inspect(path: str, no_skew: bool, uids: tuple[str, ...], **_: Any) -> None:
@@ -46,6 +48,7 @@ def inspect(path: str, no_skew: bool, uids: tuple[str, ...], **_: Any) -> None:
 @click.command()
 @click.argument("path")
 @uid_option
+@storage_option
 @common_options
 @catch_exception
 def verify(path: str, uids: tuple[str, ...], **_: Any) -> None:
@@ -66,6 +69,7 @@ def verify(path: str, uids: tuple[str, ...], **_: Any) -> None:
 @click.option("--force", is_flag=True,
               help="Also dispose a staging folder that changed in the last 10 minutes (only when no savepoint "
                    "or command is still writing it).")
+@storage_option
 @common_options
 @catch_exception
 def dispose(path: str, dry_run: bool, force: bool, **_: Any) -> None:

@@ -9,7 +9,7 @@ import click
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-__all__ = ["common_options", "trust_pickle_option", "uid_option", "value_type_option"]
+__all__ = ["common_options", "storage_option", "trust_pickle_option", "uid_option", "value_type_option"]
 
 
 def common_options(func: F) -> F:
@@ -41,3 +41,31 @@ def value_type_option(func: F) -> F:
         "--value-type", "value_types", multiple=True, metavar="[STATE=]TYPE",
         help="Apache Flink: decode a PyFlink state's values (python-state-*) as TYPE, e.g. count=int, "
              "names=list<string>, totals=map<string,int> (repeatable; bare TYPE with --state). See docs/FLINK.md.")(func)
+
+
+def storage_option(func: F) -> F:
+    """``--storage-option KEY=VALUE`` (repeatable): fsspec options for object-store paths.
+
+    Merged over ``STATEKIT_STORAGE_OPTIONS`` and written back to it in this process, where
+    ``FileIO.for_path`` reads it (and processes the command starts inherit it).
+    """
+    return click.option(
+        "--storage-option", "storage_options", multiple=True, metavar="KEY=VALUE", expose_value=False,
+        callback=_install_storage_options,
+        help="fsspec option for s3://, gs://, ... paths (repeatable), e.g. anon=true, "
+             "client_kwargs.endpoint_url=http://127.0.0.1:9000, client_kwargs.region_name=eu-west-1; "
+             "over $STATEKIT_STORAGE_OPTIONS (a JSON object). See docs/CLI.md.")(func)
+
+
+def _install_storage_options(ctx: click.Context, param: click.Parameter, pairs: tuple[str, ...]) -> None:
+    import os
+
+    from statekit.statefmt.errors import BadInputError
+    from statekit.statefmt.storage_options import StorageOptions
+
+    try:
+        options = StorageOptions.from_env().merged(StorageOptions.parse(pairs))
+    except BadInputError as error:
+        raise click.BadParameter(str(error), ctx=ctx, param=param) from None
+    if pairs:
+        os.environ.update(options.to_env())

@@ -8,8 +8,9 @@ prints that, and :class:`RichOutput` draws it with the renderer registered for i
 from __future__ import annotations
 
 import json
+import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -19,8 +20,22 @@ from statekit.readers.progress import Advance
 
 if TYPE_CHECKING:
     from statekit.cli.render import Result
+    from statekit.runtime.metrics import LiveStatus
 
-__all__ = ["Output", "JsonOutput", "RichOutput", "get_output"]
+StatusSink = Callable[["LiveStatus"], None]
+
+__all__ = ["Output", "JsonOutput", "RichOutput", "get_output", "console_width", "UNBOUNDED_WIDTH"]
+
+# Off a terminal (a pipe, a file) no screen limits a line: tables keep every value whole.
+UNBOUNDED_WIDTH = 1_000_000
+
+
+def console_width() -> int | None:
+    """Width of stdout tables: ``None`` (rich's own: the terminal's, or ``COLUMNS`` when set)
+    on a terminal or with ``COLUMNS``; :data:`UNBOUNDED_WIDTH` otherwise, never 80 columns."""
+    if os.environ.get("COLUMNS", "").strip().isdigit() or sys.stdout.isatty():
+        return None
+    return UNBOUNDED_WIDTH
 
 
 class Output:
@@ -36,6 +51,11 @@ class Output:
         """A :data:`statekit.readers.progress.ProgressFactory`: a bar of ``total`` ``unit``."""
         yield lambda _name, _amount: None
 
+    @contextmanager
+    def live(self) -> Iterator[StatusSink | None]:
+        """A sink for a running job's live status, or ``None`` where nothing shows it."""
+        yield None
+
 
 class JsonOutput(Output):
     def show(self, result: Result) -> None:
@@ -49,7 +69,7 @@ class RichOutput(Output):
     def __init__(self) -> None:
         from rich.console import Console
 
-        self.console = Console(highlight=False, soft_wrap=False)
+        self.console = Console(highlight=False, soft_wrap=False, width=console_width())
         self.err = Console(stderr=True, highlight=False)
 
     def show(self, result: Result) -> None:
@@ -61,11 +81,25 @@ class RichOutput(Output):
         self.console.print(text)
 
     @contextmanager
+    def live(self) -> Iterator[StatusSink | None]:
+        """A status line under the job's own output, on a terminal only (gone when the job ends)."""
+        if not self.console.is_terminal:
+            yield None
+            return
+        from rich.live import Live
+
+        from statekit.cli.renderers.jobs import live_status_line
+
+        with Live("", console=self.console, transient=True, refresh_per_second=4) as live:
+            yield lambda status: live.update(live_status_line(status))
+
+    @contextmanager
     def progress(self, description: str, total: int | None = None, unit: str = "bytes") -> Iterator[Advance]:
         if not self.err.is_terminal:
             yield lambda _name, _amount: None
             return
-        from rich.progress import BarColumn, DownloadColumn, Progress as RichProgress, TextColumn, TimeRemainingColumn
+        from rich.progress import BarColumn, DownloadColumn, TextColumn, TimeRemainingColumn
+        from rich.progress import Progress as RichProgress
 
         columns: list[Any] = [TextColumn("{task.description}"), BarColumn()]
         columns.append(DownloadColumn() if unit == "bytes" else TextColumn("{task.completed}/{task.total}"))

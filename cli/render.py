@@ -30,10 +30,13 @@ if TYPE_CHECKING:
     from statekit.readers.inspection import SnapshotInspection
     from statekit.readers.listing import CheckpointList
     from statekit.readers.verification import VerifyReport
+    from statekit.runtime.compatibility import CompatibilityReport
     from statekit.runtime.control import CancelResult, JobList, RunResult, SavepointResult
     from statekit.spark.export import ExportResult
     from statekit.writers.bootstrap import BootstrapReport
     from statekit.writers.disposal import DisposalPlan
+    from statekit.writers.migration import MigrationReport
+    from statekit.writers.report import ReportResult
     from statekit.writers.rescale import RescaleReport
     from statekit.writers.savepoint_modification import ModifyReport
 
@@ -43,6 +46,7 @@ if TYPE_CHECKING:
         | SavepointDiff | ExportResult
         | RescaleReport | ModifyReport | BootstrapReport | FlinkRescaleReport | FlinkModifyReport
         | RunResult | JobList | SavepointResult | CancelResult
+        | CompatibilityReport | MigrationReport | ReportResult
     )
 
 # Result is a name for annotations only (defined under TYPE_CHECKING)
@@ -80,6 +84,10 @@ RENDERERS: dict[str, str] = {
     "statekit.runtime.control.JobList": "jobs.job_list",
     "statekit.runtime.control.SavepointResult": "jobs.savepoint_result",
     "statekit.runtime.control.CancelResult": "jobs.cancel_result",
+    # restore compatibility: check, migrate
+    "statekit.runtime.compatibility.CompatibilityReport": "compatibility.compatibility_report",
+    "statekit.writers.migration.MigrationReport": "compatibility.migration_report",
+    "statekit.writers.report.ReportResult": "report.report_result",  # statekit report
 }
 
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from statekit.cli.errors import catch_exception
-from statekit.cli.options import common_options, trust_pickle_option, uid_option, value_type_option
+from statekit.cli.options import common_options, storage_option, trust_pickle_option, uid_option, value_type_option
 from statekit.cli.output import get_output
 from statekit.spark.formats import DEFAULT_FORMAT, FORMATS
 from statekit.statefmt.errors import BadInputError
@@ -16,7 +16,7 @@ from statekit.statefmt.errors import BadInputError
 if TYPE_CHECKING:
     from statekit.spark.session import SparkSettings
 
-__all__ = ["export", "diff", "parse_conf"]
+__all__ = ["export", "diff", "parse_conf", "spark_options", "spark_settings"]
 
 
 def parse_conf(pairs: tuple[str, ...]) -> dict[str, str]:
@@ -35,14 +35,14 @@ def _verbose(local: bool) -> bool:
     return local or bool(isinstance(ctx.find_root().obj, dict) and ctx.find_root().obj.get("verbose"))
 
 
-def _spark_settings(master: str, conf: tuple[str, ...], verbose: bool) -> SparkSettings:
+def spark_settings(master: str, conf: tuple[str, ...], verbose: bool) -> SparkSettings:
     """The ``--master``, ``--conf`` and ``--verbose`` options (``--conf`` checked whatever the engine)."""
     from statekit.spark.session import SparkSettings
 
     return SparkSettings(master, parse_conf(conf), _verbose(verbose))
 
 
-def _spark_options(func: Any) -> Any:
+def spark_options(func: Any) -> Any:
     func = click.option("--conf", "conf", multiple=True, metavar="KEY=VALUE",
                         help="Spark configuration (repeatable).")(func)
     func = click.option("--master", default="local[*]", show_default=True,
@@ -60,8 +60,9 @@ def _spark_options(func: Any) -> Any:
 @click.option("--include-expired", is_flag=True, help="Keep entries whose TTL has expired.")
 @uid_option
 @value_type_option
-@_spark_options
+@spark_options
 @trust_pickle_option
+@storage_option
 @common_options
 @catch_exception
 def export(path: str, output: str, operator: str | None, state: str | None, fmt: str, include_expired: bool,
@@ -77,7 +78,7 @@ def export(path: str, output: str, operator: str | None, state: str | None, fmt:
 
     out = get_output()
     spec = ExportSpec(path, output, operator=operator, state=state, fmt=fmt, include_expired=include_expired,
-                      trust_pickle=trust_pickle, spark=_spark_settings(master, conf, verbose))
+                      trust_pickle=trust_pickle, spark=spark_settings(master, conf, verbose))
     if uids or value_types:
         from statekit.flink.pyflink import value_type_options
         from statekit.spark.flink_export import export_flink_options
@@ -101,8 +102,9 @@ def export(path: str, output: str, operator: str | None, state: str | None, fmt:
 @click.option("-o", "--output", help="Write every differing entry as Parquet to this new directory.")
 @uid_option
 @value_type_option
-@_spark_options
+@spark_options
 @trust_pickle_option
+@storage_option
 @common_options
 @catch_exception
 def diff(a: str, b: str, operator: str | None, state: str | None, keys: bool, limit: int, engine: str,
@@ -124,7 +126,7 @@ def diff(a: str, b: str, operator: str | None, state: str | None, keys: bool, li
     if result is None:
         spec = DiffSpec(a, b, operator=operator, state=state, keys=keys, limit=limit, output=output,
                         trust_pickle=trust_pickle)
-        result = run_diff(spec, engine, _spark_settings(master, conf, verbose), progress=out.progress)
+        result = run_diff(spec, engine, spark_settings(master, conf, verbose), progress=out.progress)
     out.show(result)
     if not result.equal:
         sys.exit(1)

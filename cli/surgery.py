@@ -7,8 +7,9 @@ from typing import Any
 import click
 
 from statekit.cli.errors import catch_exception
-from statekit.cli.options import common_options
+from statekit.cli.options import common_options, storage_option
 from statekit.cli.output import get_output
+from statekit.cli.spark_commands import spark_options, spark_settings
 from statekit.statefmt.errors import BadInputError
 
 __all__ = ["rescale", "modify", "bootstrap"]
@@ -46,6 +47,7 @@ def _operator_parallelism(values: tuple[str, ...]) -> dict[str, int]:
 @click.option("--spill-dir", metavar="DIR", help="Temp space for a max-parallelism change (default: system temp).")
 @click.option("--memory-budget", type=click.IntRange(min=8), default=96, show_default=True, metavar="MIB",
               help="MiB of entries a max-parallelism change holds in memory at once.")
+@storage_option
 @common_options
 @catch_exception
 def rescale(path: str, parallelism: int | None, max_parallelism: int | None, operators: tuple[str, ...],
@@ -85,6 +87,7 @@ def rescale(path: str, parallelism: int | None, max_parallelism: int | None, ope
 @click.option("--remove-state", "remove_states", multiple=True, metavar="UID/STATE",
               help="Drop one state of an operator (repeatable).")
 @click.option("--dry-run", is_flag=True, help="Check the operations and show the result; write nothing.")
+@storage_option
 @common_options
 @catch_exception
 def modify(path: str, output: str | None, remove_operators: tuple[str, ...], renames: tuple[str, ...],
@@ -132,7 +135,10 @@ def modify(path: str, output: str | None, remove_operators: tuple[str, ...], ren
 @click.option("--max-parallelism", type=int, metavar="M", help="Key groups (default: --from's, or the default for -p).")
 @click.option("-p", "--parallelism", type=int, default=1, show_default=True, help="Subtasks of the operator.")
 @click.option("--name", help="Operator name (default: the uid).")
-@click.option("--ttl-ms", type=click.IntRange(min=1), help="State TTL recorded in the descriptor.")
+@click.option("--ttl-ms", type=click.IntRange(min=1),
+              help="State TTL (keyed state): recorded in the descriptor; every entry expires at the reference time + TTL.")
+@click.option("--ttl-reference-time", "ttl_reference_time", type=click.IntRange(min=0), metavar="EPOCH_MS",
+              help="The time entries count as written at, for --ttl-ms (default: now).")
 @click.option("--from", "from_savepoint", metavar="SAVEPOINT", help="Copy this savepoint's operators and add the new one.")
 @click.option("-o", "--output", required=True, metavar="OUT", help="The new savepoint directory (must not exist).")
 @click.option("--engine", type=click.Choice(["local", "spark"]), default="local", show_default=True,
@@ -141,14 +147,18 @@ def modify(path: str, output: str | None, remove_operators: tuple[str, ...], ren
 @click.option("--spill-dir", metavar="DIR", help="Temp space for sorting (default: system temp).")
 @click.option("--memory-budget", type=click.IntRange(min=8), default=96, show_default=True, metavar="MIB",
               help="MiB of entries held in memory at once.")
+@spark_options
+@storage_option
 @common_options
 @catch_exception
 def bootstrap(inputs: tuple[str, ...], input_format: str | None, uid: str, state: str, kind: str,
               key_column: str | None, value_columns: tuple[str, ...], user_key_column: str | None,
               namespace_column: str | None, value_type: str | None, user_key_type: str | None,
               key_serializer: str, value_serializer: str, user_key_serializer: str, max_parallelism: int | None,
-              parallelism: int, name: str | None, ttl_ms: int | None, from_savepoint: str | None, output: str,
-              engine: str, batch_size: int, spill_dir: str | None, memory_budget: int, **_: Any) -> None:
+              parallelism: int, name: str | None, ttl_ms: int | None, ttl_reference_time: int | None,
+              from_savepoint: str | None, output: str,
+              engine: str, batch_size: int, spill_dir: str | None, memory_budget: int, master: str,
+              conf: tuple[str, ...], **_: Any) -> None:
     """Create a savepoint (or add an operator to a copy of one, --from) from rows.
 
     \b
@@ -167,8 +177,9 @@ def bootstrap(inputs: tuple[str, ...], input_format: str | None, uid: str, state
         input_format=input_format, value_type=value_type, user_key_type=user_key_type,
         key_serializer=key_serializer, value_serializer=value_serializer, user_key_serializer=user_key_serializer,
         max_parallelism=max_parallelism, parallelism=parallelism, name=name, ttl_ms=ttl_ms,
-        from_savepoint=from_savepoint,
+        ttl_reference_time_ms=ttl_reference_time, from_savepoint=from_savepoint,
     )
     output_ = get_output()
     output_.show(run_bootstrap(spec, engine, batch_size=batch_size, spill_dir=spill_dir,
-                               memory_budget=memory_budget << 20, progress=output_.progress))
+                               memory_budget=memory_budget << 20, progress=output_.progress,
+                               spark=spark_settings(master, conf, bool(_.get("verbose")))))

@@ -87,7 +87,7 @@ class KeyGroupTally:
 class _Chunks:
     """A window of a stream: ``buf[pos:]`` are the unread bytes at stream offset ``base + pos``."""
 
-    __slots__ = ("stream", "source", "buf", "pos", "base")
+    __slots__ = ("base", "buf", "pos", "source", "stream")
 
     def __init__(self, stream: IO[bytes], source: str) -> None:
         self.stream, self.source = stream, source

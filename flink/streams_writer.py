@@ -88,9 +88,10 @@ def _check_handles(snapshot: FlinkSnapshot, op: FlinkOperatorState) -> None:
                                 "itself, per key group): its keys cannot be regrouped", path=snapshot.path)
         handle = sub.managed_keyed_state
         if handle is not None and handle.kind is not KeyedHandleKind.SAVEPOINT_KEY_GROUPS:
-            raise BadInputError(f"operator {op.label} subtask {sub.index} has a {handle.kind.value} keyed state handle; "
-                                "rewriting keyed state needs a canonical savepoint (flink savepoint --type canonical, "
-                                "or stop-with-savepoint in the canonical format)", path=snapshot.path)
+            raise BadInputError(f"is a native savepoint (operator {op.label} subtask {sub.index}: "
+                                f"{handle.kind.value} keyed state handle, the state backend's own files): rewriting "
+                                "keyed state needs a canonical savepoint; take one with `flink savepoint --type "
+                                "canonical` (or stop-with-savepoint in the canonical format)", path=snapshot.path)
 
 
 def _problem(op: FlinkOperatorState, meta: KeyedBackendMeta, source: str) -> BadInputError | None:

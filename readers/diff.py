@@ -550,6 +550,7 @@ class _Block:
     key_group: int
     entry: IndexEntry
     read: Callable[[], pa.RecordBatch]
+    header: bytes  # its file's header: the same block bytes mean the same entries only under equal headers
 
 
 def _blocks(reader: SavepointReader | None, op: OperatorMetadata | None, state: str) -> Iterator[_Block]:
@@ -566,12 +567,14 @@ def _blocks(reader: SavepointReader | None, op: OperatorMetadata | None, state: 
                     batch: pa.RecordBatch = f.read_block(kg)
                     return batch
 
-                yield _Block(entry.key_group, entry, read)
+                yield _Block(entry.key_group, entry, read, state_file.codec.header)
 
 
 def _same_block(x: _Block, y: _Block) -> bool:
+    """Equal entries without decoding: equal block bytes (CRC-32, length, count) under equal
+    headers (a typed float 0.0 and int 0 are the same bytes in files of other schemas)."""
     return bool(x.entry.checksum == y.entry.checksum and x.entry.length == y.entry.length
-                and x.entry.entries == y.entry.entries)
+                and x.entry.entries == y.entry.entries and x.header == y.header)
 
 
 def _diff_aligned(ra: SavepointReader | None, rb: SavepointReader | None, pair: StatePair,

@@ -26,7 +26,8 @@ class SkewView:
     mean_bytes: float
     max_key_group: int | None
     ratio: float
-    histogram: list[int]  # count of key groups per bucket of [0, max_bytes]
+    histogram: list[int]  # count of key groups per bucket of [min_bytes, max_bytes]
+    min_bytes: int = 0  # the smallest key group (0 when any key group is empty)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -154,9 +155,12 @@ def _skew(group_bytes: dict[int, int], max_parallelism: int) -> SkewView:
     mean = total / max_parallelism
     max_group = max(group_bytes, key=lambda g: group_bytes[g])
     max_bytes = group_bytes[max_group]
+    sizes = [group_bytes.get(g, 0) for g in range(max_parallelism)]
+    min_bytes = min(sizes)
+    # buckets span [min_bytes, max_bytes]: evenly spread state fills them instead of the top one
+    span = max_bytes - min_bytes
     histogram = [0] * HISTOGRAM_BUCKETS
-    for g in range(max_parallelism):
-        size = group_bytes.get(g, 0)
-        bucket = min(HISTOGRAM_BUCKETS - 1, size * HISTOGRAM_BUCKETS // max_bytes) if max_bytes else 0
-        histogram[bucket] += 1
-    return SkewView(len(group_bytes), max_bytes, mean, max_group, max_bytes / mean if mean else 0.0, histogram)
+    for size in sizes:
+        histogram[min(HISTOGRAM_BUCKETS - 1, (size - min_bytes) * HISTOGRAM_BUCKETS // span) if span else 0] += 1
+    return SkewView(len(group_bytes), max_bytes, mean, max_group, max_bytes / mean if mean else 0.0, histogram,
+                    min_bytes)

@@ -6,11 +6,11 @@ cannot be read at all is bad input (raised, exit 2).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from statekit.readers.snapshot import open_snapshot
+from statekit.readers.progress import Advance
+from statekit.readers.snapshot import Snapshot, open_snapshot
 from statekit.statefmt import layout
 from statekit.statefmt.errors import CorruptStateError, PathNotFoundError, StatekitError
 from statekit.statefmt.statefile import verify_state_stream
@@ -49,7 +49,7 @@ def verify_snapshot(
     url: str,
     *,
     storage_options: dict[str, Any] | None = None,
-    on_file: Callable[[str, int], None] | None = None,
+    on_file: Advance | None = None,
 ) -> VerifyReport:
     """Check every file the metadata names: presence, size, file CRC, index and block CRCs.
 
@@ -83,7 +83,32 @@ def verify_snapshot(
         report.damage.extend(Damage(shown, p.key_group, _cause(p)) for p in problems)
         if on_file:
             on_file(shown, file.size)
+    _verify_channel_files(snapshot, report, on_file)
     return report
+
+
+def _verify_channel_files(snapshot: Snapshot, report: VerifyReport, on_file: Advance | None) -> None:
+    """Check every channel-state file (in-flight records of an unaligned checkpoint): presence,
+    size, checksums, structure; pickle records are checked structurally, never decoded."""
+    from statekit.statefmt.channel_state import verify_channel_state
+
+    for file in snapshot.metadata.channel_files():
+        shown = snapshot.io.url(snapshot.file_path_unchecked(file.path))
+        report.files += 1
+        try:
+            with snapshot.io.open_input(snapshot.file_path(file.path)) as stream:
+                data = stream.read(file.size + 1)
+            problems = verify_channel_state(data, path=shown, expected=file)
+        except PathNotFoundError:
+            problems = [CorruptStateError("missing: named in _metadata but not present", path=shown)]
+        except StatekitError as exc:
+            problems = [CorruptStateError(_cause_of(exc, shown), path=shown)]
+        except OSError as exc:
+            problems = [CorruptStateError(f"cannot be read: {exc.strerror or exc}", path=shown)]
+        report.bytes += file.size
+        report.damage.extend(Damage(shown, p.key_group, _cause(p)) for p in problems)
+        if on_file:
+            on_file(shown, file.size)
 
 
 def _cause_of(error: StatekitError, shown: str) -> str:

@@ -23,6 +23,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
 from statekit.runtime.state import AggregatingStateDescriptor, ReducingStateDescriptor, ValueStateDescriptor
+from statekit.runtime.ttl import (
+    StateTtlConfig,
+    TtlAggregatingState,
+    TtlListState,
+    TtlMapState,
+    TtlReducingState,
+    TtlValueState,
+    system_clock,
+)
 from statekit.statefmt import layout
 from statekit.statefmt.entries import StateCodec, group_by_key_group
 from statekit.statefmt.errors import BadInputError
@@ -163,10 +172,13 @@ class KeyedStateBackend(ABC, Generic[SlotT]):
             registry entry declares ``needs_working_dir`` (the job master creates and
             removes it), else None.
         current_key: The key whose state the handles read and write.
+        ttl_clock: The clock (epoch ms) of states with TTL whose config names none.
     """
 
     current_key: Any
     handle_types: ClassVar[StateHandles[Any, Any]]
+    # the backend snapshots and restores TtlValues with their expiry (statekit.runtime.ttl)
+    supports_ttl: ClassVar[bool] = False
 
     def __init__(self, scope: SubtaskScope, *, working_dir: str | None = None) -> None:
         self.scope = scope
@@ -174,6 +186,8 @@ class KeyedStateBackend(ABC, Generic[SlotT]):
         self.current_key = None
         self._slots: dict[str, SlotT] = {}
         self._handles: dict[str, State] = {}
+        self._ttl: dict[str, StateTtlConfig] = {}
+        self.ttl_clock: Callable[[], int] = system_clock
 
     # ------------------------------------------------------------ shared by every backend
 
@@ -182,8 +196,41 @@ class KeyedStateBackend(ABC, Generic[SlotT]):
         handle = self._handles.get(descriptor.name)
         if handle is None:
             slot = self.declare(descriptor.to_metadata())
-            handle = self._handles[descriptor.name] = self._new_handle(descriptor, slot)
+            config = descriptor.ttl_config
+            new = self._new_handle if config is None else self._new_ttl_handle
+            handle = self._handles[descriptor.name] = new(descriptor, slot)
         return handle
+
+    def _new_ttl_handle(self, descriptor: StateDescriptorBase, slot: SlotT) -> State:
+        """A TTL handle over the backend's handle of the state's TtlValues (:mod:`statekit.runtime.ttl`)."""
+        config, name, types = descriptor.ttl_config, descriptor.name, self.handle_types
+        assert config is not None
+        if not self.supports_ttl:
+            raise BadInputError(f"operator {self.scope.uid!r}: state {name!r} has a TTL, which the "
+                                f"{type(self).__name__} state backend does not support; use hashmap or rocksdb")
+        self._ttl[name] = config
+        kind = descriptor.kind
+        if kind is StateKind.LIST:
+            return TtlListState(self, name, config, types.list_state(self, slot))
+        if kind is StateKind.MAP:
+            return TtlMapState(self, name, config, types.map_state(self, slot))
+        raw = types.value_state(self, slot, None)
+        if kind is StateKind.VALUE:
+            assert isinstance(descriptor, ValueStateDescriptor)
+            return TtlValueState(self, name, config, raw, descriptor.default)
+        if kind is StateKind.REDUCING:
+            assert isinstance(descriptor, ReducingStateDescriptor) and descriptor.reduce_function
+            return TtlReducingState(self, name, config, raw, descriptor.reduce_function)
+        assert isinstance(descriptor, AggregatingStateDescriptor)
+        return TtlAggregatingState(self, name, config, raw, descriptor.aggregate_function)
+
+    def ttl_snapshot_time(self, state: str) -> int | None:
+        """The time entries of ``state`` expired at are left out of a canonical snapshot taken now
+        (None: none are; the state has no TTL or no full-snapshot cleanup)."""
+        config = self._ttl.get(state)
+        if config is None or not config.cleanup_full_snapshot:
+            return None
+        return (config.clock or self.ttl_clock)()
 
     def _new_handle(self, descriptor: StateDescriptorBase, slot: SlotT) -> State:
         kind, types = descriptor.kind, self.handle_types
@@ -400,6 +447,12 @@ def check_compatible(restored: StateDescriptor, declared: StateDescriptor, uid: 
             f"operator {uid!r}: state {declared.name!r} was restored as {restored.kind.value} state "
             f"but the job declares {declared.kind.value} state; rename the state or migrate it "
             "offline (statekit modify)"
+        )
+    if (restored.ttl_ms is None) != (declared.ttl_ms is None):
+        had, has = ("with", "without") if restored.ttl_ms is not None else ("without", "with")
+        raise BadInputError(
+            f"operator {uid!r}: state {declared.name!r} was restored {had} TTL but the job declares it {has} "
+            "TTL; keep TTL enabled (or disabled) for the state, or rename it"
         )
     for field in ("value_serializer", "user_key_serializer"):
         old, new = getattr(restored, field), getattr(declared, field)

@@ -28,6 +28,7 @@ from statekit.runtime.backend import (
 )
 from statekit.runtime.checkpoint_storage import CheckpointStorageLocation
 from statekit.runtime.state import AggregatingState, ListState, MapState, ReducingState, ValueState
+from statekit.runtime.ttl import TtlValue, ttl_rows, wrap_restored
 from statekit.statefmt.entries import KeyedStateEntry, MapStateEntry
 from statekit.statefmt.metadata import StateDescriptor, StateFile, StateKind
 
@@ -64,11 +65,16 @@ class _Snapshot(KeyedSnapshot):
         self._backend = backend
         self._copies = copies
         self._released = False
+        # taken in the synchronous part: the time TTL entries expired at are left out
+        self._drop_at = {t.descriptor.name: backend.ttl_snapshot_time(t.descriptor.name) for t, _ in copies}
 
     def write(self, location: CheckpointStorageLocation) -> list[StateFile]:
         files = []
         for table, data in self._copies:
-            file = write_keyed_rows(location, self._backend.scope, table.descriptor, rows_of(table.descriptor.kind, data))
+            descriptor = table.descriptor
+            rows = (rows_of(descriptor.kind, data) if descriptor.ttl_ms is None
+                    else ttl_rows(descriptor.kind, data, self._drop_at[descriptor.name]))
+            file = write_keyed_rows(location, self._backend.scope, descriptor, rows)
             if file is not None:
                 files.append(file)
         return files
@@ -245,6 +251,7 @@ class HashMapKeyedStateBackend(KeyedStateBackend[_Table]):
     """Keyed state in dicts on the heap."""
 
     handle_types = StateHandles(_ValueState, _ListState, _MapState, _ReducingState, _AggregatingState)
+    supports_ttl = True
 
     def __init__(self, scope: SubtaskScope, *, working_dir: str | None = None) -> None:
         super().__init__(scope, working_dir=working_dir)
@@ -255,14 +262,17 @@ class HashMapKeyedStateBackend(KeyedStateBackend[_Table]):
 
     def restore_state(self, descriptor: StateDescriptor, entries: Iterable[Any]) -> None:
         data = self.restored_slot(descriptor).data
+        ttl = descriptor.ttl_ms is not None  # a TTL state keeps TtlValues (statekit.runtime.ttl)
         if descriptor.kind is StateKind.MAP:
             for entry in entries:
                 assert isinstance(entry, MapStateEntry)
-                data.setdefault(hashable(entry.key), {})[hashable(entry.user_key)] = entry.value
+                value = TtlValue(entry.value, entry.expiry) if ttl else entry.value
+                data.setdefault(hashable(entry.key), {})[hashable(entry.user_key)] = value
         else:
             for entry in entries:
                 assert isinstance(entry, KeyedStateEntry)
-                data[hashable(entry.key)] = entry.value
+                value = wrap_restored(descriptor.kind, entry.value, entry.expiry) if ttl else entry.value
+                data[hashable(entry.key)] = value
 
     def snapshot(self) -> KeyedSnapshot:
         with self.lock:

@@ -51,6 +51,7 @@ from statekit.runtime.backend import (
 )
 from statekit.runtime.checkpoint_storage import CheckpointStorageLocation
 from statekit.runtime.state import AggregatingState, ListState, MapState, ReducingState, ValueState
+from statekit.runtime.ttl import TtlValue, strip_native_value, ttl_serializer, wrap_restored
 from statekit.statefmt import layout
 from statekit.statefmt.checksum import Crc32
 from statekit.statefmt.entries import KeyedStateEntry, MapStateEntry, group_by_key_group
@@ -90,6 +91,8 @@ class _StateInfo:
         self.state_id = state_id
         self.prefix = state_prefix(state_id)
         self.value = get_serializer(descriptor.value_serializer, for_write=True, trust_pickle=True)
+        if descriptor.ttl_ms is not None:  # values are TtlValues behind their expiry (statekit.runtime.ttl)
+            self.value = ttl_serializer(self.value)
         self.user_key = get_serializer(descriptor.user_key_serializer or "msgpack", for_write=True, trust_pickle=True)
 
 
@@ -100,6 +103,8 @@ class _Snapshot(KeyedSnapshot):
         self.backend = backend
         self.path = path
         self.states = states
+        # taken in the synchronous part: the time TTL entries expired at are left out
+        self.drop_at = {s.descriptor.name: backend.ttl_snapshot_time(s.descriptor.name) for s in states}
 
     def write(self, location: CheckpointStorageLocation) -> list[StateFile]:
         scope = self.backend.scope
@@ -137,6 +142,9 @@ class _Snapshot(KeyedSnapshot):
                 keys.append(raw[start:start + length])
                 user_keys.append(raw[start + length:] if is_map else None)
                 values.append(value)
+            expiries: list[int | None] = [None] * len(keys)
+            if info.descriptor.ttl_ms is not None:
+                keys, user_keys, values, expiries = self._unwrap_ttl(info, keys, user_keys, values)
             if not keys:
                 continue
             table = pa.table([
@@ -145,9 +153,23 @@ class _Snapshot(KeyedSnapshot):
                 pa.array([b""] * len(keys), pa.binary()),
                 pa.array(user_keys, pa.binary()),
                 pa.array(values, pa.binary()),
-                pa.array([None] * len(keys), pa.int64()),
+                pa.array(expiries, pa.int64()),
             ], schema=keyed_schema())
             yield from group_by_key_group(table, scope.max_parallelism)
+
+    def _unwrap_ttl(self, info: _StateInfo, keys: list[bytes], user_keys: list[bytes | None], values: list[bytes],
+                    ) -> tuple[list[bytes], list[bytes | None], list[bytes], list[int | None]]:
+        """A TTL state's rows with the expiry split off the values, expired ones dropped if asked."""
+        drop_at, kind = self.drop_at[info.descriptor.name], info.descriptor.kind
+        kept: tuple[list[bytes], list[bytes | None], list[bytes], list[int | None]] = ([], [], [], [])
+        for key, user_key, value in zip(keys, user_keys, values):
+            stripped = strip_native_value(kind, value, drop_at)
+            if stripped is not None:
+                kept[0].append(key)
+                kept[1].append(user_key)
+                kept[2].append(stripped[0])
+                kept[3].append(stripped[1])
+        return kept
 
     def release(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)
@@ -356,6 +378,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend[_StateInfo]):
     """
 
     handle_types = StateHandles(_ValueState, _ListState, _MapState, _ReducingState, _AggregatingState)
+    supports_ttl = True
 
     def __init__(self, scope: SubtaskScope, *, working_dir: str | None = None) -> None:
         super().__init__(scope, working_dir=working_dir)
@@ -400,11 +423,14 @@ class RocksDBKeyedStateBackend(KeyedStateBackend[_StateInfo]):
             data = serialize_key(entry.key)
             key_group = mmh3.hash(data, 0, False) % self._max_parallelism
             key = info.prefix + _GROUP_KEY_LENGTH.pack(key_group, len(data)) + data
+            ttl = info.descriptor.ttl_ms is not None
             if isinstance(entry, MapStateEntry):
-                batch.put(key + info.user_key.serialize(entry.user_key), info.value.serialize(entry.value))
+                value = TtlValue(entry.value, entry.expiry) if ttl else entry.value
+                batch.put(key + info.user_key.serialize(entry.user_key), info.value.serialize(value))
             else:
                 assert isinstance(entry, KeyedStateEntry)
-                batch.put(key, _encode(info, entry.value))
+                batch.put(key, _encode(info, wrap_restored(info.descriptor.kind, entry.value, entry.expiry)
+                                       if ttl else entry.value))
             pending += 1
             if pending >= _RESTORE_BATCH:
                 self.db.write(batch)

@@ -351,7 +351,10 @@ class RecordWriter:
         self._buffers: list[list[Any]] = [[] for _ in targets]
         self._backlog: list[collections.deque[Any]] = [collections.deque() for _ in targets]
         self.sent = [0] * len(targets)
+        self.records_out = 0  # records handed to channels (the task's metrics read it)
         self.pending = 0
+        self.side_output: str | None = None  # the side-output tag this writer's edge takes
+        self.timestamped = False  # records go out as watermarks.Timestamped
         self._size = buffer_size
         self.partitioning = partitioning
         self._selector = key_selector
@@ -449,6 +452,7 @@ class RecordWriter:
         buffer = self._buffers[channel]
         if buffer:
             self._buffers[channel] = []
+            self.records_out += len(buffer)
             self._send(channel, buffer)
 
     def flush(self) -> None:

@@ -49,12 +49,14 @@ from statekit.statefmt.errors import (
 
 if TYPE_CHECKING:
     from statekit.runtime.job import JobHandle, JobStatus
+    from statekit.runtime.metrics import LiveStatus
     from statekit.runtime.rest import JobRestServer
     from statekit.runtime.run_options import RunOptions
 
 __all__ = [
     "RunResult",
     "JobList",
+    "LastCheckpoint",
     "SavepointResult",
     "CancelResult",
     "parse_duration",
@@ -71,6 +73,8 @@ __all__ = [
 ]
 
 STARTUP_TIMEOUT_S = 60.0
+STATUS_INTERVAL_S = 0.5  # how often an attached run's live status is refreshed
+LIST_REST_TIMEOUT_S = 2.0  # `statekit list` asks each running job for its last checkpoint this long
 FETCH_GRACE_S = 5.0
 LOG_TAIL_LINES = 6
 
@@ -141,16 +145,49 @@ class RunResult:
 
 
 @dataclass(frozen=True)
+class LastCheckpoint:
+    """The last completed checkpoint of a job (``statekit list``).
+
+    Attributes:
+        checkpoint_id: Its id.
+        completed_ms: When it completed (epoch ms), if known.
+        size: Its full state size in bytes, if known.
+        path: Where it is, if it was written to storage.
+    """
+
+    checkpoint_id: int
+    completed_ms: int | None
+    size: int | None
+    path: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"id", "completed-time", "size", "path"}``."""
+        return {"id": self.checkpoint_id, "completed-time": self.completed_ms, "size": self.size, "path": self.path}
+
+
+@dataclass(frozen=True)
 class JobList:
-    """Jobs of the registry (``statekit list``)."""
+    """Jobs of the registry (``statekit list``) and, in the same order, their last checkpoints."""
 
     jobs: tuple[JobEntry, ...]
     include_all: bool
     registry: str
+    last_checkpoints: tuple[LastCheckpoint | None, ...] = ()
+    checkpoint_histories: tuple[tuple[dict[str, Any], ...], ...] = ()
+
+    def last_checkpoint(self, index: int) -> LastCheckpoint | None:
+        return self.last_checkpoints[index] if index < len(self.last_checkpoints) else None
 
     def to_json(self) -> dict[str, Any]:
-        """``{"jobs": [{"jid", "name", "state", "pid", "start-time", "end-time", "rest", ...}]}``."""
-        return {"jobs": [_entry_json(entry) for entry in self.jobs]}
+        """``{"jobs": [{"jid", "name", "state", "pid", "start-time", "end-time", "rest", ...,
+        "last-checkpoint": {"id", "completed-time", "size", "path"} | null}]}``."""
+        jobs = []
+        for index, entry in enumerate(self.jobs):
+            last = self.last_checkpoint(index)
+            history = self.checkpoint_histories[index] if index < len(self.checkpoint_histories) else ()
+            jobs.append({**_entry_json(entry), "last-checkpoint": None if last is None else last.to_json(),
+                         "checkpoints": [dict(e) for e in history]})
+        return {"jobs": jobs}
 
 
 def _entry_json(entry: JobEntry) -> dict[str, Any]:
@@ -230,6 +267,7 @@ def validate_run(job_file: str, options: RunOptions) -> None:
         check_savepoint_target(options.savepoint_on_finish)
     if not os.path.isfile(job_file):
         raise PathNotFoundError("job file not found; pass the path of a Python job script", path=job_file)
+    options.check_checkpointing()
     from statekit.statefmt.keygroups import UPPER_BOUND_MAX_PARALLELISM, check_parallelism
 
     if options.parallelism is not None or options.max_parallelism is not None:
@@ -244,20 +282,37 @@ def validate_run(job_file: str, options: RunOptions) -> None:
     if options.checkpoint_interval_ms is not None and options.checkpoint_interval_ms < 1:
         raise BadInputError(f"checkpoint interval must be at least 1 ms, got {options.checkpoint_interval_ms}")
     if options.restore_path is not None:
-        from statekit.readers.snapshot import open_snapshot
+        _check_restore_path(options.restore_path)
 
-        open_snapshot(options.restore_path)
+
+def _check_restore_path(path: str) -> None:
+    """Open the snapshot ``statekit run -s`` restores, with ``verify``'s messages for a wrong file.
+
+    Raises:
+        MetadataError: The ``_metadata`` is neither a statekit nor a Flink one (same words
+            as ``statekit verify``), or is damaged.
+        BadInputError: An Apache Flink snapshot: the mini runtime restores statekit ones only.
+    """
+    from statekit.flink.dispatch import flink_snapshot_path
+    from statekit.readers.snapshot import open_snapshot
+
+    if flink_snapshot_path(path) is not None:
+        raise BadInputError("an Apache Flink snapshot: the mini runtime restores statekit snapshots only "
+                            "(inspect, export or rescale it with the offline commands)", path=path)
+    open_snapshot(path)
 
 
 class _Supervisor:
     """Registers each job the script starts, serves its REST API and records its status."""
 
     def __init__(self, registry: JobRegistry, job_id: str, token: str,
-                 on_submitted: Callable[[str, str], None] | None) -> None:
+                 on_submitted: Callable[[str, str], None] | None,
+                 on_status: Callable[[LiveStatus], None] | None = None) -> None:
         self.registry = registry
         self.job_id = job_id
         self.tokens = {job_id: token}
         self.on_submitted = on_submitted
+        self.on_status = on_status
         self.handles: list[JobHandle] = []
         self.servers: list[JobRestServer] = []
         self.watchers: list[threading.Thread] = []
@@ -292,6 +347,9 @@ class _Supervisor:
         watcher.start()
         with self._lock:
             self.watchers.append(watcher)
+        if self.on_status is not None:
+            threading.Thread(target=self._report_status, args=(handle, self.on_status),
+                             name=f"status-{handle.job_id[:6]}", daemon=True).start()
         if self.on_submitted is not None:
             self.on_submitted(handle.job_id, handle.job_name)
 
@@ -307,6 +365,14 @@ class _Supervisor:
                 recorded = status
             if status.is_terminal:
                 return
+
+    @staticmethod
+    def _report_status(handle: JobHandle, on_status: Callable[[LiveStatus], None]) -> None:
+        """Hand the job's live status to ``on_status`` every STATUS_INTERVAL_S until it ends."""
+        from statekit.runtime.metrics import job_metrics
+
+        while not handle.wait(STATUS_INTERVAL_S).is_terminal:
+            on_status(job_metrics(handle).live)
 
     def interrupt(self, signum: int, _frame: FrameType | None) -> None:
         """First SIGINT/SIGTERM cancels the running jobs; a second one interrupts."""
@@ -347,6 +413,7 @@ def run_job(
     log_path: str | None = None,
     on_submitted: Callable[[str, str], None] | None = None,
     handle_signals: bool = True,
+    on_status: Callable[[LiveStatus], None] | None = None,
 ) -> RunResult:
     """Run a job script attached: register it, serve its REST API, wait for its end.
 
@@ -356,6 +423,8 @@ def run_job(
         log_path: Recorded in the registry (set for a detached job's background process).
         on_submitted: Called with ``(job_id, job_name)`` as each job starts.
         handle_signals: The first SIGINT/SIGTERM cancels the job (main thread only).
+        on_status: Called (from another thread) with each running job's live status every
+            STATUS_INTERVAL_S: records in/out per second, checkpoints, backpressure.
 
     Returns:
         The final state (FINISHED, or CANCELED after ``statekit cancel`` or a signal).
@@ -374,7 +443,7 @@ def run_job(
     name = os.path.splitext(os.path.basename(job_file))[0]
     token = registry.register(current_process_entry(
         job_id, name, log_path=log_path, job_file=os.path.abspath(job_file), checkpoint_dir=options.checkpoint_dir))
-    supervisor = _Supervisor(registry, job_id, token, on_submitted)
+    supervisor = _Supervisor(registry, job_id, token, on_submitted, on_status)
     started = time.monotonic()
     add_job_listener(supervisor.job_started)
     fallback = "FAILED"
@@ -433,12 +502,15 @@ def _run_argv(job_file: str, options: RunOptions, log_path: str, verbose: bool =
         argv += ["-s", _absolute(options.restore_path)]
     if options.allow_non_restored_state:
         argv.append("--allow-non-restored-state")
+    if options.restore_path is not None:
+        argv += ["--restore-mode", options.restore_mode]
     if options.checkpoint_dir is not None:
         argv += ["--checkpoint-dir", _absolute(options.checkpoint_dir)]
     if options.checkpoint_interval_ms is not None:
         argv += ["--checkpoint-interval", f"{options.checkpoint_interval_ms}ms"]
     if options.state_backend is not None:
         argv += ["--state-backend", options.state_backend]
+    argv += options.checkpointing_argv()
     if options.savepoint_on_finish is not None:
         argv += ["--savepoint-on-finish", _absolute(options.savepoint_on_finish)]
     if options.trust_pickle:
@@ -544,7 +616,62 @@ def list_jobs(*, include_all: bool = False) -> JobList:
     """Running jobs (and, with ``include_all``, crashed, finished, failed and cancelled ones)."""
     registry = JobRegistry()
     entries = [e for e in registry.entries() if include_all or e.running]
-    return JobList(jobs=tuple(entries), include_all=include_all, registry=str(registry.jobs_dir))
+    return JobList(jobs=tuple(entries), include_all=include_all, registry=str(registry.jobs_dir),
+                   last_checkpoints=tuple(last_checkpoint(e) for e in entries),
+                   checkpoint_histories=tuple(checkpoint_history(e) for e in entries))
+
+
+def checkpoint_history(entry: JobEntry) -> tuple[dict[str, Any], ...]:
+    """The recent checkpoints of a running job, newest first, as its REST API gives them (id,
+    status, mode, trigger time, duration, alignment, full size, bytes written, in-flight bytes);
+    empty for a job that does not run or does not answer (a listing never fails)."""
+    if not entry.running or entry.rest_url is None:
+        return ()
+    try:
+        client = RestClient(entry, JobRegistry().token(entry.job_id), timeout=LIST_REST_TIMEOUT_S)
+        history = client.request("GET", f"/jobs/{entry.job_id}/checkpoints").get("history")
+    except JobError:
+        return ()
+    return tuple(e for e in history if isinstance(e, dict)) if isinstance(history, list) else ()
+
+
+def last_checkpoint(entry: JobEntry) -> LastCheckpoint | None:
+    """The last completed checkpoint of a job: from its REST API while it runs, else from its
+    checkpoint directory; ``None`` when it has none or neither answers (a listing never fails)."""
+    if entry.running and entry.rest_url is not None:
+        try:
+            return _rest_last_checkpoint(entry)
+        except JobError:
+            pass  # it just ended or does not answer: its directory may still tell
+    if entry.checkpoint_dir is None:
+        return None
+    try:
+        return _stored_last_checkpoint(entry.checkpoint_dir)
+    except (StatekitError, OSError):
+        return None
+
+
+def _rest_last_checkpoint(entry: JobEntry) -> LastCheckpoint | None:
+    client = RestClient(entry, JobRegistry().token(entry.job_id), timeout=LIST_REST_TIMEOUT_S)
+    latest = (client.request("GET", f"/jobs/{entry.job_id}/checkpoints").get("latest") or {}).get("completed")
+    if not isinstance(latest, dict) or latest.get("id") is None:
+        return None
+    size = latest.get("state_size", latest.get("checkpointed_size"))
+    completed = latest.get("latest_ack_timestamp") or latest.get("trigger_timestamp")
+    return LastCheckpoint(int(latest["id"]), None if completed is None else int(completed),
+                          None if size is None else int(size), latest.get("external_path"))
+
+
+def _stored_last_checkpoint(job_dir: str) -> LastCheckpoint | None:
+    from statekit.readers.listing import list_checkpoints
+
+    complete = [c for c in list_checkpoints(job_dir).listings
+                if c.status == "complete" and c.checkpoint_id is not None and c.kind == "checkpoint"]
+    if not complete:
+        return None
+    last = max(complete, key=lambda c: c.checkpoint_id or 0)
+    assert last.checkpoint_id is not None
+    return LastCheckpoint(last.checkpoint_id, last.created_at_ms, last.size, last.path)
 
 
 def find_job(reference: str) -> JobEntry:
@@ -643,7 +770,7 @@ def _explain_unreachable(entry: JobEntry, error: _Unreachable) -> JobError:
 
 
 def trigger_savepoint(reference: str, target_dir: str | None, *, cancel_job: bool = False,
-                      timeout: float = 300.0) -> SavepointResult:
+                      timeout: float = 300.0, native: bool = False) -> SavepointResult:
     """Take a savepoint of a running job and wait for it (``statekit savepoint``).
 
     Args:
@@ -658,11 +785,13 @@ def trigger_savepoint(reference: str, target_dir: str | None, *, cancel_job: boo
     """
     _check_target(target_dir)
     entry = running_job(reference)
-    body = {"target-directory": None if target_dir is None else _absolute(target_dir), "cancel-job": cancel_job}
+    body = {"target-directory": None if target_dir is None else _absolute(target_dir), "cancel-job": cancel_job,
+            "formatType": "NATIVE" if native else "CANONICAL"}
     return _savepoint_operation(entry, "savepoints", body, "cancel" if cancel_job else "savepoint", timeout)
 
 
-def stop_job(reference: str, savepoint_path: str | None, *, drain: bool = False, timeout: float = 300.0) -> SavepointResult:
+def stop_job(reference: str, savepoint_path: str | None, *, drain: bool = False, timeout: float = 300.0,
+             native: bool = False) -> SavepointResult:
     """Stop a job with a savepoint and wait until it ended (``statekit stop``).
 
     Args:
@@ -673,7 +802,8 @@ def stop_job(reference: str, savepoint_path: str | None, *, drain: bool = False,
     """
     _check_target(savepoint_path)
     entry = running_job(reference)
-    body = {"targetDirectory": None if savepoint_path is None else _absolute(savepoint_path), "drain": drain}
+    body = {"targetDirectory": None if savepoint_path is None else _absolute(savepoint_path), "drain": drain,
+            "formatType": "NATIVE" if native else "CANONICAL"}
     return _savepoint_operation(entry, "stop", body, "stop", timeout)
 
 

@@ -45,8 +45,13 @@ from statekit.runtime.mails import NotifyCheckpointAborted, NotifyCheckpointComp
 from statekit.runtime.shared_registry import SharedStateRegistry
 from statekit.runtime.subtask_checkpoint import SubtaskStats
 from statekit.statefmt.errors import BadInputError, JobError, JobFailedError, StatekitError
-from statekit.statefmt.metadata import CheckpointMetadata, OperatorMetadata, SnapshotFormat, SnapshotKind
-from statekit.statefmt.metadata import StateDescriptor
+from statekit.statefmt.metadata import (
+    CheckpointMetadata,
+    OperatorMetadata,
+    SnapshotFormat,
+    SnapshotKind,
+    StateDescriptor,
+)
 from statekit.statefmt.paths import SHARED_PREFIX
 from statekit.writers.metadata_builder import SnapshotMetadataBuilder, operator_metadata
 
@@ -162,6 +167,7 @@ class CheckpointCoordinator:
         self._lock = threading.RLock()
         self._wakeup = threading.Condition(self._lock)
         self._pending: dict[int, PendingCheckpoint] = {}
+        self._completing: set[int] = set()  # acknowledged by every task, _metadata not yet published
         self._execution: ExecutionView | None = None
         self._periodic = False
         self._closed = False
@@ -208,6 +214,21 @@ class CheckpointCoordinator:
             log.info("job %s: deleting %d shared file(s) no checkpoint names (left by a killed run)",
                      self.job_id, len(orphans))
             self._delete_shared(orphans)
+
+    def take_restored(self, checkpoint_id: int, url: str, *, claim: bool) -> None:
+        """Apply the restore mode (``statekit.runtime.restore_mode``) to the snapshot restored from.
+
+        ``claim``: it joins retention as the oldest checkpoint (disposed once subsumed).
+        Otherwise (NO_CLAIM) it leaves retention if it was adopted; its shared files stay
+        registered under its id, which is never released: nothing of it is ever deleted.
+        """
+        same = url.rstrip("/")
+        with self._lock:
+            adopted = [entry for entry in self.retained if entry[1].rstrip("/") == same]
+            if claim and not adopted:
+                self.retained.appendleft((checkpoint_id, url))
+            elif not claim:
+                self.retained = collections.deque(e for e in self.retained if e not in adopted)
 
     # ------------------------------------------------------------ attempts
 
@@ -279,6 +300,8 @@ class CheckpointCoordinator:
             native: A savepoint in the backends' native format (self-contained).
         """
         with self._wakeup:
+            if final:
+                self._wait_for_checkpoints_in_flight()
             execution = self._execution
             if execution is None or self._closed:
                 future: concurrent.futures.Future[str] = concurrent.futures.Future()
@@ -328,6 +351,17 @@ class CheckpointCoordinator:
             log.debug("triggered %s %d (%s)", "savepoint" if is_savepoint else "checkpoint", checkpoint_id,
                       options.alignment.value)
         return pending.future
+
+    def _checkpoints_in_flight(self) -> int:
+        """Checkpoints (not savepoints) triggered and neither completed nor failed yet."""
+        return sum(1 for p in self._pending.values() if not p.is_savepoint) + len(self._completing)
+
+    def _wait_for_checkpoints_in_flight(self) -> None:
+        """Block (lock held, released while waiting) until no checkpoint is in flight, the attempt
+        ended or the coordinator closed: the final checkpoint counts against ``max_concurrent``."""
+        execution = self._execution
+        while self._checkpoints_in_flight() and self._execution is execution and not self._closed:
+            self._wakeup.wait(0.5)
 
     def _not_started(self, pending: PendingCheckpoint, error: Exception) -> None:
         """The snapshot's directory could not be created: a failed checkpoint like any other."""
@@ -400,6 +434,8 @@ class CheckpointCoordinator:
                 return
             pending.done = True
             del self._pending[checkpoint_id]
+            if not pending.is_savepoint:
+                self._completing.add(checkpoint_id)
         try:
             self._complete(pending)
         except Exception as exc:  # noqa: BLE001 - a failed commit fails the checkpoint
@@ -464,6 +500,7 @@ class CheckpointCoordinator:
             shared = {f.path[len(SHARED_PREFIX):] for f in metadata.native_files() if f.path.startswith(SHARED_PREFIX)}
         dispose: list[tuple[int, str]] = []
         with self._wakeup:
+            self._completing.discard(pending.checkpoint_id)
             pending.end_ms = int(time.time() * 1000)
             self._consecutive_failures = 0
             self._last_complete = time.monotonic()
@@ -500,6 +537,7 @@ class CheckpointCoordinator:
             pending.done = True
             pending.end_ms = int(time.time() * 1000)
             self._pending.pop(pending.checkpoint_id, None)
+            self._completing.discard(pending.checkpoint_id)
             self._counts["failed"] += 1
             entry = self._entry(pending, "FAILED", None)
             entry["failure_message"] = reason
@@ -583,8 +621,7 @@ class CheckpointCoordinator:
                 if self._periodic and self._execution is not None and self.config.interval_ms:
                     due = max(self._last_trigger + self.config.interval_ms / 1000.0,
                               self._last_complete + self.config.min_pause_ms / 1000.0)
-                    in_flight = sum(1 for p in self._pending.values() if not p.is_savepoint)
-                    if in_flight < self.config.max_concurrent and not self._periodic_blocked():
+                    if self._checkpoints_in_flight() < self.config.max_concurrent and not self._periodic_blocked():
                         if due <= now:
                             trigger = True
                         else:

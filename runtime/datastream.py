@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from statekit.runtime.channels import Partitioning
@@ -30,7 +31,9 @@ from statekit.runtime.operators import (
     ReduceOperator,
     SinkOperator,
     StreamOperator,
+    TimestampsAndWatermarksOperator,
 )
+from statekit.runtime.side_outputs import OutputTag
 from statekit.runtime.sinks import PrintSink
 from statekit.runtime.state import MapStateDescriptor
 from statekit.statefmt.errors import BadInputError
@@ -38,6 +41,8 @@ from statekit.statefmt.serializers import get_serializer
 
 if TYPE_CHECKING:
     from statekit.runtime.environment import StreamEnvironment
+    from statekit.runtime.watermarks import WatermarkStrategy
+    from statekit.runtime.windows.stream import WindowedStream
 
 __all__ = ["DataStream", "KeyedStream", "BroadcastStream", "BroadcastConnectedStream", "DataStreamSink"]
 
@@ -111,9 +116,7 @@ class DataStream:
     def _add(
         self, kind: str, name: str, factory: Callable[[], StreamOperator], second: list[InputSpec] | None = None
     ) -> DataStream:
-        inputs = list(self._ports) + [
-            InputSpec(p.upstream, p.partitioning, p.key_selector, p.key_serializer, 2) for p in (second or [])
-        ]
+        inputs = list(self._ports) + [replace(p, input_index=2) for p in (second or [])]
         t = self.env.add_transformation(kind, name, factory, inputs)
         return DataStream(self.env, [InputSpec(t)], t)
 
@@ -136,12 +139,13 @@ class DataStream:
     def key_by(self, key_selector: Callable[[Any], Any], key_serializer: str = "msgpack") -> KeyedStream:
         """Partition by key: records with equal keys go to the same subtask (by key group)."""
         get_serializer(key_serializer, for_write=True)
-        ports = [InputSpec(p.upstream, Partitioning.HASH, key_selector, key_serializer) for p in self._ports]
+        ports = [replace(p, partitioning=Partitioning.HASH, key_selector=key_selector, key_serializer=key_serializer)
+                 for p in self._ports]
         return KeyedStream(self.env, ports, key_selector, key_serializer)
 
     def rebalance(self) -> DataStream:
         """Distribute records round-robin over the next operator's subtasks."""
-        return DataStream(self.env, [InputSpec(p.upstream, Partitioning.REBALANCE) for p in self._ports])
+        return DataStream(self.env, [replace(p, partitioning=Partitioning.REBALANCE) for p in self._ports])
 
     def union(self, *streams: DataStream) -> DataStream:
         """One stream of the records of this and ``streams``."""
@@ -152,11 +156,27 @@ class DataStream:
 
     def broadcast(self, *descriptors: MapStateDescriptor) -> BroadcastStream:
         """Send every record to every subtask of the connected operator (broadcast state)."""
-        return BroadcastStream(self.env, [InputSpec(p.upstream, Partitioning.BROADCAST) for p in self._ports], descriptors)
+        return BroadcastStream(self.env, [replace(p, partitioning=Partitioning.BROADCAST) for p in self._ports],
+                               descriptors)
 
     def connect(self, broadcast_stream: BroadcastStream) -> BroadcastConnectedStream:
         """Connect with a broadcast stream; ``.process`` takes a (Keyed)BroadcastProcessFunction."""
         return BroadcastConnectedStream(self, broadcast_stream)
+
+    def assign_timestamps_and_watermarks(self, strategy: WatermarkStrategy, name: str = "Timestamps/Watermarks") -> DataStream:
+        """Give records event timestamps and emit watermarks with ``strategy`` (periodically,
+        checked per record). Prefer ``env.from_source(..., watermark_strategy)``: its watermark
+        state is part of the source's snapshot."""
+        stream = self._add("timestamps", name, _factory(TimestampsAndWatermarksOperator, strategy))
+        stream._own("assign_timestamps_and_watermarks()").timestamped = True
+        return stream
+
+    def get_side_output(self, tag: OutputTag) -> DataStream:
+        """The records this operator emitted with ``ctx.output(tag, value)``."""
+        if not isinstance(tag, OutputTag):
+            raise BadInputError(f"get_side_output needs an OutputTag, got {tag!r}")
+        t = self._own("get_side_output()")
+        return DataStream(self.env, [InputSpec(t, side_output=tag.name)])
 
     def sink_to(self, sink: Any, name: str = "Sink") -> DataStreamSink:
         """End the stream in ``sink`` (a SinkFunction or a callable)."""
@@ -190,6 +210,18 @@ class KeyedStream(DataStream):
     def aggregate(self, function: Any, name: str = "Aggregate") -> DataStream:
         """Running aggregate per key with an AggregateFunction (state ``aggregate``)."""
         return self._add("aggregate", name, _factory(AggregateOperator, function))
+
+    def window(self, assigner: Any) -> WindowedStream:
+        """Cut the keyed stream into windows (TumblingEventTimeWindows.of(ms), ...)."""
+        from statekit.runtime.windows.stream import WindowedStream
+
+        return WindowedStream(self, assigner)
+
+    def count_window(self, size: int) -> WindowedStream:
+        """Windows of ``size`` records per key (GlobalWindows with a purging CountTrigger)."""
+        from statekit.runtime.windows import CountTrigger, GlobalWindows, PurgingTrigger
+
+        return self.window(GlobalWindows.create()).trigger(PurgingTrigger.of(CountTrigger.of(size)))
 
     def sum(self, field: int | str | None = None, name: str = "Sum") -> DataStream:
         """Running sum per key of the records (``field``: tuple index or dict key)."""

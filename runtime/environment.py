@@ -12,6 +12,7 @@ from statekit.runtime.graph import InputSpec, Transformation
 from statekit.runtime.operators import SourceOperator, StreamOperator
 from statekit.runtime.restart_strategy import RestartStrategy
 from statekit.runtime.sources import CollectionSource, FileSource, NumberSequenceSource, Source
+from statekit.runtime.watermarks import WatermarkStrategy
 from statekit.statefmt.errors import BadInputError
 
 if TYPE_CHECKING:
@@ -153,17 +154,26 @@ class StreamEnvironment:
         for spec in inputs:
             if spec.upstream not in self.transformations:
                 raise BadInputError("streams of different environments cannot be combined")
-        t = Transformation(len(self.transformations), kind, name, factory, inputs, bounded=bounded)
+        t = Transformation(len(self.transformations), kind, name, factory, inputs, bounded=bounded,
+                           timestamped=any(spec.upstream.timestamped for spec in inputs))
         self.transformations.append(t)
         return t
 
-    def from_source(self, source: Source, name: str = "Source") -> DataStream:
-        """A stream read from ``source`` (FileSource, NumberSequenceSource, ...)."""
+    def from_source(
+        self, source: Source, name: str = "Source", watermark_strategy: WatermarkStrategy | None = None
+    ) -> DataStream:
+        """A stream read from ``source`` (FileSource, NumberSequenceSource, ...).
+
+        ``watermark_strategy``: give records event timestamps and emit watermarks
+        (:class:`~statekit.runtime.watermarks.WatermarkStrategy`).
+        """
         from statekit.runtime.datastream import copy_function
 
         t = self.add_transformation(
-            "source", name, lambda: SourceOperator(copy_function(source)), [], bounded=source.bounded
+            "source", name, lambda: SourceOperator(copy_function(source), watermark_strategy), [],
+            bounded=source.bounded,
         )
+        t.timestamped = watermark_strategy is not None
         return DataStream(self, [InputSpec(t)], t)
 
     add_source = from_source
@@ -190,14 +200,18 @@ class StreamEnvironment:
                 matching operator uid).
             JobFailedError: a task failed and restarts were exhausted.
         """
+        from statekit.runtime.job_capture import raise_if_capturing
         from statekit.runtime.job_master import execute
 
+        raise_if_capturing(self, job_name)
         return execute(self, job_name)
 
     def execute_async(self, job_name: str = "statekit job") -> JobHandle:
         """Start the job and return its handle at once."""
+        from statekit.runtime.job_capture import raise_if_capturing
         from statekit.runtime.job_master import execute_async
 
+        raise_if_capturing(self, job_name)
         return execute_async(self, job_name)
 
     def _check_sources(self) -> None:

@@ -39,6 +39,7 @@ class InputSpec:
     key_selector: Callable[[Any], Any] | None = None
     key_serializer: str = "msgpack"
     input_index: int = 1
+    side_output: str | None = None  # the side-output tag taken from the upstream operator
 
 
 @dataclass(eq=False)
@@ -56,6 +57,7 @@ class Transformation:
     chaining: bool = True
     new_chain: bool = False
     bounded: bool = True
+    timestamped: bool = False  # its records carry event timestamps (a timestamp assigner upstream)
 
     @property
     def is_source(self) -> bool:
@@ -93,6 +95,7 @@ class Edge:
     key_serializer: str
     input_index: int
     chained: bool = False
+    side_output: str | None = None
 
 
 @dataclass(eq=False)
@@ -230,12 +233,14 @@ def _chain(ordered: list[OperatorNode], nodes: dict[int, OperatorNode]) -> list[
             )
             if partitioning is Partitioning.FORWARD and upstream.parallelism != node.parallelism:
                 partitioning = Partitioning.REBALANCE
-            edge = Edge(upstream, node, partitioning, spec.key_selector, spec.key_serializer, spec.input_index)
+            edge = Edge(upstream, node, partitioning, spec.key_selector, spec.key_serializer, spec.input_index,
+                        side_output=spec.side_output)
             upstream.outputs.append(edge)
             edges.append(edge)
         chainable = (
             len(edges) == 1
             and edges[0].partitioning is Partitioning.FORWARD
+            and edges[0].side_output is None
             and t.chaining
             and not t.new_chain
             and edges[0].source.transformation.chaining

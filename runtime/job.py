@@ -11,7 +11,10 @@ import concurrent.futures
 import threading
 import time
 from enum import Enum
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from statekit.runtime.metrics import TaskFigures
 
 __all__ = ["JobStatus", "JobHandle", "JobVertex", "JobControl"]
 
@@ -58,6 +61,8 @@ class JobControl(Protocol):
     def cancel(self) -> None: ...
 
     def checkpoint_stats(self) -> dict[str, Any]: ...
+
+    def task_metrics(self) -> list[TaskFigures]: ...
 
 
 class JobHandle:
@@ -169,6 +174,10 @@ class JobHandle:
     def cancel(self) -> None:
         """Cancel the job; checkpoints are kept or deleted per the externalized cleanup."""
         self._control.cancel()
+
+    def task_metrics(self) -> list[TaskFigures]:
+        """What every task reported, with rates (``statekit.runtime.metrics``)."""
+        return self._control.task_metrics()
 
     def wait(self, timeout: float | None = None) -> JobStatus:
         """Block until the job is terminal (or ``timeout`` seconds passed); return its status."""

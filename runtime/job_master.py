@@ -32,14 +32,17 @@ from statekit.runtime.environment import StreamEnvironment
 from statekit.runtime.graph import JobGraph, build_job_graph
 from statekit.runtime.job import JobHandle, JobStatus, JobVertex
 from statekit.runtime.mails import Resume, Terminate
+from statekit.runtime.metrics import JobMetrics, TaskFigures, TaskReport
 from statekit.runtime.operators import OperatorContext, Output, StreamOperator
 from statekit.runtime.registry import check_job_id
 from statekit.runtime.restart_strategy import RestartStrategy, fixed_delay_restart, no_restart
 from statekit.runtime.graph import Edge
 from statekit.runtime.restore import ExchangeEdge, RestorePlan
+from statekit.runtime.restore_mode import RestoreMode, parse_restore_mode
 from statekit.runtime.run_options import RunOptions, get_run_options, notify_job_listeners
 from statekit.runtime.subtask_checkpoint import ChannelSpec, SubtaskStats
 from statekit.runtime.task import Task
+from statekit.runtime.watermarks import check_event_time_checkpoints, configure_task_time, edge_key_selector
 from statekit.statefmt.errors import JobError, JobFailedError, StatekitError
 from statekit.statefmt.job_id import new_job_id
 
@@ -116,6 +119,7 @@ class JobMaster:
         self.state_backend = resolve_state_backend(options.state_backend or env.state_backend)
         self.config = options.apply_to(replace(env.checkpoint_config))
         self.config.validate()
+        check_event_time_checkpoints(env.transformations, self.config.unaligned)
         self.incremental = options.incremental if options.incremental is not None else env.incremental_checkpoints
         if self.incremental:
             self.state_backend.check_incremental()
@@ -132,6 +136,10 @@ class JobMaster:
                              trust_pickle=env.trust_pickle or options.trust_pickle, storage_options=env.storage_options)
             if options.restore_path else None
         )
+        if self.initial_restore is not None:  # statekit check's verdict: refused before any task starts
+            from statekit.runtime.compatibility import check_before_restore
+
+            self.initial_restore.migrations = check_before_restore(env, options, self.initial_restore).migration_map()
         self.graph: JobGraph = build_job_graph(
             env.transformations,
             default_parallelism=options.parallelism or env.parallelism or 1,
@@ -160,9 +168,12 @@ class JobMaster:
             on_tolerable_exceeded=self._checkpoint_failures_exceeded,
             incremental=self.incremental,
             base_checkpoint_id=(self.initial_restore.checkpoint_id
-                                if self.initial_restore is not None and self.initial_restore.shared_reusable() else None),
+                                if self.initial_restore is not None and self.initial_restore.shared_reusable()
+                                and parse_restore_mode(options.restore_mode) is RestoreMode.CLAIM else None),
         )
         if self.initial_restore is not None:
+            self.coordinator.take_restored(self.initial_restore.checkpoint_id, self.initial_restore.path,
+                                           claim=parse_restore_mode(options.restore_mode) is RestoreMode.CLAIM)
             self.coordinator.restored = {
                 "id": self.initial_restore.checkpoint_id,
                 "external_path": self.initial_restore.path,
@@ -176,6 +187,7 @@ class JobMaster:
         )
         self.error: BaseException | None = None
         self.final_savepoint: str | None = None
+        self.metrics = JobMetrics()  # what the tasks report (runtime/metrics.py)
         self._lock = threading.Lock()
         self._execution: Execution | None = None
         self._cancel = threading.Event()
@@ -217,6 +229,9 @@ class JobMaster:
 
     def checkpoint_stats(self) -> dict[str, Any]:
         return self.coordinator.stats()
+
+    def task_metrics(self) -> list[TaskFigures]:
+        return self.metrics.tasks()
 
     def _checkpoint_failures_exceeded(self, error: BaseException) -> None:
         with self._lock:
@@ -425,15 +440,19 @@ class Execution:
                         else:
                             targets = [ChannelTarget(gates[(consumer.id, k)], base + i) for k in range(consumer.parallelism)]
                             output_specs.append([_spec(edge, i, k) for k in range(consumer.parallelism)])
-                        node_writers.append(RecordWriter(
-                            targets, edge.partitioning, key_selector=edge.key_selector,
+                        writer = RecordWriter(
+                            targets, edge.partitioning, key_selector=edge_key_selector(edge),
                             key_serializer=edge.key_serializer, max_parallelism=edge.target.max_parallelism,
                             start_channel=i,
-                        ))
+                        )
+                        writer.side_output = edge.side_output
+                        writer.timestamped = edge.source.transformation.timestamped
+                        node_writers.append(writer)
                     writers.append(node_writers)
                 task = Task(self, vertex.id, vertex.name, i, vertex.parallelism, operators, chained_next, writers,
                             gates[(vertex.id, i)], input_specs[(vertex.id, i)], output_specs=output_specs,
                             replay=replay, channel_state_serializer=master.config.channel_state_serializer)
+                configure_task_time(task, graph, vertex)
                 self.tasks.append(task)
                 if vertex.is_source:
                     self.source_tasks.append(task)
@@ -462,6 +481,9 @@ class Execution:
 
     def submit_snapshot(self, task: Task, barrier: Any, snapshots: list[Any], stats: SubtaskStats) -> None:
         self.master.coordinator.submit_snapshot(task.key, barrier, snapshots, stats)
+
+    def report_metrics(self, report: TaskReport) -> None:
+        self.master.metrics.update(report)
 
     def decline_checkpoint(self, task: Task, checkpoint_id: int, reason: str, *, subsumed: bool) -> None:
         self.master.coordinator.decline(checkpoint_id, f"task {task.name}: {reason}", subsumed=subsumed)

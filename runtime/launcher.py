@@ -95,6 +95,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--externalized-cleanup", choices=("retain", "delete"))
     parser.add_argument("--checkpoint-timeout", type=parse_duration_ms)
     parser.add_argument("--savepoint-on-finish")
+    parser.add_argument("--restore-mode", choices=("claim", "no-claim"), default="no-claim")
     parser.add_argument("--job-id")
     parser.add_argument("--trust-pickle", action="store_true")
     parser.add_argument("-v", "--verbose", action="store_true")
@@ -125,6 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         retained_checkpoints=args.retained_checkpoints,
         externalized_cleanup=None if args.externalized_cleanup is None else f"{args.externalized_cleanup}_on_cancellation",
         checkpoint_timeout_ms=args.checkpoint_timeout,
+        restore_mode=args.restore_mode,
     )
     if args.verbose:
         logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")

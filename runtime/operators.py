@@ -63,6 +63,13 @@ from statekit.runtime.state import (
     ValueState,
     ValueStateDescriptor,
 )
+from statekit.runtime.watermarks import (
+    MAX_WATERMARK,
+    MIN_WATERMARK,
+    ElementTime,
+    SourceWatermarks,
+    WatermarkStrategy,
+)
 from statekit.statefmt.errors import BadInputError
 from statekit.statefmt.keygroups import compute_key_group_range_for_operator_index
 from statekit.statefmt.metadata import StateDescriptor, StateFile
@@ -92,8 +99,6 @@ __all__ = [
     "MAX_WATERMARK",
 ]
 
-MIN_WATERMARK = -(1 << 63)
-MAX_WATERMARK = (1 << 63) - 1
 
 
 class Output(Collector):
@@ -155,8 +160,10 @@ class OperatorSnapshot:
         files: list[StateFile] = []
         written = 0
         if isinstance(self.keyed, NativeKeyedSnapshot):
-            self.native = self.keyed.write_native(location)
-            self.new_shared = list(self.keyed.new_shared)
+            try:
+                self.native = self.keyed.write_native(location)
+            finally:  # the shared files uploaded so far are known even when a later write failed
+                self.new_shared = list(self.keyed.new_shared)
             written += self.keyed.bytes_written
         elif self.keyed is not None:
             files.extend(self.keyed.write(location))
@@ -296,6 +303,9 @@ class StreamOperator:
     def __init__(self, function: Any = None) -> None:
         self.function = function
         self.timers: _InternalTimerService | None = None
+        self.element_time = ElementTime()
+        self.side_outputs: dict[str, Callable[[Any], None]] = {}
+        self.emit_watermark: Callable[[Any], None] = lambda event: None
 
     # ------------------------------------------------------------ lifecycle
 
@@ -379,8 +389,18 @@ class StreamOperator:
 
     def end_input(self) -> None:
         """End of input: fire event-time timers, flush what is buffered."""
+        self.process_watermark(MAX_WATERMARK)
+
+    def process_watermark(self, watermark: int) -> None:
+        """Event time reached ``watermark``: fire the event-time timers due."""
         if self.timers is not None:
-            self.timers.advance_watermark(MAX_WATERMARK)
+            self.timers.advance_watermark(watermark)
+
+    def side_output(self, tag: Any, value: Any) -> None:
+        """Emit ``value`` to the side output ``tag`` (dropped when no stream takes it)."""
+        emit = self.side_outputs.get(tag.name)
+        if emit is not None:
+            emit(value)
 
     # ------------------------------------------------------------ checkpoints
 
@@ -431,14 +451,29 @@ class StreamOperator:
 class SourceOperator(StreamOperator):
     """The head of a source task: owns the source reader."""
 
-    def __init__(self, source: Source) -> None:
+    def __init__(self, source: Source, watermark_strategy: WatermarkStrategy | None = None) -> None:
         super().__init__(source)
         self.source = source
         self.reader: SourceReader | None = None
+        self.watermark_strategy = watermark_strategy
+        self.watermarks: SourceWatermarks | None = None
 
     def initialize_function(self) -> None:
         self.reader = self.source.create_reader(SourceReaderContext(self.ctx.subtask, self.ctx.parallelism))
         self.reader.initialize_state(self.init_context())
+        if self.watermark_strategy is not None:
+            self.watermarks = SourceWatermarks(self.watermark_strategy)
+            restored = self.operator_state.get_union_list_state(SOURCE_WATERMARK).get()
+            if restored:
+                # the least advanced subtask's (of those that had read records): never later than
+                # the watermark any of them had reached
+                self.watermarks.restore(min(int(t) for t in restored))
+
+    def emitter(self, element: ElementTime) -> Callable[[Any], None]:
+        """What the task calls per record read (assigns timestamps when event time is on)."""
+        if self.watermarks is None:
+            return self.output.collect
+        return self.watermarks.assigning(self.output.collect, element, self.emit_watermark)
 
     def open(self) -> None:
         pass
@@ -449,6 +484,8 @@ class SourceOperator(StreamOperator):
     def snapshot_state(self, checkpoint_id: int, options: CheckpointOptions) -> OperatorSnapshot:
         assert self.reader is not None
         self.reader.snapshot_state(_SnapshotContext(checkpoint_id, options.is_savepoint))
+        if self.watermarks is not None:
+            self.operator_state.get_union_list_state(SOURCE_WATERMARK).update(self.watermarks.snapshot())
         return self._snapshot_stores(checkpoint_id, options)
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
@@ -460,7 +497,37 @@ class SourceOperator(StreamOperator):
             self.reader.close()
 
 
+SOURCE_WATERMARK = ListStateDescriptor("_watermark", value_type="int")
+
+
 # ---------------------------------------------------------------- one input
+
+
+class TimestampsAndWatermarksOperator(StreamOperator):
+    """``assign_timestamps_and_watermarks``: timestamps records and emits watermarks (periodically,
+    checked per record) with a :class:`WatermarkStrategy`."""
+
+    stops_watermarks = True
+
+    def open(self) -> None:
+        self.watermarks = SourceWatermarks(self.function)
+
+    def element_handler(self) -> Callable[[Any], None]:
+        emit = self.watermarks.assigning(self.output.collect, self.element_time)
+        tick, forward = self.watermarks.tick, self.emit_watermark
+
+        def handle(value: Any) -> None:
+            emit(value)
+            for event in tick():
+                forward(event)
+
+        return handle
+
+    def process_watermark(self, watermark: int) -> None:
+        """Upstream watermarks stop here (this operator makes its own), except the final one."""
+        if watermark == MAX_WATERMARK:
+            for event in self.watermarks.tick():
+                self.emit_watermark(event)
 
 
 class MapOperator(StreamOperator):
@@ -519,7 +586,12 @@ class _ProcessContext:
         return self.get_current_key()
 
     def timestamp(self) -> int | None:
-        return self._timestamp
+        """The timer's timestamp in ``on_timer``, else the current record's event timestamp."""
+        return self._timestamp if self._timestamp is not None else self._op.element_time.timestamp
+
+    def output(self, tag: Any, value: Any) -> None:
+        """Emit ``value`` to the side output ``tag`` (an :class:`OutputTag`)."""
+        self._op.side_output(tag, value)
 
     def timer_service(self) -> TimerService:
         op = self._op
@@ -592,6 +664,7 @@ class KeyedProcessOperator(StreamOperator):
         if callable(on_timer):
             ctx = _ProcessContext(self)
             ctx._timestamp = timestamp
+            self.element_time.timestamp = timestamp  # what the timer emits carries its time
             on_timer(timestamp, ctx, self.output)
 
     def element_handler(self) -> Callable[[Any], None]:
@@ -687,6 +760,7 @@ class BroadcastProcessOperator(StreamOperator):
         if callable(on_timer):
             ctx = _ProcessContext(self)
             ctx._timestamp = timestamp
+            self.element_time.timestamp = timestamp  # what the timer emits carries its time
             on_timer(timestamp, ctx, self.output)
 
     def element_handler(self) -> Callable[[Any], None]:

@@ -7,9 +7,11 @@ Endpoints (every request needs the job's token: ``Authorization: Bearer <token>`
     GET   /jobs/overview                        {"jobs": [{"jid", "name", "state", "start-time", "end-time", "duration"}]}
     GET   /jobs/<id>                            job details (JobHandle.describe())
     GET   /jobs/<id>/checkpoints                checkpoint statistics
-    POST  /jobs/<id>/savepoints                 {"target-directory": DIR, "cancel-job": false} -> 202 {"request-id"}
+    GET   /jobs/<id>/metrics                    per task: records in/out, rates, backpressure, checkpoints (runtime/metrics.py)
+    GET   /metrics                              the same in the Prometheus text format (text/plain; version=0.0.4)
+    POST  /jobs/<id>/savepoints                 {"target-directory": DIR, "cancel-job": false, "formatType": "CANONICAL"|"NATIVE"} -> 202 {"request-id"}
     GET   /jobs/<id>/savepoints/<request-id>    {"status": {"id": "IN_PROGRESS"|"COMPLETED"}, "operation": {...}}
-    POST  /jobs/<id>/stop                       {"targetDirectory": DIR, "drain": false} -> 202 {"request-id"}
+    POST  /jobs/<id>/stop                       {"targetDirectory": DIR, "drain": false, "formatType": ...} -> 202 {"request-id"}
     PATCH /jobs/<id>   (also POST /jobs/<id>/cancel)   cancel -> 202 {}
 
 Errors are ``{"errors": ["one line"]}`` with the HTTP status (400, 401, 404, 405, 408, 409,
@@ -39,6 +41,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
+from statekit.runtime.metrics import job_metrics
 from statekit.runtime.registry import check_job_id
 from statekit.statefmt.errors import BadInputError, StatekitError
 
@@ -60,6 +63,7 @@ log = logging.getLogger("statekit.runtime")
 LOCALHOST = "127.0.0.1"
 TOKEN_HEADER = "X-Statekit-Token"
 MAX_BODY_BYTES = 64 * 1024
+PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 MAX_CONNECTIONS = 32
 REQUEST_TIMEOUT_S = 5.0
 EPHEMERAL_PROTOCOLS = frozenset({"memory"})
@@ -209,14 +213,14 @@ class JobRestServer:
             ]
         }
 
-    def trigger(self, target_dir: str | None, *, stop: bool, drain: bool, cancel: bool) -> str:
+    def trigger(self, target_dir: str | None, *, stop: bool, drain: bool, cancel: bool, native: bool = False) -> str:
         status = self.handle.status
         if status.is_terminal:
             raise _HttpError(HTTPStatus.CONFLICT, f"Job {self.handle.job_id} is {status.value}; savepoints need a running job")
         try:
             if target_dir is not None:
                 check_savepoint_target(target_dir)
-            future = self.handle.trigger_savepoint(target_dir, stop=stop, drain=drain)
+            future = self.handle.trigger_savepoint(target_dir, stop=stop, drain=drain, native=native)
         except StatekitError as error:
             raise _HttpError(HTTPStatus.BAD_REQUEST, str(error)) from None
         trigger_id = uuid.uuid4().hex
@@ -379,7 +383,12 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             self._raw_body = self._read_body()
             self.server.answering(self.request)
-            status, body = self._route(app, method, self.path.split("?", 1))
+            parts = self.path.split("?", 1)
+            if parts[0].rstrip("/") == "/metrics":  # Prometheus scrapes text, not JSON
+                self._allow(method, "GET")
+                self._reply_text(HTTPStatus.OK, job_metrics(app.handle).prometheus(), PROMETHEUS_CONTENT_TYPE)
+                return
+            status, body = self._route(app, method, parts)
             self._reply(status, body)
         except _HttpError as error:
             self._reply(error.status, {"errors": [str(error)]})
@@ -436,6 +445,9 @@ class _Handler(BaseHTTPRequestHandler):
         if rest == "/checkpoints":
             self._allow(method, "GET")
             return HTTPStatus.OK, app.handle.checkpoint_stats()
+        if rest == "/metrics":
+            self._allow(method, "GET")
+            return HTTPStatus.OK, job_metrics(app.handle).to_json()
         if rest == "/cancel":
             self._allow(method, "POST")
             return HTTPStatus.ACCEPTED, app.cancel()
@@ -444,14 +456,14 @@ class _Handler(BaseHTTPRequestHandler):
             body = self._json_body()
             target = _optional_str(body, "target-directory")
             cancel = _optional_bool(body, "cancel-job")
-            trigger_id = app.trigger(target, stop=False, drain=False, cancel=cancel)
+            trigger_id = app.trigger(target, stop=False, drain=False, cancel=cancel, native=_native(body))
             return HTTPStatus.ACCEPTED, {"request-id": trigger_id}
         if rest == "/stop":
             self._allow(method, "POST")
             body = self._json_body()
             target = _optional_str(body, "targetDirectory")
             drain = _optional_bool(body, "drain")
-            trigger_id = app.trigger(target, stop=True, drain=drain, cancel=False)
+            trigger_id = app.trigger(target, stop=True, drain=drain, cancel=False, native=_native(body))
             return HTTPStatus.ACCEPTED, {"request-id": trigger_id}
         trigger = _TRIGGER_PATH.match(rest)
         if trigger is not None:
@@ -476,9 +488,13 @@ class _Handler(BaseHTTPRequestHandler):
         return body
 
     def _reply(self, status: HTTPStatus, body: dict[str, Any], headers: dict[str, str] | None = None) -> None:
-        data = json.dumps(body, default=str).encode()
+        self._reply_text(status, json.dumps(body, default=str), "application/json", headers)
+
+    def _reply_text(self, status: HTTPStatus, text: str, content_type: str,
+                    headers: dict[str, str] | None = None) -> None:
+        data = text.encode()
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
         for name, value in (headers or {}).items():
             self.send_header(name, value)
@@ -492,6 +508,14 @@ def _optional_str(body: dict[str, Any], key: str) -> str | None:
     if value is None or (isinstance(value, str) and value):
         return value
     raise _HttpError(HTTPStatus.BAD_REQUEST, f"{key!r} must be a non-empty string")
+
+
+def _native(body: dict[str, Any]) -> bool:
+    """Flink's ``formatType``: ``CANONICAL`` (default) or ``NATIVE`` (the backends' own files)."""
+    value = body.get("formatType", "CANONICAL")
+    if isinstance(value, str) and value.upper() in ("CANONICAL", "NATIVE"):
+        return value.upper() == "NATIVE"
+    raise _HttpError(HTTPStatus.BAD_REQUEST, "'formatType' must be CANONICAL or NATIVE")
 
 
 def _optional_bool(body: dict[str, Any], key: str) -> bool:

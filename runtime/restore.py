@@ -27,7 +27,7 @@ import collections
 import logging
 import posixpath
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,6 +122,9 @@ class RestorePlan:
         self.reader = reader
         self.allow_non_restored_state = allow_non_restored_state
         self.own_job_dir: str | None = None
+        # (uid, state) -> the job's descriptor: values migrate to its value type on restore
+        # (set by statekit.runtime.compatibility before any task starts)
+        self.migrations: dict[tuple[str, str], StateDescriptor] = {}
         self._operator_cache: dict[tuple[str, str], list[list[Any]]] = {}
         self._canonical: SavepointReader | None = None
         self._lock = threading.Lock()
@@ -213,7 +216,8 @@ class RestorePlan:
         op = self.operator(uid)
         if op is None or not op.states:
             return None
-        return SubtaskRestore(self, op, subtask, parallelism, max_parallelism)
+        migrations = {state: new for (owner, state), new in self.migrations.items() if owner == uid}
+        return SubtaskRestore(self, op, subtask, parallelism, max_parallelism, migrations)
 
     def operator_elements(self, uid: str, state: str) -> list[list[Any]]:
         """Per old subtask, the elements of one operator state (read once, cached)."""
@@ -324,8 +328,10 @@ def _redistribute(plan: RestorePlan, edge: ExchangeEdge, sections: list[ChannelS
 class SubtaskRestore:
     """The state one new subtask restores from one snapshot operator."""
 
-    def __init__(self, plan: RestorePlan, op: OperatorMetadata, subtask: int, parallelism: int, max_parallelism: int) -> None:
+    def __init__(self, plan: RestorePlan, op: OperatorMetadata, subtask: int, parallelism: int, max_parallelism: int,
+                 migrations: dict[str, StateDescriptor] | None = None) -> None:
         self.plan = plan
+        self.migrations = migrations or {}  # state -> the job's descriptor (values migrate to its type)
         self.op = op
         self.subtask = subtask
         self.parallelism = parallelism
@@ -343,6 +349,8 @@ class SubtaskRestore:
         """The old subtasks' native keyed state overlapping this subtask's key groups, or None
         when the operator's keyed state is not (all) native."""
         keyed = [d for d in self.op.states if d.keyed]
+        if any(d.name in self.migrations for d in keyed):
+            return None  # migrated values are decoded, converted and re-encoded
         if not keyed or not all(st.native is not None and all(st.native.state_id(d.name) is not None for d in keyed)
                                 for st in self.op.subtasks):
             return None
@@ -365,7 +373,7 @@ class SubtaskRestore:
         reader = self.plan.canonical_reader() if any(st.native for st in self.op.subtasks) else self.plan.reader
         for descriptor in self.op.states:
             if descriptor.keyed:
-                yield descriptor, reader.read_keyed_state(self.op.uid, descriptor.name, key_groups)
+                yield self._migrated(descriptor, reader.read_keyed_state(self.op.uid, descriptor.name, key_groups))
 
     def operator_states(self) -> Iterator[tuple[StateDescriptor, list[Any]]]:
         """(descriptor, this subtask's elements) per operator state, redistributed by mode."""
@@ -373,7 +381,18 @@ class SubtaskRestore:
             if descriptor.keyed:
                 continue
             parts = self.plan.operator_elements(self.op.uid, descriptor.name)
-            yield descriptor, self._share(descriptor.kind, parts)
+            declared, elements = self._migrated(descriptor, self._share(descriptor.kind, parts))
+            yield declared, list(elements)
+
+    def _migrated(self, descriptor: StateDescriptor, items: Iterable[Any]) -> tuple[StateDescriptor, Iterator[Any]]:
+        """``(descriptor, items)`` of one state, migrated to the job's declared value type when
+        :attr:`migrations` names it."""
+        new = self.migrations.get(descriptor.name)
+        if new is None:
+            return descriptor, iter(items)
+        from statekit.writers.migration import EntryMigration
+
+        return new, EntryMigration(descriptor, new).items(items)
 
     def _share(self, kind: StateKind, parts: list[list[Any]]) -> list[Any]:
         if kind is StateKind.UNION:

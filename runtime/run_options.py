@@ -60,6 +60,8 @@ class RunOptions:
             (``--externalized-cleanup retain|delete``).
         checkpoint_timeout_ms: A checkpoint not complete after this long is aborted
             (``--checkpoint-timeout``).
+        restore_mode: Who owns ``restore_path``: ``no-claim`` (default) or ``claim``
+            (``--restore-mode``; :mod:`statekit.runtime.restore_mode`).
     """
 
     parallelism: int | None = None
@@ -80,6 +82,7 @@ class RunOptions:
     retained_checkpoints: int | None = None
     externalized_cleanup: str | None = None
     checkpoint_timeout_ms: int | None = None
+    restore_mode: str = "no-claim"
 
     def apply_to(self, config: CheckpointConfig) -> CheckpointConfig:
         """``config`` with these overrides set (the job's own settings elsewhere)."""
@@ -101,10 +104,54 @@ class RunOptions:
             config.timeout_ms = self.checkpoint_timeout_ms
         return config
 
+    def checkpointing_argv(self) -> list[str]:
+        """The checkpointing options as ``statekit run`` / launcher arguments."""
+        argv: list[str] = []
+        if self.checkpointing_mode is not None:
+            argv += ["--checkpointing-mode", self.checkpointing_mode]
+        if self.unaligned:
+            argv.append("--unaligned")
+        if self.aligned_checkpoint_timeout_ms is not None:
+            argv += ["--aligned-checkpoint-timeout", f"{self.aligned_checkpoint_timeout_ms}ms"]
+        if self.incremental:
+            argv.append("--incremental")
+        if self.retained_checkpoints is not None:
+            argv += ["--retained-checkpoints", str(self.retained_checkpoints)]
+        if self.externalized_cleanup is not None:
+            argv += ["--externalized-cleanup", self.externalized_cleanup.split("_", 1)[0]]
+        if self.checkpoint_timeout_ms is not None:
+            argv += ["--checkpoint-timeout", f"{self.checkpoint_timeout_ms}ms"]
+        return argv
+
+    def check_checkpointing(self) -> None:
+        """Refuse contradictory checkpointing options on their own (the job's settings are
+        checked with them when it starts).
+
+        Raises:
+            BadInputError: e.g. ``--unaligned`` with at-least-once, an aligned checkpoint
+                timeout without ``--unaligned``, ``--incremental`` with a backend that has no
+                incremental checkpoints, fewer than one retained checkpoint, a timeout <= 0.
+        """
+        from statekit.runtime.checkpoint_config import CheckpointConfig, CheckpointingMode
+        from statekit.statefmt.errors import BadInputError
+
+        config = self.apply_to(CheckpointConfig())
+        if self.unaligned and config.mode is CheckpointingMode.AT_LEAST_ONCE:
+            raise BadInputError("--unaligned needs --checkpointing-mode exactly-once "
+                                "(at-least-once never aligns, so there is nothing to overtake)")
+        if self.aligned_checkpoint_timeout_ms and not self.unaligned:
+            raise BadInputError("--aligned-checkpoint-timeout needs --unaligned "
+                                "(it is when an aligned checkpoint turns unaligned)")
+        config.validate()
+        if self.incremental and self.state_backend is not None:
+            from statekit.runtime.backend import state_backend
+
+            state_backend(self.state_backend).check_incremental()
+
 
 _lock = threading.Lock()
 _options: RunOptions | None = None
-_listeners: list[Callable[["JobHandle"], None]] = []
+_listeners: list[Callable[[JobHandle], None]] = []
 
 
 def set_run_options(options: RunOptions | None) -> None:
@@ -120,13 +167,13 @@ def get_run_options() -> RunOptions | None:
         return _options
 
 
-def add_job_listener(listener: Callable[["JobHandle"], None]) -> None:
+def add_job_listener(listener: Callable[[JobHandle], None]) -> None:
     """Call ``listener(handle)`` once per job start, inside ``execute()``, before records flow."""
     with _lock:
         _listeners.append(listener)
 
 
-def remove_job_listener(listener: Callable[["JobHandle"], None]) -> None:
+def remove_job_listener(listener: Callable[[JobHandle], None]) -> None:
     """Remove a listener added with :func:`add_job_listener` (no-op when absent)."""
     with _lock:
         if listener in _listeners:
@@ -139,7 +186,7 @@ def clear_job_listeners() -> None:
         _listeners.clear()
 
 
-def notify_job_listeners(handle: "JobHandle") -> None:
+def notify_job_listeners(handle: JobHandle) -> None:
     """Call every registered listener with ``handle`` (runtime internal)."""
     with _lock:
         listeners = list(_listeners)

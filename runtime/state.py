@@ -15,12 +15,15 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from statekit.statefmt.metadata import StateDescriptor, StateKind
 from statekit.statefmt.serializers import get_serializer
 from statekit.statefmt.value_types import parse_value_type
+
+if TYPE_CHECKING:
+    from statekit.runtime.ttl import StateTtlConfig
 
 __all__ = [
     "StateDescriptorBase",
@@ -52,11 +55,13 @@ class StateDescriptorBase:
             ``struct<a:int,b:string>``...); ``None`` means any value (``json``).
         serializer: Name of the value serializer (``msgpack``, ``json``, ``utf8``, ``int64``,
             ``bytes``, ``pickle``).
+        ttl_config: The state's time to live (keyed state only; see :meth:`enable_time_to_live`).
     """
 
     name: str
     value_type: str | None = None
     serializer: str = "msgpack"
+    ttl_config: StateTtlConfig | None = field(default=None, kw_only=True, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -69,6 +74,14 @@ class StateDescriptorBase:
         """The keyed state kind this descriptor creates."""
         raise NotImplementedError
 
+    def enable_time_to_live(self, ttl_config: StateTtlConfig) -> None:
+        """Give the keyed state a time to live (Flink's ``enableTimeToLive``); call it before the
+        first ``get_state`` of the descriptor. Operator state ignores it, as in Flink."""
+        object.__setattr__(self, "ttl_config", ttl_config)
+
+    def _ttl_ms(self, kind: StateKind | None) -> int | None:
+        return self.ttl_config.ttl_ms if self.ttl_config is not None and kind is None else None
+
     def to_metadata(self, kind: StateKind | None = None) -> StateDescriptor:
         """The on-disk descriptor (``kind`` overrides for operator list/union state)."""
         return StateDescriptor(
@@ -76,6 +89,7 @@ class StateDescriptorBase:
             kind=kind or self.kind,
             value_serializer=self.serializer,
             value_type=self.value_type,
+            ttl_ms=self._ttl_ms(kind),
         )
 
 
@@ -126,6 +140,7 @@ class MapStateDescriptor(StateDescriptorBase):
             value_type=self.value_type,
             user_key_serializer=self.key_serializer,
             user_key_type=self.key_type,
+            ttl_ms=self._ttl_ms(kind),
         )
 
 

@@ -47,10 +47,13 @@ from statekit.runtime.mails import (
     Terminate,
     TriggerCheckpoint,
 )
+from statekit.runtime.metrics import TaskMetrics
 from statekit.runtime.operators import SourceOperator, StreamOperator
 from statekit.runtime.subtask_checkpoint import ChannelSpec, InFlightSnapshot, SubtaskCheckpoint, SubtaskStats
+from statekit.runtime.watermarks import TaskTime, Watermark, WatermarkStatus
 
 if TYPE_CHECKING:
+    from statekit.runtime.metrics import TaskReport
     from statekit.runtime.operators import OperatorSnapshot
 
 __all__ = ["Task", "TaskHost"]
@@ -77,6 +80,8 @@ class TaskHost(Protocol):
 
     def submit_snapshot(self, task: Task, barrier: Barrier, snapshots: list[OperatorSnapshot],
                         stats: SubtaskStats) -> None: ...
+
+    def report_metrics(self, report: TaskReport) -> None: ...
 
     def decline_checkpoint(self, task: Task, checkpoint_id: int, reason: str, *, subsumed: bool) -> None: ...
 
@@ -127,7 +132,10 @@ class Task:
         self.channel_state_serializer = channel_state_serializer
         self.is_source = isinstance(operators[0], SourceOperator)
         self.thread = threading.Thread(target=self.run, name=self.name, daemon=True)
+        self.metrics = TaskMetrics(vertex_id, subtask, self.name, self.writers, host.report_metrics,
+                                   source=self.is_source)
         self.timer_ops: list[StreamOperator] = []
+        self.time = TaskTime(len(input_specs))
         self.handler: CheckpointBarrierHandler | None = None
         self._checkpoints: dict[int, SubtaskCheckpoint] = {}
         self._running = True
@@ -164,6 +172,7 @@ class Task:
             for pending in self._checkpoints.values():
                 pending.release()
             self._checkpoints.clear()
+            self.metrics.report(finished=True)
             for op in self.operators:
                 try:
                     op.close()
@@ -171,6 +180,7 @@ class Task:
                     log.warning("%s: closing %s failed: %s", self.name, op.ctx.uid, exc)
 
     def _initialize(self) -> None:
+        self.time.bind(self.operators, self.writers)
         for op in self.operators:
             op.initialize_state()
         for op in reversed(self.operators):
@@ -183,15 +193,17 @@ class Task:
                 handler = handlers[j]
                 assert handler is not None
                 targets.append(handler)
-            targets.extend(w.emit for w in self.operator_writers[i])
+            targets.extend(self.time.emitter(w) for w in self.operator_writers[i] if w.side_output is None)
             op.output.collect = _fan_out(targets)  # type: ignore[method-assign,assignment]
+            op.side_outputs = _side_outputs(self.time, self.operator_writers[i])
             if i > 0 or not self.is_source:
                 handlers[i] = op.element_handler()
         self.chain_handlers = handlers
         if not self.is_source:
             head = self.operators[0]
             second = head.element_handler2() if 2 in self.channel_inputs else None
-            first = handlers[0]
+            first = handlers[0] = self.time.unwrapping(handlers[0])  # type: ignore[arg-type]
+            second = self.time.unwrapping(second) if second is not None else None
             self.second_handler = second
             self.channel_handlers = [first if index == 1 else second for index in self.channel_inputs]
         self.timer_ops = [op for op in self.operators if op.timers is not None]
@@ -201,7 +213,9 @@ class Task:
     def snapshot(self, barrier: Barrier, *, unaligned: bool, alignment_ms: int) -> None:
         """Take the synchronous snapshot and forward ``barrier`` (ahead of queued output when unaligned)."""
         options = barrier.options
+        started = time.perf_counter()
         snapshots = [op.snapshot_state(barrier.checkpoint_id, options) for op in self.operators]
+        self.metrics.checkpoint_taken(barrier.checkpoint_id, alignment_ms, unaligned, (time.perf_counter() - started) * 1000)
         head = self.operators[0].ctx
         pending = SubtaskCheckpoint(
             barrier, snapshots,
@@ -289,6 +303,7 @@ class Task:
 
     def _wait_output(self) -> None:
         """Deliver backlogged output; meanwhile serve priority barriers, timeouts and (sources) mails."""
+        started = time.monotonic()
         while not self._output_available():
             if self.host.cancelled.is_set() or self.gate.cancelled.is_set():
                 raise TaskCancelled()
@@ -311,6 +326,7 @@ class Task:
                 if writer.pending:
                     writer.wait_for_room(_OUTPUT_WAIT_S)
                     break
+        self.metrics.add_backpressure(time.monotonic() - started)
 
     def _drain_output(self) -> None:
         """Deliver everything still backlogged (the end of the task)."""
@@ -329,8 +345,10 @@ class Task:
     # ------------------------------------------------------------ shared steps
 
     def _end_input(self) -> None:
+        self.time.source_tick(self.operators[0], final=True)
         for op in self.operators:
             op.end_input()
+        self.time.end_of_input()
         for writer in self.writers:
             writer.broadcast_event(END_OF_INPUT)
 
@@ -341,6 +359,7 @@ class Task:
     def _flush(self) -> None:
         for writer in self.writers:
             writer.flush()
+        self.metrics.idle()
 
     def _notify(self, mail: Any) -> None:
         if isinstance(mail, NotifyCheckpointComplete):
@@ -373,8 +392,9 @@ class Task:
     def _run_source(self) -> None:
         head = self.operators[0]
         assert isinstance(head, SourceOperator) and head.reader is not None
-        reader, emit = head.reader, head.output.collect
+        reader, emit = head.reader, head.emitter(self.time.element)
         gate = self.gate
+        self.time.source_tick(head)  # a restored watermark goes out before any record
         while not self._terminated:
             if not self._output_available():
                 self._wait_output()
@@ -393,6 +413,8 @@ class Task:
             records, ended = reader.poll(SOURCE_BATCH)
             for record in records:
                 emit(record)
+            self.metrics.count_in(len(records))
+            self.time.source_tick(head)
             self._flush()
             if ended:
                 self._running, self._exhausted = False, True
@@ -400,6 +422,7 @@ class Task:
                 self.host.source_exhausted(self)
             elif not records:
                 item = gate.take(timeout=reader.idle_wait_s)
+                self.time.source_tick(head)
                 if item is not None:
                     self._source_mail(item[1])
 
@@ -456,6 +479,7 @@ class Task:
             if not self._output_available():
                 self._wait_output()
                 continue
+            item: tuple[int, Any] | None
             if pending:
                 item = gate.poll_priority() or pending.popleft()
             else:
@@ -486,19 +510,32 @@ class Task:
                 assert handle is not None
                 for record in payload:
                     handle(record)
+                self.metrics.count_in(len(payload))
                 if timer_ops:
                     due = self._next_timer()
                     if due is not None and due <= time.time() * 1000:
                         self._fire_timers()
+            elif payload.__class__ is Watermark or payload.__class__ is WatermarkStatus:
+                self.time.on_input_event(channel, payload)
             elif isinstance(payload, EndOfInput):
                 ended_input.add(channel)
                 if len(ended_input) == channels:
                     self._end_input()
             elif isinstance(payload, EndOfPartition):
                 handler.on_end_of_partition(channel)
+                self.time.on_channel_end(channel)
                 if not handler.live:
                     self._end_of_partition()
                     return
+
+
+def _side_outputs(time: TaskTime, writers: list[RecordWriter]) -> dict[str, Callable[[Any], None]]:
+    """Per side-output tag, what ``ctx.output(tag, value)`` calls (writers of edges that take it)."""
+    tags: dict[str, list[Callable[[Any], None]]] = {}
+    for writer in writers:
+        if writer.side_output is not None:
+            tags.setdefault(writer.side_output, []).append(time.emitter(writer))
+    return {tag: _fan_out(targets) for tag, targets in tags.items()}
 
 
 def _fan_out(targets: list[Callable[[Any], None]]) -> Callable[[Any], None]:

@@ -63,15 +63,17 @@ def diff(spec: DiffSpec, engine: str = "local", spark: SparkSettings | None = No
 
 
 def bootstrap(spec: BootstrapSpec, engine: str = "local", *, batch_size: int = 65536, spill_dir: str | None = None,
-              memory_budget: int = DEFAULT_MEMORY_BUDGET, progress: ProgressFactory | None = None) -> BootstrapReport:
-    """``statekit bootstrap`` on ``engine``. Operator state is small by nature: the local
-    engine writes it whatever the engine (the Spark bootstrap writes keyed state only)."""
+              memory_budget: int = DEFAULT_MEMORY_BUDGET, progress: ProgressFactory | None = None,
+              spark: SparkSettings | None = None) -> BootstrapReport:
+    """``statekit bootstrap`` on ``engine`` (``spark`` runs with ``spark``'s settings). Operator
+    state is small by nature: the local engine writes it whatever the engine (the Spark
+    bootstrap writes keyed state only)."""
     if _engine(engine) == "spark":
         _require_pyspark("--engine spark")
         if spec.kind.keyed:
             from statekit.spark.bootstrap import bootstrap_with_spark
 
-            return bootstrap_with_spark(spec, memory_budget=memory_budget)
+            return bootstrap_with_spark(spec, spark, memory_budget=memory_budget)
     from statekit.writers.bootstrap import bootstrap_savepoint
 
     return bootstrap_savepoint(spec, batch_size=batch_size, spill_dir=spill_dir, memory_budget=memory_budget,

@@ -28,9 +28,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from statekit.readers.progress import ProgressFactory, no_progress
+from statekit.readers.progress import ProgressFactory
 from statekit.readers.savepoint_reader import SavepointReader
 from statekit.spark.formats import DEFAULT_FORMAT, check_format, write_table
+from statekit.spark.progress import spark_start_progress, task_progress
 from statekit.spark.session import OutputDir, SparkSettings, spark_errors
 from statekit.statefmt.errors import BadInputError, StateNotFoundError
 from statekit.statefmt.layout import hive_partition_dir
@@ -160,19 +161,20 @@ def _statekit_table(spec: ExportSpec, source: str, uid: str, name: str, kind: st
 
 def export_tables(spec: ExportSpec, source: str, tables: Sequence[ExportTable], progress: ProgressFactory | None,
                   skipped: tuple[tuple[str, str, str], ...] = ()) -> ExportResult:
-    """Write every table to its Hive partition of a staged ``spec.output`` in ``spec.fmt``."""
+    """Write every table to its Hive partition of a staged ``spec.output`` in ``spec.fmt``.
+
+    Progress: the Spark start, then one bar per state counting its write's tasks
+    (:mod:`statekit.spark.progress`)."""
     started = time.monotonic()
-    spark = spec.spark.session()
+    spark = spark_start_progress(spec.spark, progress)
     target = OutputDir.for_url(spark, spec.output)
     exported: list[ExportedState] = []
-    total = len(tables)
-    with spark_errors(spec.spark.verbose), target.staged() as staging, \
-            (progress or no_progress)(f"exporting {total} state(s)", total=total, unit="items") as advance:
+    with spark_errors(spec.spark.verbose), target.staged() as staging:
         for table in tables:
             relative = hive_partition_dir(table.uid, table.name)
-            write_table(table.frame(spark), target.join(staging, relative), spec.fmt)
+            with task_progress(spark, progress, f"{table.uid}/{table.name}"):
+                write_table(table.frame(spark), target.join(staging, relative), spec.fmt)
             exported.append(ExportedState(table.uid, table.name, table.kind, relative,
                                           *target.count(staging, relative, spec.fmt)))
-            advance(f"{table.uid}/{table.name}", 1)
     return ExportResult(source, target.url, spec.fmt, str(spark.sparkContext.master), tuple(exported),
                         time.monotonic() - started, skipped)

@@ -118,7 +118,7 @@ def export_flink(spec: ExportSpec, progress: ProgressFactory | None = None, *, u
 
     Args:
         spec: The export.
-        progress: Advanced once per exported state.
+        progress: The Spark start, then the tasks of each state's write (:mod:`statekit.spark.progress`).
         uids: Operator uids to label operators with (``--uid``; metadata v3/v4 has none).
         value_types: Declared types of PyFlink state values by state name (``--value-type``).
 

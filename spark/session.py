@@ -7,7 +7,8 @@ Invariants:
       passed to the driver JVM), no console progress bar, no UI; ``verbose=True`` keeps
       Spark's own log configuration at level WARN;
     * local mode binds the driver to 127.0.0.1 only;
-    * Python workers run the interpreter of this process, so executors import statekit;
+    * Python workers run the interpreter of this process (``PYSPARK_PYTHON`` when set);
+      on a cluster statekit ships itself to them (:mod:`statekit.spark.shipping`);
     * the ``statekit`` data source is registered and Python filter pushdown is enabled.
 """
 
@@ -174,7 +175,11 @@ def _start(master: str, conf: Mapping[str, str], verbose: bool) -> SparkSession:
         atexit.register(_remove_log)
         gateway = launch_gateway(spark_conf, popen_kwargs={"stdout": log, "stderr": log})  # type: ignore[no-untyped-call]
         SparkContext._ensure_initialized(gateway=gateway, conf=spark_conf)
-    return SparkSession.builder.config(conf=spark_conf).getOrCreate()
+    session = SparkSession.builder.config(conf=spark_conf).getOrCreate()
+    from statekit.spark.shipping import ship_package
+
+    ship_package(session, master)  # before the data source is registered: it captures the includes
+    return session
 
 
 def _remove_log() -> None:

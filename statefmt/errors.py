@@ -22,6 +22,7 @@ __all__ = [
     "StateNotFoundError",
     "JobError",
     "JobFailedError",
+    "IncompatibleStateError",
     "EXIT_OK",
     "EXIT_CHECK_FAILED",
     "EXIT_BAD_INPUT",
@@ -102,3 +103,8 @@ class JobFailedError(StatekitError):
     """A job ran and failed (restarts exhausted, task exception)."""
 
     exit_code = EXIT_CHECK_FAILED
+
+
+class IncompatibleStateError(BadInputError):
+    """A job cannot restore a snapshot's state (unmapped uid, changed kind, serializer or type);
+    the message has one line per reason."""

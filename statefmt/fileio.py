@@ -29,6 +29,7 @@ from fsspec.implementations.local import LocalFileSystem
 from fsspec.spec import AbstractBufferedFile
 
 from statekit.statefmt.errors import BadInputError, PathNotFoundError, UnsafePathError
+from statekit.statefmt.storage_options import storage_options_for
 
 __all__ = ["FileIO", "FileInfo", "fsync_dir"]
 
@@ -51,12 +52,17 @@ class FileIO:
 
     @classmethod
     def for_path(cls, url: str, storage_options: dict[str, Any] | None = None) -> tuple[FileIO, str]:
-        """The FileIO for ``url`` and the path inside its filesystem."""
+        """The FileIO for ``url`` and the path inside its filesystem.
+
+        Object stores get ``storage_options`` on top of ``STATEKIT_STORAGE_OPTIONS``
+        (:mod:`statekit.statefmt.storage_options`); local paths get ``storage_options`` only.
+        """
         if not url:
             raise BadInputError("empty path")
+        options = storage_options_for(url, storage_options)
         try:
-            fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
-        except (ImportError, ValueError) as exc:
+            fs, path = fsspec.core.url_to_fs(url, **options)
+        except (ImportError, ValueError, TypeError) as exc:  # TypeError: an option the filesystem does not take
             raise BadInputError(f"cannot open filesystem: {exc}", path=url) from exc
         protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
         if isinstance(fs, LocalFileSystem):

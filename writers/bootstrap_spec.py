@@ -28,6 +28,7 @@ one of the rows of a key is kept (see ``statekit.spark.bootstrap``).
 from __future__ import annotations
 
 import posixpath
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -92,7 +93,11 @@ class BootstrapSpec:
         max_parallelism: key groups (default: ``from_savepoint``'s operators', or the
             default for ``parallelism``).
         name: the operator's name (default: the uid).
-        ttl_ms: the state TTL recorded in the descriptor.
+        ttl_ms: the state TTL: recorded in the descriptor, and every entry expires at
+            ``ttl_reference_time_ms + ttl_ms`` (keyed state only).
+        ttl_reference_time_ms: the time (epoch ms) entries count as written at; default:
+            the wall clock when the spec is made (then stored here, so every engine and
+            subtask uses the same).
         from_savepoint: copy this savepoint's operators into the output and add the new one.
         storage_options, output_storage_options: fsspec options of the inputs and
             ``from_savepoint``, and of the output.
@@ -117,6 +122,7 @@ class BootstrapSpec:
     max_parallelism: int | None = None
     name: str | None = None
     ttl_ms: int | None = None
+    ttl_reference_time_ms: int | None = None
     from_savepoint: str | None = None
     storage_options: dict[str, Any] | None = field(default=None, hash=False)
     output_storage_options: dict[str, Any] | None = field(default=None, hash=False)
@@ -163,6 +169,14 @@ class BootstrapSpec:
     def _check_operator(self) -> None:
         if self.ttl_ms is not None and self.ttl_ms <= 0:
             raise BadInputError(f"--ttl-ms {self.ttl_ms}: a TTL must be positive (milliseconds)")
+        if self.ttl_ms is None and self.ttl_reference_time_ms is not None:
+            raise BadInputError("--ttl-reference-time is only meaningful with --ttl-ms")
+        if self.ttl_ms is not None and not self.kind.keyed:
+            raise BadInputError(f"--ttl-ms: a TTL applies to keyed state only, not {self.kind.value} state")
+        if self.ttl_reference_time_ms is not None and self.ttl_reference_time_ms < 0:
+            raise BadInputError(f"--ttl-reference-time {self.ttl_reference_time_ms}: expected epoch milliseconds >= 0")
+        if self.ttl_ms is not None and self.ttl_reference_time_ms is None:
+            object.__setattr__(self, "ttl_reference_time_ms", time.time_ns() // 1_000_000)
         self.check_parallelism(UPPER_BOUND_MAX_PARALLELISM if self.max_parallelism is None else self.max_parallelism)
 
     def check_parallelism(self, max_parallelism: int) -> None:
@@ -171,6 +185,14 @@ class BootstrapSpec:
             check_parallelism(self.parallelism, max_parallelism)
         except BadInputError as exc:
             raise BadInputError(f"operator {self.uid!r}: {exc}") from None
+
+    @property
+    def expiry_ms(self) -> int | None:
+        """When every bootstrapped entry expires (epoch ms), or None without a TTL."""
+        if self.ttl_ms is None:
+            return None
+        assert self.ttl_reference_time_ms is not None
+        return self.ttl_reference_time_ms + self.ttl_ms
 
     @property
     def operator_name(self) -> str:

@@ -26,8 +26,7 @@ from statekit.statefmt.metadata import OperatorMetadata, StateDescriptor, StateF
 from statekit.writers.state_writer import copy_state_file, write_operator_file
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
+    from statekit.readers.progress import Advance
     from statekit.readers.savepoint_reader import SavepointReader
 
 __all__ = ["redistribute_operator_state", "planned_operator_elements", "split_counts"]
@@ -56,7 +55,7 @@ def redistribute_operator_state(
     directory: str,
     *,
     uid: str | None = None,
-    on_bytes: Callable[[str, int], None] | None = None,
+    on_bytes: Advance | None = None,
 ) -> list[StateFile]:
     """Write one operator state for ``parallelism`` new subtasks; returns one file per subtask.
 
@@ -106,7 +105,7 @@ def _copy_broadcast(
     io: FileIO,
     directory: str,
     relative: list[str],
-    on_bytes: Callable[[str, int], None] | None,
+    on_bytes: Advance | None,
 ) -> list[StateFile]:
     import pyarrow as pa
 

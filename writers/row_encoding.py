@@ -197,7 +197,14 @@ class RowEncoder:
             _refuse_nulls(user_keys, spec.user_key_column, "user key", first_row)
             columns.append(user_keys)
         columns.append(values)
-        return self.codec.encode_keyed_rows(list(zip(*columns)))
+        table = self.codec.encode_keyed_rows(list(zip(*columns)))
+        if spec.expiry_ms is not None:  # every bootstrapped entry expires at reference time + TTL
+            import pyarrow as pa
+
+            expiry = table.schema.get_field_index("expiry")
+            table = table.set_column(expiry, table.schema.field(expiry), pa.array([spec.expiry_ms] * table.num_rows,
+                                                                                  pa.int64()))
+        return table
 
     def operator_elements(self, batch: pa.RecordBatch, first_row: int) -> list[Any]:
         values = self._values(batch)

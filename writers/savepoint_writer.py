@@ -15,10 +15,11 @@ The output appears whole or not at all (see :mod:`statekit.writers.staging`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from statekit.readers.progress import Advance
 from statekit.readers.savepoint_reader import SavepointReader
 from statekit.statefmt import layout
 from statekit.statefmt.entries import StateCodec, group_by_key_group
@@ -160,7 +161,7 @@ class SavepointWriter:
 
     def write(
         self, path: str, *, storage_options: dict[str, Any] | None = None,
-        on_file: Callable[[str, int], None] | None = None,
+        on_file: Advance | None = None,
         created_at_ms: int | None = None,
     ) -> CheckpointMetadata:
         """Write the savepoint to ``path`` (must not exist or be empty); returns its metadata.
@@ -182,7 +183,7 @@ class SavepointWriter:
 
     def _write_operator(
         self, io: FileIO, directory: str, entry: _NewOperator | _CopiedOperator,
-        on_file: Callable[[str, int], None] | None = None,
+        on_file: Advance | None = None,
     ) -> OperatorMetadata:
         if isinstance(entry, _CopiedOperator):
             return _copy_operator(io, directory, entry, on_file)
@@ -254,7 +255,7 @@ def _write_operator_state(
 
 
 def _copy_operator(
-    io: FileIO, directory: str, entry: _CopiedOperator, on_file: Callable[[str, int], None] | None = None
+    io: FileIO, directory: str, entry: _CopiedOperator, on_file: Advance | None = None
 ) -> OperatorMetadata:
     op, snapshot = entry.metadata, entry.reader.snapshot
     subtasks = []

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from statekit.flink.dispatch import FlinkDisposal, FlinkInspection, FlinkVerifyReport, SnapshotList
     from statekit.flink.key_group_lookup import KeyGroupLookup
     from statekit.flink.relocation import FlinkRelocation
+    from statekit.flink.summary import FlinkOperatorSummary
 
 __all__ = ["snapshot_list", "flink_inspection", "flink_verify_report", "flink_disposal", "flink_relocation",
            "key_group_lookup"]
@@ -66,13 +67,19 @@ def flink_inspection(console: Console, result: FlinkInspection) -> None:
         counts = [(len(op.keyed_states), "keyed"), (len(result.operator_states(index)), "operator")]
         states = ", ".join(f"{n} {what}" for n, what in counts if n)
         ops.add_row(escape(op.label), escape(op.name or "-"), str(op.parallelism), str(op.max_parallelism),
-                    ", ".join(_range(r) for r in ranges[:4]) + (" ..." if len(ranges) > 4 else ""),
+                    (", ".join(_range(r) for r in ranges[:4]) + (" ..." if len(ranges) > 4 else ""))
+                    if _keyed(op) else "-",
                     states or "-", _bytes(op.bytes), _bytes(op.inline_bytes),
                     _bytes(op.file_bytes), _bytes(op.shared_bytes))
     console.print(ops)
     for index, op in enumerate(s.operators):
         if op.bytes or op.keyed_states or op.keyed_state_problem:
             _operator_detail(console, result, index)
+
+
+def _keyed(op: FlinkOperatorSummary) -> bool:
+    """Whether ``op`` has keyed state: only then do its subtasks own key groups worth showing."""
+    return bool(op.keyed_states) or any(sub.keyed_handle for sub in op.subtasks)
 
 
 def _operator_detail(console: Console, result: FlinkInspection, index: int) -> None:
@@ -97,7 +104,7 @@ def _operator_detail(console: Console, result: FlinkInspection, index: int) -> N
         handle = sub.keyed_handle or "-"
         if sub.finished:
             handle = "finished"
-        subtasks.add_row(str(sub.index), _range(None if sub.key_group_range is None
+        subtasks.add_row(str(sub.index), _range(None if sub.key_group_range is None or not sub.keyed_handle
                                                   else (sub.key_group_range.start, sub.key_group_range.end)),
                          handle, _bytes(sub.bytes), _bytes(sub.inline_bytes), _bytes(sub.file_bytes),
                          _bytes(sub.shared_bytes), escape(names) or "-")

@@ -12,12 +12,13 @@ from typing import TYPE_CHECKING
 import click
 from rich.console import Console
 
-from statekit.cli.renderers.markup import _e, human_age
+from statekit.cli.renderers.markup import _e, human_age, human_bytes
 
 if TYPE_CHECKING:
-    from statekit.runtime.control import CancelResult, JobList, RunResult, SavepointResult
+    from statekit.runtime.control import CancelResult, JobList, LastCheckpoint, RunResult, SavepointResult
+    from statekit.runtime.metrics import LiveStatus
 
-__all__ = ["run_result", "savepoint_result", "cancel_result", "job_list"]
+__all__ = ["run_result", "savepoint_result", "cancel_result", "job_list", "live_status_line"]
 
 
 def run_result(console: Console, r: RunResult) -> None:
@@ -54,9 +55,12 @@ def job_list(console: Console, r: JobList) -> None:
     table.add_column("state")
     table.add_column("pid", justify="right")
     table.add_column("uptime", justify="right")
+    table.add_column("last checkpoint", justify="right")
+    table.add_column("age", justify="right")
+    table.add_column("size", justify="right")
     styles = {"RUNNING": "green", "CRASHED": "red", "FAILED": "red", "FINISHED": "cyan", "CANCELED": "yellow"}
     now_ms = dt.datetime.now(tz=dt.timezone.utc).timestamp() * 1000
-    for job in r.jobs:
+    for index, job in enumerate(r.jobs):
         state = f"[{styles.get(job.status, 'white')}]{job.status}[/]"
         if job.crash_reason:
             state += f" ({_e(job.crash_reason)})"
@@ -64,5 +68,28 @@ def job_list(console: Console, r: JobList) -> None:
             state += f" ({_e(job.failure)})"
         end = job.end_time_ms if job.end_time_ms is not None else (None if job.status == "CRASHED" else now_ms)
         uptime = human_age((end - job.start_time_ms) / 1000) if end is not None else "-"
-        table.add_row(_e(job.job_id), _e(job.name), state, str(job.pid), uptime)
+        table.add_row(_e(job.job_id), _e(job.name), state, str(job.pid), uptime,
+                      *_last_checkpoint_cells(r.last_checkpoint(index), now_ms))
     console.print(table)
+
+
+def _last_checkpoint_cells(last: LastCheckpoint | None, now_ms: float) -> list[str]:
+    """``id``, ``age``, ``size`` of a job's last completed checkpoint (``-`` when unknown)."""
+    if last is None:
+        return ["-", "-", "-"]
+    age = "-" if last.completed_ms is None else human_age(max(0.0, (now_ms - last.completed_ms) / 1000))
+    return [f"chk-{last.checkpoint_id}", age, "-" if last.size is None else human_bytes(last.size)]
+
+
+def live_status_line(s: LiveStatus) -> str:
+    """One line (rich markup) of a running job: rates, checkpoints, last checkpoint, backpressure."""
+    last = "-"
+    if s.last_checkpoint_id is not None:
+        duration = "-" if s.last_checkpoint_duration_ms is None else f"{s.last_checkpoint_duration_ms} ms"
+        size = "-" if s.last_checkpoint_size is None else human_bytes(s.last_checkpoint_size)
+        last = f"chk-{s.last_checkpoint_id} {duration}, {size}"
+    failed = f"[red]{s.checkpoints_failed} failed[/]" if s.checkpoints_failed else "0 failed"
+    pressure = f"[yellow]{s.backpressured_tasks}[/]" if s.backpressured_tasks else "0"
+    return (f"[bold]{_e(s.state)}[/]  in {s.records_in_per_s:,.0f} rec/s  out {s.records_out_per_s:,.0f} rec/s  "
+            f"checkpoints {s.checkpoints_completed} done, {failed}  last {_e(last)}  "
+            f"backpressured {pressure}/{s.tasks} tasks")

@@ -10,7 +10,7 @@ from rich.table import Table
 from statekit.cli.renderers.markup import _e, human_age, human_bytes, print_table, timestamp
 
 if TYPE_CHECKING:
-    from statekit.readers.inspection import OperatorInspection, SnapshotInspection, StateInspection
+    from statekit.readers.inspection import OperatorInspection, SkewView, SnapshotInspection, StateInspection
     from statekit.readers.listing import CheckpointList
     from statekit.readers.verification import VerifyReport
     from statekit.writers.disposal import DisposalPlan
@@ -63,10 +63,22 @@ def snapshot_inspection(console: Console, r: SnapshotInspection) -> None:
 def _state_row(s: StateInspection) -> list[str]:
     skew = f"{s.skew.ratio:.2f} (kg {s.skew.max_key_group})" if s.skew and s.skew.max_key_group is not None else "-"
     return [s.name, s.kind, s.value_serializer, s.value_type or "-", f"{s.ttl_ms} ms" if s.ttl_ms else "-",
-            human_bytes(s.bytes), str(s.entries), skew, _sparkline(s.skew.histogram) if s.skew else "-"]
+            human_bytes(s.bytes), str(s.entries), skew, _histogram(s.skew) if s.skew else "-"]
+
+
+def _histogram(skew: SkewView) -> str:
+    """Key groups per size bucket, labelled with the byte range the buckets span."""
+    if skew.max_key_group is None:
+        return "-"
+    if skew.min_bytes == skew.max_bytes:
+        return f"every key group {human_bytes(skew.max_bytes)}"
+    return f"{_sparkline(skew.histogram)} {human_bytes(skew.min_bytes)}..{human_bytes(skew.max_bytes)}"
 
 
 def _key_groups(op: OperatorInspection, i: int) -> str:
+    """The key groups of subtask ``i``; ``-`` for an operator without keyed state (it has none)."""
+    if op.key_serializer is None:
+        return "-"
     kg = op.key_group_ranges[i]
     return f"{kg[0]}-{kg[1]}"
 

@@ -55,11 +55,16 @@ def run_json(*args: str) -> Any:
 
 
 def refusal(result: Result) -> str:
-    """The one error line of a refused dispose (exit 2, nothing on stdout)."""
+    """The one error line of a refused dispose (exit 2, nothing on stdout); with --json its message."""
     assert result.exit_code == 2, result.output
     assert result.stdout == ""
     lines = result.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("statekit: error: "), result.stderr
+    assert len(lines) == 1, result.stderr
+    if lines[0].startswith("{"):
+        error = json.loads(lines[0])["error"]
+        assert error["exit_code"] == 2 and error["type"] == "BadInputError", error
+        return str(error["message"])
+    assert lines[0].startswith("statekit: error: "), result.stderr
     return lines[0].removeprefix("statekit: error: ")
 
 

@@ -142,7 +142,8 @@ def test_inspect_text() -> None:
         "checkpoint 4 metadata v6 (2.1 KiB) 4 operators 54.1 KiB: inline 0 B, files 23.2 KiB, shared 31.0 KiB",
     ]
     assert "│ running-count │ KEYED PROCESS │ 1 │ 128 │ 0-127 │ 3 keyed │ 54.1 KiB │ - │ 23.2 KiB │ 31.0 KiB │" in lines
-    assert "│ cbc357ccb763df2852fee8c4fc7d55f2 │ Source: Collection Source │ 1 │ 1 │ 0-0 │ - │ - │ - │ - │ - │" in lines
+    # an operator without keyed state owns no key groups: none shown
+    assert "│ cbc357ccb763df2852fee8c4fc7d55f2 │ Source: Collection Source │ 1 │ 1 │ - │ - │ - │ - │ - │ - │" in lines
     assert f"Operator running-count (id {KEYED_ID}): keyed state" in lines
     assert "│ python-state-count │ list │ value=ListSerializer, namespace=VoidNamespaceSerializer │ - │" in lines
     assert "│ 0 │ 0-127 │ incremental │ 54.1 KiB │ - │ 23.2 KiB │ 31.0 KiB │ - │" in lines

@@ -152,7 +152,7 @@ def state_json(name: str, kind: str, serializer: str, value_type: str | None, us
 
 def skew(groups: int, max_bytes: int, mean: float, histogram: list[int]) -> dict[str, Any]:
     return {"key_groups_with_state": groups, "max_bytes": max_bytes, "mean_bytes": mean, "max_key_group": 0,
-            "ratio": max_bytes / mean, "histogram": histogram}
+            "ratio": max_bytes / mean, "histogram": histogram, "min_bytes": 0}
 
 
 GOLDEN_INSPECTION: dict[str, Any] = {
@@ -204,18 +204,18 @@ def test_inspect_text() -> None:
     assert rows(result.stdout) == [
         ["counter", "Counter", "2", "4", "msgpack", "5", "4.6 KiB", "12"],
         ["source", "Source", "2", "4", "-", "3", "1.7 KiB", "8"],
-        ["count", "value", "msgpack", "int", "-", "1.2 KiB", "3", "2.11 (kg 0)", "█       ▄▄"],
-        ["events", "list", "msgpack", "string", "-", "720 B", "2", "4.00 (kg 0)", "█        ▃"],
-        ["attrs", "map", "msgpack", "int", "-", "1.3 KiB", "3", "2.14 (kg 0)", "█       ▄▄"],
-        ["window-sum", "reducing", "msgpack", "float", "60000 ms", "760 B", "3", "4.00 (kg 0)", "█        ▃"],
-        ["average", "aggregating", "json", "struct<sum:int,count:int>", "-", "664 B", "1", "4.00 (kg 0)", "█        ▃"],
+        ["count", "value", "msgpack", "int", "-", "1.2 KiB", "3", "2.11 (kg 0)", "█       ▄▄ 0 B..592 B"],
+        ["events", "list", "msgpack", "string", "-", "720 B", "2", "4.00 (kg 0)", "█        ▃ 0 B..600 B"],
+        ["attrs", "map", "msgpack", "int", "-", "1.3 KiB", "3", "2.14 (kg 0)", "█       ▄▄ 0 B..608 B"],
+        ["window-sum", "reducing", "msgpack", "float", "60000 ms", "760 B", "3", "4.00 (kg 0)", "█        ▃ 0 B..640 B"],
+        ["average", "aggregating", "json", "struct<sum:int,count:int>", "-", "664 B", "1", "4.00 (kg 0)", "█        ▃ 0 B..544 B"],
         ["0", "0-1", "668 B / 2", "676 B / 2", "684 B / 2", "716 B / 3", "620 B / 1"],
         ["1", "2-3", "604 B / 1", "44 B / 0", "604 B / 1", "44 B / 0", "44 B / 0"],
         ["offsets", "operator-list", "int64", "int", "-", "688 B", "3", "-", "-"],
         ["watermarks", "union", "msgpack", "timestamp", "-", "384 B", "1", "-", "-"],
         ["rules", "broadcast", "msgpack", "json", "-", "712 B", "4", "-", "-"],
-        ["0", "0-1", "356 B / 2", "340 B / 1", "356 B / 2"],
-        ["1", "2-3", "332 B / 1", "44 B / 0", "356 B / 2"],
+        ["0", "-", "356 B / 2", "340 B / 1", "356 B / 2"],  # operator state: no key groups
+        ["1", "-", "332 B / 1", "44 B / 0", "356 B / 2"],
     ]
 
 
@@ -223,7 +223,9 @@ def test_inspect_a_job_dir_reads_its_latest_complete_checkpoint(checkpoint_root:
     # the newest chk-N with a _metadata is chk-4, whose _metadata is damaged: named, not skipped
     result = run("--json", "inspect", str(checkpoint_root / JOB))
     assert result.exit_code == 2 and result.stdout == ""
-    assert result.stderr.startswith(f"statekit: error: {checkpoint_root / JOB / 'chk-4' / '_metadata'}: ")
+    error = json.loads(result.stderr)["error"]  # --json: the error is JSON too
+    assert error["message"].startswith(f"{checkpoint_root / JOB / 'chk-4' / '_metadata'}: ")
+    assert error["path"] == str(checkpoint_root / JOB / "chk-4" / "_metadata") and error["exit_code"] == 2
     job = tmp_path / "job"
     shutil.copytree(checkpoint_root / JOB, job)
     shutil.rmtree(job / "chk-4")

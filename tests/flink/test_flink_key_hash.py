@@ -131,7 +131,7 @@ def test_unsupported_keys_have_no_hasher_and_name_the_class() -> None:
 def test_truncated_keys_are_corrupt_state_naming_where(data: bytes) -> None:
     hasher = key_hasher(row(simple("String")))
     assert hasher is not None
-    with pytest.raises(CorruptStateError, match="^somewhere: "):
+    with pytest.raises(CorruptStateError, match=r"^somewhere: "):
         hasher.java_hash(data, 0, where="somewhere")
 
 

@@ -9,13 +9,16 @@ Flink's key-group assignment computed independently of the writer.
 from __future__ import annotations
 
 import collections
+import json
 import os
 import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
+from statekit.cli.main import cli
 from statekit.flink.entries import decodable_states, read_keyed_state
 from statekit.flink.keygroups import flink_murmur_hash, java_hash_code
 from statekit.flink.metadata import read_flink_metadata
@@ -171,8 +174,9 @@ def test_dry_run_plans_what_a_run_writes_and_writes_nothing(tmp_path: Path) -> N
     (PYFLINK_23, {"max_parallelism": 256}, "already have max parallelism 256: nothing to do"),
     (PYFLINK_23, {"max_parallelism": 2}, "operator profile runs at parallelism 3, more than the max parallelism 2"),
     (PYFLINK_23, {"max_parallelism": 32769}, r"max parallelism must be in \[1, 32768\]"),
-    (NATIVE, {"max_parallelism": 1024}, "subtask 0 has a incremental keyed state handle; rewriting keyed state needs "
-                                        "a canonical savepoint"),
+    (NATIVE, {"max_parallelism": 1024}, r"is a native savepoint \(operator profile subtask 0: incremental keyed "
+                                        r"state handle, the state backend's own files\): rewriting keyed state needs a "
+                                        r"canonical savepoint; take one with `flink savepoint --type canonical`"),
     (CHECKPOINT, {"max_parallelism": 1024}, "is a checkpoint; rescale rewrites savepoints"),
 ])
 def test_rescale_refusals_name_the_cause(tmp_path: Path, source: Path, kwargs: dict[str, Any], message: str) -> None:
@@ -316,3 +320,43 @@ def test_absolute_file_handles_become_relative_files_of_the_output(tmp_path: Pat
     assert kinds == {StreamHandleKind.RELATIVE_FILE}
     assert entries(result, "profile") == entries(load_snapshot(str(PYFLINK_23)), "profile")
     assert verify_snapshot(result) == []
+
+
+# ----------------------------------------------------------------------------- command line
+
+
+def test_the_cli_rescales_and_inspect_and_verify_read_the_output(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    runner = CliRunner()
+    done = runner.invoke(cli, ["rescale", str(PYFLINK_23), "--max-parallelism", "1024", "-o", str(out), "--json"])
+    assert done.exit_code == 0, done.output
+    assert {op["label"]: op["action"] for op in json.loads(done.stdout)["operators"]}["profile"] == "regroup"
+    inspected = runner.invoke(cli, ["inspect", str(out), "--json"])
+    assert inspected.exit_code == 0, inspected.output
+    assert {op["max_parallelism"] for op in json.loads(inspected.stdout)["operators"]} == {1024}
+    verified = runner.invoke(cli, ["verify", str(out), "--json"])
+    assert verified.exit_code == 0 and json.loads(verified.stdout)["ok"] is True
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["rescale", str(NATIVE), "--max-parallelism", "1024"],
+     f"{NATIVE}: is a native savepoint (operator profile subtask 0: incremental keyed state handle"),
+    (["modify", str(CHECKPOINT), "--remove-operator", "profile"], f"{CHECKPOINT}: is a checkpoint; modify rewrites"),
+])
+def test_the_cli_refuses_with_one_line_and_exit_code_2(tmp_path: Path, argv: list[str], message: str) -> None:
+    done = CliRunner().invoke(cli, [*argv, "-o", str(tmp_path / "out")])
+    assert done.exit_code == 2 and message in done.output
+    assert "Traceback" not in done.output and len(done.output.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_cli_dry_run_prints_the_plan_and_writes_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    done = CliRunner().invoke(cli, ["rescale", str(PYFLINK_23), "--max-parallelism", "1024", "-o", str(out),
+                                    "--dry-run"])
+    assert done.exit_code == 0, done.output
+    assert "dry run: nothing written" in done.output and "0-341" in done.output and "skew" in done.output
+    renamed = CliRunner().invoke(cli, ["modify", str(PYFLINK_23), "--rename-uid", "profile=profile-v2", "-o",
+                                       str(out), "--dry-run"])
+    assert renamed.exit_code == 0 and "profile-v2" in renamed.output
+    assert not out.exists()

@@ -126,6 +126,11 @@ GOLDENS: dict[str, tuple[Path, Any, bool]] = {
 }
 
 
+def files_of(root: Path) -> dict[str, bytes]:
+    """Every file below ``root`` by its relative path, with its bytes."""
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
 def _differences(a: Path, b: Path) -> list[str]:
     files_a = sorted(p.relative_to(a).as_posix() for p in a.rglob("*") if p.is_file())
     files_b = sorted(p.relative_to(b).as_posix() for p in b.rglob("*") if p.is_file())

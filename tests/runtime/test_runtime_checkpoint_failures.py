@@ -166,8 +166,14 @@ def test_checkpoint_dir_replaced_by_a_file_fails_the_running_job(tmp_path: Path)
     (tmp_path / "in" / "a.txt").write_text("".join(f"{i}\n" for i in range(100)))
 
     def replace_dir_with_file() -> None:
-        shutil.move(str(chk), str(tmp_path / "chk-moved"))
-        chk.write_text("not a directory")
+        # the next checkpoint's writers may re-create chk/ between the move and the write: again
+        for attempt in range(100):
+            shutil.move(str(chk), str(tmp_path / f"chk-moved-{attempt}"))
+            try:
+                chk.write_text("not a directory")
+                return
+            except IsADirectoryError:
+                continue
 
     Count.on_first_checkpoint = replace_dir_with_file
     env = StreamEnvironment().set_parallelism(2)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import faulthandler
+import importlib.util
 import sys
 import time
 from collections.abc import Iterator
@@ -92,3 +93,36 @@ def _stack_dump_when_stuck() -> Iterator[None]:
         yield
     finally:
         faulthandler.cancel_dump_traceback_later()
+
+
+def cluster_module() -> Any:
+    """``tests/spark/cluster.py``, loaded by its path (the tests run with ``--import-mode=importlib``)."""
+    name = "statekit_tests_spark_cluster"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("cluster.py"))
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+@pytest.fixture(scope="session")
+def cluster_helpers() -> Any:
+    """The ``tests/spark/cluster.py`` module (``SparkCluster``, ``python_without_statekit``)."""
+    return cluster_module()
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A standalone master and two workers (1 core, 1 GiB each) on 127.0.0.1, for the whole run.
+
+    Logs stay under the run's tmp dir (``spark-cluster*/``); the processes are stopped by
+    their ids at the end, and when starting fails.
+    """
+    pytest.importorskip("pyspark")
+    cluster = cluster_module().SparkCluster(tmp_path_factory.mktemp("spark-cluster")).start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

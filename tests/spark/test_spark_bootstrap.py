@@ -143,3 +143,20 @@ def test_the_local_engine_never_loads_spark(inputs: dict[str, str], tmp_path: Pa
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
     assert SavepointReader.read(str(tmp_path / "out")).operator("u").parallelism == 1
+
+
+def test_cli_bootstrap_passes_master_and_conf_to_the_spark_engine(inputs: dict[str, str], tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    import statekit.spark.bootstrap as spark_bootstrap
+
+    seen: list[Any] = []
+    monkeypatch.setattr(spark_bootstrap, "bootstrap_with_spark",
+                        lambda spec, spark=None, **_: seen.append(spark) or bootstrap_savepoint(spec))
+    args = ["bootstrap", "--input", inputs["events"], "--uid", "u", "--state", "s", "--key-column", "user",
+            "--value-column", "visits", "-o", str(tmp_path / "out"), "--engine", "spark"]
+    result = CliRunner().invoke(cli, [*args, "--master", "spark://127.0.0.1:7077", "--conf", "spark.a=1", "--json"])
+    assert result.exit_code == 0, result.output
+    assert seen == [SparkSettings("spark://127.0.0.1:7077", {"spark.a": "1"}, False)]
+    bad = CliRunner().invoke(cli, [*args[:-4], "-o", str(tmp_path / "bad"), "--conf", "novalue"])
+    assert bad.exit_code == 2 and "--conf 'novalue' is not KEY=VALUE" in bad.output
+    assert not (tmp_path / "bad").exists()

@@ -3,9 +3,9 @@ the reader decodes the committed bytes (uncompressed and zstd) to the expected v
 
 from __future__ import annotations
 
-import importlib.util
+import runpy
 from pathlib import Path
-from types import ModuleType
+from types import SimpleNamespace
 
 import pyarrow as pa
 import pytest
@@ -19,16 +19,13 @@ from statekit.statefmt.statefile import StateFileReader
 GOLDEN_DIR = Path(__file__).resolve().parents[1] / "golden"
 
 
-def load_make_golden() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("statekit_make_golden", GOLDEN_DIR / "make_golden.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def load_make_golden() -> SimpleNamespace:
+    return SimpleNamespace(**runpy.run_path(str(GOLDEN_DIR / "make_golden.py")))
 
 
 def files_of(root: Path) -> dict[str, bytes]:
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+    return load_make_golden().files_of(root)  # type: ignore[no-any-return]
+
 
 V2 = GOLDEN_DIR / "statekit-v2"
 PLAIN = V2 / "statekit-0.1-v2-all-types"

@@ -1,0 +1,54 @@
+"""``statekit check``: will JOB.py restore from SNAPSHOT? (thin: parse, call, render)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from statekit.cli.errors import catch_exception
+from statekit.cli.options import common_options, storage_option
+from statekit.cli.output import get_output
+
+__all__ = ["check"]
+
+
+@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("-p", "--parallelism", type=int, help="Default parallelism of the job (as for statekit run).")
+@click.option("--max-parallelism", type=int, help="Default max parallelism of the job (as for statekit run).")
+@click.option("-n", "--allow-non-restored-state", is_flag=True,
+              help="Snapshot state of operators the job lacks is skipped, not a reason to refuse.")
+@click.option("--uid", "uids", multiple=True, metavar="UID",
+              help="Apache Flink snapshot: a uid of the new Flink job (repeatable; instead of JOB.py).")
+@click.argument("snapshot", metavar="SNAPSHOT")
+@click.argument("job_file", metavar="[JOB.py]", required=False)
+@click.argument("job_args", nargs=-1, type=click.UNPROCESSED, metavar="[JOB ARGS]...")
+@storage_option
+@common_options
+@catch_exception
+def check(snapshot: str, job_file: str | None, job_args: tuple[str, ...], parallelism: int | None,
+          max_parallelism: int | None, allow_non_restored_state: bool, uids: tuple[str, ...], **_: Any) -> None:
+    """Whether JOB.py restores from SNAPSHOT, checked offline; options go before SNAPSHOT.
+
+    \b
+    The job graph is built without running the job (its script runs up to execute(), each
+    operator declares its state, nothing is processed) and compared with the snapshot per
+    operator uid (mapped, new, dropped) and per state (same, new, undeclared, migrated,
+    incompatible: kind, serializer, declared type, TTL), with parallelism vs max
+    parallelism and the redistribution a restore does. statekit run -s runs the same check.
+    An Apache Flink snapshot is checked against the new Flink job's uids (--uid, no JOB.py):
+    operators mapped / new / dropped, parallelism vs max parallelism.
+    Exit 0 compatible, 1 incompatible (one line per reason), 2 bad input.
+    """
+    from statekit.runtime.compatibility import check_any
+    from statekit.runtime.run_options import RunOptions
+
+    if job_file is not None and job_file.startswith("-"):
+        raise click.UsageError(f"No such option: {job_file} (options go before SNAPSHOT)")
+    options = RunOptions(parallelism=parallelism, max_parallelism=max_parallelism,
+                         allow_non_restored_state=allow_non_restored_state, job_args=job_args)
+    report = check_any(snapshot, job_file, options, uids)
+    get_output().show(report)
+    if not report.compatible:
+        sys.exit(1)

@@ -1,0 +1,560 @@
+"""State time-to-live: Flink's ``StateTtlConfig`` for the runtime's keyed state.
+
+A state descriptor with TTL (``descriptor.enable_time_to_live(config)``) stores every value
+as a :class:`TtlValue` ``(value, expiry)``: per entry for value, reducing and aggregating
+state, per element for list state, per user key for map state. The TTL handles of this
+module wrap the backend's own handles of such a state; they check expiry against the
+backend's TTL clock (:attr:`statekit.runtime.backend.KeyedStateBackend.ttl_clock`, epoch
+milliseconds, or the config's own ``clock``) and refresh it on create and write (and on
+read with ``ON_READ_AND_WRITE``).
+
+Invariants:
+
+* ``expiry`` is epoch milliseconds; an entry is expired when ``expiry <= now``; ``None``
+  means it never expires (an entry restored without one).
+* An expired entry found by an access is removed by that access, whatever the visibility;
+  ``RETURN_EXPIRED_IF_NOT_CLEANED_UP`` only makes that access still return it.
+* In a snapshot the expiry goes to the entry's ``expiry`` column. A list-state entry holds
+  one expiry for all its elements: the latest of its elements' (the entry is live while
+  one element is); a restore gives each element that expiry.
+* A RocksDB value of a TTL state is ``expiry (i64 big-endian, NO_EXPIRY for none) | value
+  bytes`` (per element for list state).
+"""
+
+from __future__ import annotations
+
+import copy
+import struct
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field, replace
+from enum import Enum
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from statekit.runtime.state import AggregatingState, ListState, MapState, ReducingState, ValueState
+from statekit.statefmt.entries import KeyedStateEntry, MapStateEntry
+from statekit.statefmt.metadata import StateKind
+from statekit.statefmt.serializers import Serializer, decode_list, encode_list
+
+if TYPE_CHECKING:
+    from statekit.runtime.backend import KeyedStateBackend
+
+__all__ = [
+    "UpdateType",
+    "StateVisibility",
+    "StateTtlConfig",
+    "StateTtlConfigBuilder",
+    "TtlValue",
+    "TtlState",
+    "ManualClock",
+    "system_clock",
+    "ttl_rows",
+    "wrap_restored",
+    "ttl_serializer",
+    "strip_native_value",
+    "NO_EXPIRY",
+]
+
+Clock = Callable[[], int]
+NO_EXPIRY = (1 << 63) - 1  # a stored RocksDB expiry meaning "never"
+_EXPIRY = struct.Struct(">q")
+_MUTABLE = (list, dict, set, bytearray)
+
+
+def system_clock() -> int:
+    """Wall-clock epoch milliseconds."""
+    return time.time_ns() // 1_000_000
+
+
+class ManualClock:
+    """A clock that moves only when told (tests, and replays with explicit time)."""
+
+    def __init__(self, now_ms: int = 0) -> None:
+        self.now_ms = now_ms
+
+    def __call__(self) -> int:
+        return self.now_ms
+
+    def advance(self, ms: int) -> None:
+        self.now_ms += ms
+
+
+class UpdateType(Enum):
+    """When an entry's expiry is set to ``now + ttl``."""
+
+    ON_CREATE_AND_WRITE = "on_create_and_write"
+    ON_READ_AND_WRITE = "on_read_and_write"
+
+
+class StateVisibility(Enum):
+    """Whether an expired entry not yet removed is still returned (once: the read removes it)."""
+
+    NEVER_RETURN_EXPIRED = "never_return_expired"
+    RETURN_EXPIRED_IF_NOT_CLEANED_UP = "return_expired_if_not_cleaned_up"
+
+
+@dataclass(frozen=True)
+class StateTtlConfig:
+    """A state's TTL and how expired entries are hidden and removed.
+
+    Attributes:
+        ttl_ms: Time to live in milliseconds (positive).
+        update_type: When the expiry is refreshed.
+        state_visibility: Whether expired entries not yet removed are returned.
+        cleanup_full_snapshot: Canonical snapshots (savepoints, full checkpoints) leave out
+            entries expired at the snapshot's synchronous part; the live state keeps them
+            until accessed or swept. Native (RocksDB) checkpoints copy the store as it is.
+        incremental_cleanup_size: Every access of the state also checks this many keys of
+            it (a cursor over all keys, restarted when done) and removes what expired; 0: off.
+        sweep_after_entries: Every this many accesses of the state, a sweep checks this
+            many keys (the stand-in for Flink's RocksDB compaction filter, which rocksdict
+            cannot install); 0: off.
+        clock: The TTL clock of this state (epoch ms); None: the backend's ``ttl_clock``.
+    """
+
+    ttl_ms: int
+    update_type: UpdateType = UpdateType.ON_CREATE_AND_WRITE
+    state_visibility: StateVisibility = StateVisibility.NEVER_RETURN_EXPIRED
+    cleanup_full_snapshot: bool = False
+    incremental_cleanup_size: int = 0
+    sweep_after_entries: int = 0
+    clock: Clock | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.ttl_ms, int) or self.ttl_ms <= 0:
+            raise ValueError(f"a state TTL must be a positive number of milliseconds, got {self.ttl_ms!r}")
+        if self.incremental_cleanup_size < 0 or self.sweep_after_entries < 0:
+            raise ValueError("TTL cleanup sizes must not be negative")
+
+    @staticmethod
+    def new_builder(ttl_ms: int) -> StateTtlConfigBuilder:
+        """A builder of a config with TTL ``ttl_ms`` (milliseconds)."""
+        return StateTtlConfigBuilder(StateTtlConfig(ttl_ms))
+
+    @property
+    def return_expired(self) -> bool:
+        return self.state_visibility is StateVisibility.RETURN_EXPIRED_IF_NOT_CLEANED_UP
+
+    @property
+    def update_on_read(self) -> bool:
+        return self.update_type is UpdateType.ON_READ_AND_WRITE
+
+
+class StateTtlConfigBuilder:
+    """Flink's ``StateTtlConfig.Builder`` in Python spelling; every setter returns the builder."""
+
+    def __init__(self, config: StateTtlConfig) -> None:
+        self._config = config
+
+    def _set(self, **changes: Any) -> StateTtlConfigBuilder:
+        self._config = replace(self._config, **changes)
+        return self
+
+    def set_ttl(self, ttl_ms: int) -> StateTtlConfigBuilder:
+        return self._set(ttl_ms=ttl_ms)
+
+    def set_update_type(self, update_type: UpdateType) -> StateTtlConfigBuilder:
+        return self._set(update_type=UpdateType(update_type))
+
+    def update_ttl_on_create_and_write(self) -> StateTtlConfigBuilder:
+        return self.set_update_type(UpdateType.ON_CREATE_AND_WRITE)
+
+    def update_ttl_on_read_and_write(self) -> StateTtlConfigBuilder:
+        return self.set_update_type(UpdateType.ON_READ_AND_WRITE)
+
+    def set_state_visibility(self, visibility: StateVisibility) -> StateTtlConfigBuilder:
+        return self._set(state_visibility=StateVisibility(visibility))
+
+    def never_return_expired(self) -> StateTtlConfigBuilder:
+        return self.set_state_visibility(StateVisibility.NEVER_RETURN_EXPIRED)
+
+    def return_expired_if_not_cleaned_up(self) -> StateTtlConfigBuilder:
+        return self.set_state_visibility(StateVisibility.RETURN_EXPIRED_IF_NOT_CLEANED_UP)
+
+    def cleanup_full_snapshot(self) -> StateTtlConfigBuilder:
+        return self._set(cleanup_full_snapshot=True)
+
+    def cleanup_incrementally(self, cleanup_size: int) -> StateTtlConfigBuilder:
+        if cleanup_size <= 0:
+            raise ValueError(f"cleanup_incrementally needs a positive cleanup size, got {cleanup_size}")
+        return self._set(incremental_cleanup_size=cleanup_size)
+
+    def cleanup_in_rocksdb_compact_filter(self, query_time_after_num_entries: int = 1000) -> StateTtlConfigBuilder:
+        """A bounded sweep every ``query_time_after_num_entries`` accesses (see the module doc)."""
+        if query_time_after_num_entries <= 0:
+            raise ValueError("cleanup_in_rocksdb_compact_filter needs a positive entry count")
+        return self._set(sweep_after_entries=query_time_after_num_entries)
+
+    def disable_cleanup_in_background(self) -> StateTtlConfigBuilder:
+        return self._set(incremental_cleanup_size=0, sweep_after_entries=0)
+
+    def set_ttl_clock(self, clock: Clock) -> StateTtlConfigBuilder:
+        return self._set(clock=clock)
+
+    def build(self) -> StateTtlConfig:
+        return self._config
+
+
+class TtlValue(NamedTuple):
+    """A stored value and its expiry (epoch ms; None: never)."""
+
+    value: Any
+    expiry: int | None
+
+
+# -- snapshot and restore ---------------------------------------------------------------------
+
+
+def _expired(expiry: int | None, now: int | None) -> bool:
+    return now is not None and expiry is not None and expiry <= now
+
+
+def _latest(expiries: Iterable[int | None]) -> int | None:
+    latest = 0
+    for expiry in expiries:
+        if expiry is None:
+            return None
+        latest = max(latest, expiry)
+    return latest
+
+
+def ttl_rows(kind: StateKind, data: dict[Any, Any], drop_at: int | None) -> list[Any]:
+    """Snapshot entries (with expiry) of a TTL state's ``key -> TtlValue`` data (list: a list of
+    them; map: a dict of them); entries expired at ``drop_at`` are left out (None: none are)."""
+    rows: list[Any] = []
+    if kind is StateKind.MAP:
+        for key, entries in data.items():
+            rows.extend(MapStateEntry(key, user_key, tv.value, None, tv.expiry)
+                        for user_key, tv in entries.items() if not _expired(tv.expiry, drop_at))
+    elif kind is StateKind.LIST:
+        for key, elements in data.items():
+            live = [tv for tv in elements if not _expired(tv.expiry, drop_at)]
+            if live:
+                rows.append(KeyedStateEntry(key, None, [tv.value for tv in live], _latest(tv.expiry for tv in live)))
+    else:
+        rows.extend(KeyedStateEntry(key, None, tv.value, tv.expiry)
+                    for key, tv in data.items() if not _expired(tv.expiry, drop_at))
+    return rows
+
+
+def wrap_restored(kind: StateKind, value: Any, expiry: int | None) -> Any:
+    """A restored entry's value as a TTL state stores it (list: every element gets ``expiry``)."""
+    if kind is StateKind.LIST:
+        return [TtlValue(element, expiry) for element in value]
+    return TtlValue(value, expiry)
+
+
+def ttl_serializer(inner: Serializer) -> Serializer:
+    """The RocksDB value serializer of a TTL state: ``expiry | inner bytes`` of a TtlValue."""
+    pack, unpack_from, size = _EXPIRY.pack, _EXPIRY.unpack_from, _EXPIRY.size
+    dumps, loads = inner.serialize, inner.deserialize
+
+    def serialize(tv: TtlValue) -> bytes:
+        return pack(NO_EXPIRY if tv.expiry is None else tv.expiry) + dumps(tv.value)
+
+    def deserialize(data: bytes) -> TtlValue:
+        (expiry,) = unpack_from(data, 0)
+        return TtlValue(loads(data[size:]), None if expiry == NO_EXPIRY else expiry)
+
+    return Serializer(f"ttl+{inner.name}", serialize, deserialize, inner.safe)
+
+
+def _split(data: bytes) -> tuple[int | None, bytes]:
+    (expiry,) = _EXPIRY.unpack_from(data, 0)
+    return (None if expiry == NO_EXPIRY else expiry), data[_EXPIRY.size:]
+
+
+def strip_native_value(kind: StateKind, data: bytes, drop_at: int | None) -> tuple[bytes, int | None] | None:
+    """A TTL state's RocksDB value as the state file stores it: (value bytes, expiry), or None
+    when it expired at ``drop_at`` (list state: its live elements, framed)."""
+    if kind is not StateKind.LIST:
+        expiry, value = _split(data)
+        return None if _expired(expiry, drop_at) else (value, expiry)
+    live = [split for split in map(_split, decode_list(data)) if not _expired(split[0], drop_at)]
+    if not live:
+        return None
+    return encode_list([value for _, value in live]), _latest(expiry for expiry, _ in live)
+
+
+# -- handles ------------------------------------------------------------------------------------
+
+
+def _detached(value: Any) -> Any:
+    """A mutable value handed out or changed in place: a copy (the stored one may be shared
+    with a snapshot in progress)."""
+    return copy.deepcopy(value) if value.__class__ in _MUTABLE else value
+
+
+class _Cleanup:
+    """Background cleanup of one state: a cursor over its keys, advanced on accesses."""
+
+    def __init__(self, backend: KeyedStateBackend[Any], state: str, config: StateTtlConfig,
+                 purge: Callable[[], None]) -> None:
+        self._backend = backend
+        self._state = state
+        self._per_access = config.incremental_cleanup_size
+        self._sweep_every = config.sweep_after_entries
+        self._purge = purge
+        self._accesses = 0
+        self._cursor: Iterator[Any] = iter(())
+
+    def on_access(self) -> None:
+        if self._per_access:
+            self.step(self._per_access)
+        if self._sweep_every:
+            self._accesses += 1
+            if self._accesses >= self._sweep_every:
+                self._accesses = 0
+                self.step(self._sweep_every)
+
+    def step(self, count: int) -> None:
+        """Check up to ``count`` keys (the current key is restored afterwards)."""
+        backend = self._backend
+        current = backend.current_key
+        try:
+            for _ in range(count):
+                key = next(self._cursor, _END)
+                if key is _END:
+                    self._cursor = backend.keys(self._state)  # a listed copy: safe to change the state
+                    key = next(self._cursor, _END)
+                    if key is _END:
+                        return
+                backend.current_key = key
+                self._purge()
+        finally:
+            backend.current_key = current
+
+
+_END: Any = object()
+_new_ttl_value = tuple.__new__  # TtlValue without the Python-level NamedTuple constructor (hot path)
+
+
+class TtlState:
+    """What every TTL handle shares: the config, the clock, expiry checks and cleanup.
+
+    The clock is bound when the handle is made: the config's, else the backend's ``ttl_clock``
+    at that time (set it before the first ``get_state``).
+    """
+
+    def __init__(self, backend: KeyedStateBackend[Any], state: str, config: StateTtlConfig) -> None:
+        self._config = config
+        self._ttl = config.ttl_ms
+        self._clock: Clock = config.clock or backend.ttl_clock
+        self._return_expired = config.return_expired
+        self._update_on_read = config.update_on_read
+        background = config.incremental_cleanup_size or config.sweep_after_entries
+        self._cleanup = _Cleanup(backend, state, config, self.purge) if background else None
+
+    def _now(self) -> int:
+        if self._cleanup is not None:
+            self._cleanup.on_access()
+        return self._clock()
+
+    def _stamp(self, value: Any, now: int) -> TtlValue:
+        return _new_ttl_value(TtlValue, (value, now + self._ttl))
+
+    def purge(self) -> None:
+        """Remove what expired of the current key."""
+        raise NotImplementedError
+
+
+class TtlValueState(TtlState, ValueState[Any]):
+    """Value state with TTL over the backend's value handle of TtlValues."""
+
+    def __init__(self, backend: KeyedStateBackend[Any], state: str, config: StateTtlConfig,
+                 raw: ValueState[Any], default: Any) -> None:
+        super().__init__(backend, state, config)
+        self._raw = raw
+        self._default = default
+
+    def _live(self, now: int) -> TtlValue | None:
+        """The current key's TtlValue, None when absent; an expired one is removed (and returned
+        only under RETURN_EXPIRED_IF_NOT_CLEANED_UP)."""
+        tv: TtlValue | None = self._raw.value()
+        if tv is None:
+            return None
+        if _expired(tv.expiry, now):
+            self._raw.clear()
+            return tv if self._return_expired else None
+        if self._update_on_read:
+            self._raw.update(self._stamp(tv.value, now))
+        return tv
+
+    def value(self) -> Any:
+        if self._cleanup is not None:
+            self._cleanup.on_access()
+        tv = self._raw.value()
+        if tv is not None:
+            now = self._clock()
+            expiry = tv[1]
+            if expiry is not None and expiry <= now:
+                self._raw.clear()
+                if not self._return_expired:
+                    tv = None
+            elif self._update_on_read:
+                self._raw.update(_new_ttl_value(TtlValue, (tv[0], now + self._ttl)))
+        value = self._default if tv is None else tv[0]
+        return copy.deepcopy(value) if value.__class__ in _MUTABLE else value
+
+    def update(self, value: Any) -> None:
+        if self._cleanup is not None:
+            self._cleanup.on_access()
+        if value is None:
+            self._raw.clear()
+        else:
+            self._raw.update(_new_ttl_value(TtlValue, (value, self._clock() + self._ttl)))
+
+    def clear(self) -> None:
+        self._raw.clear()
+
+    def purge(self) -> None:
+        tv = self._raw.value()
+        if tv is not None and _expired(tv.expiry, self._clock()):
+            self._raw.clear()
+
+
+class TtlReducingState(TtlValueState, ReducingState[Any]):
+    """Reducing state with TTL: the reduced value is one TtlValue, refreshed by every add."""
+
+    def __init__(self, backend: KeyedStateBackend[Any], state: str, config: StateTtlConfig,
+                 raw: ValueState[Any], reduce: Callable[[Any, Any], Any]) -> None:
+        super().__init__(backend, state, config, raw, None)
+        self._reduce = reduce
+
+    def get(self) -> Any:
+        return self.value()
+
+    def add(self, value: Any) -> None:
+        now = self._now()
+        tv = self._live(now)
+        current = None if tv is None or _expired(tv.expiry, now) else tv.value
+        self._raw.update(self._stamp(value if current is None else self._reduce(current, value), now))
+
+
+class TtlAggregatingState(TtlValueState, AggregatingState[Any]):
+    """Aggregating state with TTL: the accumulator is one TtlValue, refreshed by every add."""
+
+    def __init__(self, backend: KeyedStateBackend[Any], state: str, config: StateTtlConfig,
+                 raw: ValueState[Any], function: Any) -> None:
+        super().__init__(backend, state, config, raw, None)
+        self._function = function
+
+    def get(self) -> Any:
+        tv = self._live(self._now())
+        return None if tv is None else self._function.get_result(_detached(tv.value))
+
+    def add(self, value: Any) -> None:
+        now = self._now()
+        tv = self._live(now)
+        if tv is None or _expired(tv.expiry, now):
+            accumulator = self._function.create_accumulator()
+        else:
+            accumulator = _detached(tv.value)
+        self._raw.update(self._stamp(self._function.add(value, accumulator), now))
+
+
+class TtlListState(TtlState, ListState[Any]):
+    """List state with TTL per element over the backend's list handle of TtlValues."""
+
+    def __init__(self, backend: KeyedStateBackend[Any], state: str, config: StateTtlConfig,
+                 raw: ListState[Any]) -> None:
+        super().__init__(backend, state, config)
+        self._raw = raw
+
+    def get(self) -> list[Any]:
+        now = self._now()
+        elements: list[TtlValue] = list(self._raw.get())
+        live = [tv for tv in elements if not _expired(tv.expiry, now)]
+        if self._update_on_read and live:
+            self._raw.update([self._stamp(tv.value, now) for tv in live])
+        elif len(live) != len(elements):
+            self._raw.update(live)
+        return [tv.value for tv in (elements if self._return_expired else live)]
+
+    def add(self, value: Any) -> None:
+        self._raw.add(self._stamp(value, self._now()))
+
+    def add_all(self, values: Iterable[Any]) -> None:
+        now = self._now()
+        self._raw.add_all([self._stamp(v, now) for v in values])
+
+    def update(self, values: Iterable[Any]) -> None:
+        now = self._now()
+        self._raw.update([self._stamp(v, now) for v in values])
+
+    def clear(self) -> None:
+        self._raw.clear()
+
+    def purge(self) -> None:
+        elements: list[TtlValue] = list(self._raw.get())
+        now = self._clock()
+        live = [tv for tv in elements if not _expired(tv.expiry, now)]
+        if len(live) != len(elements):
+            self._raw.update(live)
+
+
+class TtlMapState(TtlState, MapState[Any]):
+    """Map state with TTL per user key over the backend's map handle of TtlValues."""
+
+    def __init__(self, backend: KeyedStateBackend[Any], state: str, config: StateTtlConfig,
+                 raw: MapState[Any]) -> None:
+        super().__init__(backend, state, config)
+        self._raw = raw
+
+    def get(self, user_key: Any) -> Any:
+        now = self._now()
+        tv: TtlValue | None = self._raw.get(user_key)
+        if tv is None:
+            return None
+        if _expired(tv.expiry, now):
+            self._raw.remove(user_key)
+            return tv.value if self._return_expired else None
+        if self._update_on_read:
+            self._raw.put(user_key, self._stamp(tv.value, now))
+        return tv.value
+
+    def put(self, user_key: Any, value: Any) -> None:
+        self._raw.put(user_key, self._stamp(value, self._now()))
+
+    def put_all(self, entries: dict[Any, Any]) -> None:
+        now = self._now()
+        self._raw.put_all({k: self._stamp(v, now) for k, v in entries.items()})
+
+    def remove(self, user_key: Any) -> None:
+        self._now()
+        self._raw.remove(user_key)
+
+    def contains(self, user_key: Any) -> bool:
+        now = self._now()
+        tv: TtlValue | None = self._raw.get(user_key)
+        if tv is None:
+            return False
+        if _expired(tv.expiry, now):
+            self._raw.remove(user_key)
+            return self._return_expired
+        return True
+
+    def items(self) -> list[tuple[Any, Any]]:
+        now = self._now()
+        result = []
+        for user_key, tv in self._raw.items():
+            if _expired(tv.expiry, now):
+                self._raw.remove(user_key)
+                if not self._return_expired:
+                    continue
+            elif self._update_on_read:
+                self._raw.put(user_key, self._stamp(tv.value, now))
+            result.append((user_key, tv.value))
+        return result
+
+    def is_empty(self) -> bool:
+        return not self.items()
+
+    def clear(self) -> None:
+        self._raw.clear()
+
+    def purge(self) -> None:
+        now = self._clock()
+        for user_key, tv in self._raw.items():
+            if _expired(tv.expiry, now):
+                self._raw.remove(user_key)

@@ -1,0 +1,430 @@
+"""The window operator: assigns records to windows, keeps their contents, fires by trigger.
+
+State (all keyed, so it restores at any parallelism with the key groups that own it):
+
+* ``window-contents``: map state, user key the window (``[start, end]``, ``[]`` for the
+  global window), value the window's contents: the reduced value (``reduce``), the
+  accumulator (``aggregate``) or the list of elements (``process``);
+* ``window-trigger``: map state, user key ``[name, *window]``: the trigger's values;
+* ``_window_timers``: the window timers (:mod:`.timers`);
+* operator state ``_watermark`` (union list): the subtask's last watermark before end of
+  input. A restore starts from the least of them, so a record that was late for the
+  snapshot's watermark stays late (and one on time stays on time: the watermark a record
+  meets in an uninterrupted run is never lower than the one of an earlier snapshot).
+
+Invariants: a key's windows in ``window-contents`` of a merging assigner never intersect;
+a window is *late* once its cleanup time (``max_timestamp + allowed_lateness``; event time
+only) is at or below the watermark — records only for late windows are dropped (or go to
+the late-data side output) and a window's state is removed at its cleanup time.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, cast
+
+from statekit.runtime.backend import hashable
+from statekit.runtime.channels import CheckpointOptions
+from statekit.runtime.operators import OperatorSnapshot, StreamOperator
+from statekit.runtime.state import ListStateDescriptor, MapState, MapStateDescriptor
+from statekit.runtime.watermarks import MAX_WATERMARK, MIN_WATERMARK
+from statekit.runtime.windows.assigners import WindowAssigner
+from statekit.runtime.windows.functions import WindowContext
+from statekit.runtime.windows.timers import EVENT_TIME, PROCESSING_TIME, WindowTimers
+from statekit.runtime.windows.triggers import EventTimeTrigger, Trigger, TriggerContext, TriggerResult
+from statekit.runtime.windows.windows import GlobalWindow, TimeWindow, Window, window_of
+from statekit.statefmt.errors import BadInputError
+
+__all__ = ["WindowSpec", "WindowOperator", "WINDOW_CONTENTS", "WINDOW_TRIGGER"]
+
+WINDOW_CONTENTS = MapStateDescriptor("window-contents", key_type="list<int>")
+WINDOW_TRIGGER = MapStateDescriptor("window-trigger")
+WINDOW_WATERMARK = ListStateDescriptor("_watermark", value_type="int")
+_MUTABLE = (list, dict, set, bytearray)
+
+
+@dataclass
+class WindowSpec:
+    """What ``.window(...)...`` configured.
+
+    Attributes:
+        kind: ``reduce``, ``aggregate`` or ``process`` (how contents are kept).
+        function: The ReduceFunction/callable, AggregateFunction or ProcessWindowFunction.
+        window_function: An optional ProcessWindowFunction applied to the reduced or
+            aggregated result.
+    """
+
+    assigner: WindowAssigner
+    trigger: Trigger
+    allowed_lateness_ms: int
+    late_tag: Any
+    kind: str
+    function: Any
+    window_function: Any = None
+
+
+class _Contexts(TriggerContext, WindowContext):
+    """The trigger and window-function context of the current key and window."""
+
+    def __init__(self, op: WindowOperator) -> None:
+        self.op = op
+        self.window_: Window = GlobalWindow()
+        self.merged: list[Window] = []
+
+    # TriggerContext
+    def current_watermark(self) -> int:
+        return self.op.window_timers.watermark
+
+    def current_processing_time(self) -> int:
+        return self.op.window_timers.current_processing_time()
+
+    def register_event_time_timer(self, timestamp: int) -> None:
+        self.op.window_timers.register(EVENT_TIME, timestamp, self.window_)
+
+    def register_processing_time_timer(self, timestamp: int) -> None:
+        self.op.window_timers.register(PROCESSING_TIME, timestamp, self.window_)
+
+    def delete_event_time_timer(self, timestamp: int) -> None:
+        self.op.window_timers.delete(EVENT_TIME, timestamp, self.window_)
+
+    def delete_processing_time_timer(self, timestamp: int) -> None:
+        self.op.window_timers.delete(PROCESSING_TIME, timestamp, self.window_)
+
+    def get_state(self, name: str) -> Any:
+        return self.op.trigger_state.get((name, *self.window_))
+
+    def set_state(self, name: str, value: Any) -> None:
+        if value is None:
+            self.op.trigger_state.remove((name, *self.window_))
+        else:
+            self.op.trigger_state.put((name, *self.window_), value)
+
+    def merged_states(self, name: str) -> list[Any]:
+        return [self.op.trigger_state.get((name, *w)) for w in self.merged]
+
+    # WindowContext
+    def window(self) -> Any:
+        return self.window_
+
+    def output(self, tag: Any, value: Any) -> None:
+        self.op.side_output(tag, value)
+
+
+class WindowOperator(StreamOperator):
+    """Keyed windows: contents in keyed map state, window timers in timer state."""
+
+    def __init__(self, spec: WindowSpec) -> None:
+        super().__init__(spec.function)
+        self.spec = spec
+        self.assigner = spec.assigner
+        self.trigger = spec.trigger
+        self.lateness = spec.allowed_lateness_ms
+        if self.assigner.is_merging and not self.trigger.can_merge():
+            raise BadInputError(f"{type(self.trigger).__name__} cannot be used with merging (session) windows")
+        if spec.kind == "aggregate" and self.assigner.is_merging and not _has_merge(spec.function):
+            raise BadInputError("aggregate() over session windows needs an AggregateFunction with merge()")
+
+    # ------------------------------------------------------------ lifecycle
+
+    def initialize_state(self) -> None:
+        super().initialize_state()
+        backend = self.keyed_backend
+        if backend is None:
+            raise BadInputError(f"operator {self.ctx.uid!r}: windows need a keyed stream (key_by(...).window(...))")
+        self.contents: MapState[Any] = backend.get_state(WINDOW_CONTENTS)  # type: ignore[assignment]
+        self.trigger_state: MapState[Any] = backend.get_state(WINDOW_TRIGGER)  # type: ignore[assignment]
+        self.window_timers = WindowTimers(backend, self._on_timer)
+        self.window_timers.restore()
+        self.watermark_state = self.operator_state.get_union_list_state(WINDOW_WATERMARK)
+        restored = [int(w) for w in self.watermark_state.get()]
+        self.last_watermark = min(restored) if restored else MIN_WATERMARK
+        self.window_timers.watermark = self.last_watermark
+        self.timers = self.window_timers  # type: ignore[assignment]
+        self.contexts = _Contexts(self)
+
+    def open(self) -> None:
+        super().open()
+        opener = getattr(self.spec.window_function, "open", None)
+        if callable(opener):
+            opener(self.runtime_context)
+
+    def close(self) -> None:
+        try:
+            closer = getattr(self.spec.window_function, "close", None)
+            if callable(closer):
+                closer()
+        finally:
+            super().close()
+
+    def process_watermark(self, watermark: int) -> None:
+        if watermark != MAX_WATERMARK and watermark > self.last_watermark:
+            self.last_watermark = watermark
+        super().process_watermark(watermark)
+
+    def snapshot_state(self, checkpoint_id: int, options: CheckpointOptions) -> OperatorSnapshot:
+        self.watermark_state.update([self.last_watermark] if self.last_watermark != MIN_WATERMARK else [])
+        return super().snapshot_state(checkpoint_id, options)
+
+    def end_input(self) -> None:
+        """Event-time windows fire at the maximum watermark; processing-time ones fire now."""
+        super().end_input()
+        if not self.assigner.is_event_time:
+            self.window_timers.advance_processing_time(MAX_WATERMARK)
+
+    # ------------------------------------------------------------ records
+
+    def element_handler(self) -> Callable[[Any], None]:
+        selector = self.ctx.key_selector
+        backend = self.keyed_backend
+        assert selector is not None and backend is not None
+        element, event_time = self.element_time, self.assigner.is_event_time
+        assign, timers = self.assigner.assign_windows, self.window_timers
+        add = self._adder()
+        place = self._merge_into if self.assigner.is_merging else None
+        late_tag, uid = self.spec.late_tag, self.ctx.uid
+        on_element = self._on_element
+        if place is None and event_time and type(self.trigger) is EventTimeTrigger:
+            return self._event_time_handler()
+
+        def handle(value: Any) -> None:
+            backend.current_key = key = selector(value)
+            if event_time:
+                timestamp = element.timestamp
+                if timestamp is None:
+                    raise BadInputError(
+                        f"operator {uid!r}: an event-time window got a record without a timestamp; "
+                        "give the source a WatermarkStrategy with a timestamp assigner"
+                    )
+            else:
+                timestamp = timers.current_processing_time()
+            on_time = False
+            for assigned in assign(value, timestamp):
+                window = place(assigned) if place is not None else assigned
+                if window is None or (place is None and self._is_late(window)):
+                    continue
+                on_time = True
+                add(window, value)
+                on_element(key, value, timestamp, window)
+            if not on_time and late_tag is not None and event_time and \
+                    timestamp + self.lateness <= timers.watermark:
+                self.side_output(late_tag, value)
+
+        return handle
+
+    def _cleanup_time(self, window: Window) -> int:
+        end = window.max_timestamp()
+        if not self.assigner.is_event_time:
+            return end
+        return end + self.lateness if end <= MAX_WATERMARK - self.lateness else MAX_WATERMARK
+
+    def _is_late(self, window: Window) -> bool:
+        return self.assigner.is_event_time and self._cleanup_time(window) <= self.window_timers.watermark
+
+    def _on_element(self, key: Any, value: Any, timestamp: int, window: Window) -> None:
+        ctx = self.contexts
+        ctx.window_ = window
+        result = self.trigger.on_element(value, timestamp, window, ctx)
+        self._apply(key, window, result)
+        if window.max_timestamp() != MAX_WATERMARK:
+            domain = EVENT_TIME if self.assigner.is_event_time else PROCESSING_TIME
+            self.window_timers.register(domain, self._cleanup_time(window), window)
+
+    def _event_time_handler(self) -> Callable[[Any], None]:
+        """The record handler of a non-merging event-time assigner with the EventTimeTrigger: what
+        the general handler does with that trigger, inlined (the hot path)."""
+        selector, backend = self.ctx.key_selector, self.keyed_backend
+        assert selector is not None and backend is not None
+        element, assign, timers = self.element_time, self.assigner.assign_windows, self.window_timers
+        registered, register, lateness = timers.registered, timers.register, self.lateness
+        add, apply, late_tag, uid = self._adder(), self._apply, self.spec.late_tag, self.ctx.uid
+        fire = TriggerResult.FIRE
+        # per key, the last window whose timers this handler saw registered: while the window is
+        # not late its timers stay registered (only its cleanup removes them), so they need no check
+        known: dict[Any, Window] = {}
+
+        def handle(value: Any) -> None:
+            backend.current_key = key = selector(value)
+            timestamp = element.timestamp
+            if timestamp is None:
+                raise BadInputError(
+                    f"operator {uid!r}: an event-time window got a record without a timestamp; "
+                    "give the source a WatermarkStrategy with a timestamp assigner"
+                )
+            watermark = timers.watermark
+            hashed = key if key.__class__ is str or key.__class__ is int else hashable(key)
+            on_time = False
+            for window in cast("list[TimeWindow]", assign(value, timestamp)):  # event-time assigners
+                end = window.end - 1
+                cleanup = end + lateness
+                if cleanup <= watermark:
+                    continue
+                on_time = True
+                add(window, value)
+                if end <= watermark:  # a late firing within the allowed lateness
+                    apply(key, window, fire)
+                if known.get(hashed) == window:
+                    continue
+                if end > watermark and (EVENT_TIME, end, hashed, window) not in registered:
+                    register(EVENT_TIME, end, window)
+                if lateness and (EVENT_TIME, cleanup, hashed, window) not in registered:
+                    register(EVENT_TIME, cleanup, window)
+                known[hashed] = window
+            if not on_time and late_tag is not None and timestamp + lateness <= watermark:
+                self.side_output(late_tag, value)
+
+        return handle
+
+    def _adder(self) -> Callable[[Window, Any], None]:
+        contents, spec = self.contents, self.spec
+        if spec.kind == "reduce":
+            reduce = _callable(spec.function, "reduce")
+
+            def add_reduce(window: Window, value: Any) -> None:
+                current = contents.get(window)
+                contents.put(window, value if current is None else reduce(current, value))
+
+            return add_reduce
+        if spec.kind == "aggregate":
+            create, add, get, put = spec.function.create_accumulator, spec.function.add, contents.get, contents.put
+
+            def add_aggregate(window: Window, value: Any) -> None:
+                accumulator = get(window)
+                if accumulator is None:
+                    accumulator = create()
+                elif accumulator.__class__ in _MUTABLE:
+                    accumulator = copy.deepcopy(accumulator)  # the stored one may be in a snapshot
+                put(window, add(value, accumulator))
+
+            return add_aggregate
+
+        def add_element(window: Window, value: Any) -> None:
+            current = contents.get(window)
+            contents.put(window, [value] if current is None else [*current, value])
+
+        return add_element
+
+    # ------------------------------------------------------------ merging (session) windows
+
+    def _merge_into(self, new: Window) -> Window | None:
+        """The window ``new`` ends up in after merging with the current key's windows (None: late)."""
+        assert isinstance(new, TimeWindow)
+        existing = [window_of(w) for w in self.contents.keys()]  # noqa: SIM118 - MapState, not a dict
+        group = [w for w in existing if isinstance(w, TimeWindow) and w.intersects(new)]
+        merged = new
+        for window in group:
+            merged = merged.cover(window)
+        if self._is_late(merged):
+            return None
+        if group == [merged] or not group:
+            return merged
+        self._merge_state(sorted(group), merged)
+        return merged
+
+    def _merge_state(self, group: list[TimeWindow], merged: TimeWindow) -> None:
+        contents, ctx = self.contents, self.contexts
+        parts = [contents.get(w) for w in group]
+        combined = None
+        for part in parts:
+            if part is not None:
+                combined = part if combined is None else self._combine(combined, part)
+        ctx.merged = list(group)
+        ctx.window_ = merged
+        self.trigger.on_merge(merged, ctx)
+        for window in group:
+            if window == merged:
+                continue
+            ctx.window_ = window
+            self.trigger.clear(window, ctx)
+            for name in self._trigger_names(window):
+                ctx.set_state(name, None)
+            self.window_timers.delete(EVENT_TIME if self.assigner.is_event_time else PROCESSING_TIME,
+                                      self._cleanup_time(window), window)
+            contents.remove(window)
+        ctx.merged = []
+        ctx.window_ = merged
+        if combined is not None:
+            contents.put(merged, combined)
+
+    def _trigger_names(self, window: Window) -> list[str]:
+        suffix = tuple(window)
+        names = []
+        for user_key in self.trigger_state.keys():  # noqa: SIM118 - MapState, not a dict
+            if tuple(user_key[1:]) == suffix:
+                names.append(str(user_key[0]))
+        return names
+
+    def _combine(self, a: Any, b: Any) -> Any:
+        kind, function = self.spec.kind, self.spec.function
+        if kind == "reduce":
+            return _callable(function, "reduce")(a, b)
+        if kind == "aggregate":
+            return function.merge(copy.deepcopy(a), b)
+        return [*a, *b]
+
+    # ------------------------------------------------------------ firing
+
+    def _on_timer(self, key: Any, window: Window, timestamp: int, domain: int) -> None:
+        ctx = self.contexts
+        ctx.window_ = window
+        if domain == EVENT_TIME:
+            result = self.trigger.on_event_time(timestamp, window, ctx)
+        else:
+            result = self.trigger.on_processing_time(timestamp, window, ctx)
+        self._apply(key, window, result)
+        is_event = domain == EVENT_TIME
+        if is_event == self.assigner.is_event_time and timestamp == self._cleanup_time(window):
+            self._clear_window(window)
+
+    def _apply(self, key: Any, window: Window, result: TriggerResult) -> None:
+        if result is TriggerResult.CONTINUE:
+            return
+        if result.is_fire:
+            contents = self.contents.get(window)
+            if contents is not None:
+                self._emit(key, window, contents)
+        if result.is_purge:
+            self.contents.remove(window)
+
+    def _emit(self, key: Any, window: Window, contents: Any) -> None:
+        spec, out, ctx = self.spec, self.output, self.contexts
+        self.element_time.timestamp = window.max_timestamp()
+        ctx.window_ = window
+        if spec.kind == "aggregate":
+            contents = spec.function.get_result(contents)
+        if spec.kind == "process":
+            spec.function.process(key, ctx, contents, out)
+        elif spec.window_function is not None:
+            spec.window_function.process(key, ctx, [contents], out)
+        else:
+            out.collect(contents)
+
+    def _clear_window(self, window: Window) -> None:
+        ctx = self.contexts
+        ctx.window_ = window
+        self.contents.remove(window)
+        self.trigger.clear(window, ctx)
+        for name in self._trigger_names(window) if not self.trigger_state.is_empty() else ():
+            ctx.set_state(name, None)
+        function = self.spec.function if self.spec.kind == "process" else self.spec.window_function
+        clear = getattr(function, "clear", None)
+        if callable(clear):
+            clear(ctx)
+
+
+def _callable(function: Any, name: str) -> Callable[..., Any]:
+    method = getattr(function, name, None)
+    if callable(method):
+        return method  # type: ignore[no-any-return]
+    if callable(function):
+        return function  # type: ignore[no-any-return]
+    raise BadInputError(f"{function!r} is neither callable nor has a {name}() method")
+
+
+def _has_merge(function: Any) -> bool:
+    try:
+        function.merge(function.create_accumulator(), function.create_accumulator())
+    except NotImplementedError:
+        return False
+    return True

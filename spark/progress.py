@@ -1,0 +1,113 @@
+"""Spark's own progress, through statekit's progress seam (:mod:`statekit.readers.progress`).
+
+:func:`spark_start_progress` shows the session start (seconds: a JVM, maybe a cluster);
+:func:`task_progress` shows the tasks of the Spark jobs a block of code starts, as Spark's
+status tracker counts them — one step per partition written, not one per state.
+
+Invariants:
+    * the jobs of a block are found by a job group of their own (set on the calling thread,
+      cleared when the block ends), never by "the latest job";
+    * one poller thread per block reads the status tracker every :data:`POLL_S` seconds; it
+      opens its bar once the first stage is known (its total is that job's task count), and
+      ends when the block ends, after one last read (a bar never ends short of what Spark did);
+    * a failing status read never fails the work: progress is shown best effort.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from typing import TYPE_CHECKING, Any
+
+from statekit.readers.progress import Advance, ProgressFactory, no_progress
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from statekit.spark.session import SparkSettings
+
+__all__ = ["POLL_S", "spark_start_progress", "task_counts", "task_progress"]
+
+POLL_S = 0.25
+
+
+def spark_start_progress(settings: SparkSettings, progress: ProgressFactory | None) -> SparkSession:
+    """The session of ``settings``, started under a one-step bar naming the master."""
+    with (progress or no_progress)(f"starting Spark ({settings.master})", total=1, unit="steps") as advance:
+        session = settings.session()
+        advance("spark", 1)
+    return session
+
+
+def task_counts(tracker: Any, group: str) -> tuple[int, int]:
+    """(tasks, completed tasks) of every stage of every job of ``group`` that the tracker knows."""
+    total = done = 0
+    for job_id in tracker.getJobIdsForGroup(group):
+        job = tracker.getJobInfo(job_id)
+        for stage_id in job.stageIds if job is not None else ():
+            stage = tracker.getStageInfo(stage_id)
+            if stage is not None:
+                total += stage.numTasks
+                done += stage.numCompletedTasks
+    return total, done
+
+
+@contextmanager
+def task_progress(spark: SparkSession, progress: ProgressFactory | None, description: str) -> Iterator[None]:
+    """Show the tasks of the Spark jobs started inside the block as a bar of ``description``."""
+    if progress is None:
+        yield
+        return
+    context = spark.sparkContext
+    group = f"statekit-{uuid.uuid4().hex}"
+    context.setJobGroup(group, description)
+    poller = _Poller(context.statusTracker(), group, progress, description)
+    poller.start()
+    try:
+        yield
+    finally:
+        poller.finish()
+        context._jsc.clearJobGroup()
+
+
+class _Poller(threading.Thread):
+    def __init__(self, tracker: Any, group: str, progress: ProgressFactory, description: str) -> None:
+        super().__init__(name=f"statekit-progress-{group}", daemon=True)
+        self.tracker = tracker
+        self.group = group
+        self.progress = progress
+        self.description = description
+        self.done = threading.Event()
+        self.reported = 0
+
+    def finish(self) -> None:
+        self.done.set()
+        self.join(timeout=10)
+
+    def run(self) -> None:
+        with ExitStack() as stack:
+            advance: Advance | None = None
+            total = 0
+            while True:
+                finished = self.done.wait(POLL_S)
+                counts = self._counts()
+                if advance is None and counts[0] > 0:
+                    total = counts[0]
+                    advance = stack.enter_context(self.progress(self.description, total=total, unit="tasks"))
+                if advance is not None:
+                    self._advance(advance, min(counts[1], total))
+                if finished:
+                    return
+
+    def _counts(self) -> tuple[int, int]:
+        try:
+            return task_counts(self.tracker, self.group)
+        except Exception:  # noqa: BLE001 - progress is best effort; the work reports its own errors
+            return 0, 0
+
+    def _advance(self, advance: Advance, completed: int) -> None:
+        if completed > self.reported:
+            advance(self.description, completed - self.reported)
+            self.reported = completed

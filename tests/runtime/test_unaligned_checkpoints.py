@@ -1,0 +1,119 @@
+"""Unaligned checkpoints under backpressure: they complete faster than aligned ones, store the
+overtaken in-flight records, and a restore at another parallelism replays them exactly once
+(locally and on S3 through moto)."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from jobs_for_checkpoints import (
+    SlowSink,
+    completed,
+    expected_sums,
+    keyed_sums,
+    retained_checkpoints,
+    run_with,
+    start_with,
+    summing_job,
+)
+
+from statekit.readers.verification import verify_snapshot
+from statekit.runtime.job import JobHandle, JobStatus
+from statekit.runtime.run_options import RunOptions
+from statekit.runtime.sinks import CollectSink
+from statekit.statefmt.fileio import FileIO
+
+N = 200_000
+
+
+@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3)])
+def storage(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, dict[str, Any] | None]:
+    if request.param == "local":
+        return str(tmp_path / "chk"), None
+    server = request.getfixturevalue("s3_server")
+    bucket = request.getfixturevalue("s3_bucket")
+    return f"{bucket}/chk", server["storage_options"]
+
+
+def backpressured(url: str, options: dict[str, Any] | None, *, unaligned: bool, retained: int = 1) -> JobHandle:
+    """The summing job behind a sink that takes 0.2 ms a record, checkpointing every 50 ms."""
+    env = summing_job(N, 2, SlowSink(0.0002), storage=url, storage_options=options)
+    env.enable_checkpointing(50, num_retained=retained)
+    if unaligned:
+        env.enable_unaligned_checkpoints()
+    return start_with(env, RunOptions(), "backpressured")
+
+
+def run_checkpoints(handle: JobHandle, count: int) -> list[dict[str, Any]]:
+    """Wait for ``count`` completed checkpoints; cancel; their history entries."""
+    deadline = time.monotonic() + 120
+    try:
+        while len(completed(handle)) < count:
+            assert not handle.status.is_terminal, handle.describe()
+            assert time.monotonic() < deadline, f"timed out waiting for {count} checkpoints"
+            time.sleep(0.02)
+    finally:
+        handle.cancel()
+        handle.wait(60)
+    return completed(handle)
+
+
+def test_unaligned_checkpoints_complete_faster_than_aligned_ones_under_backpressure(tmp_path: Path) -> None:
+    aligned = run_checkpoints(backpressured(str(tmp_path / "a"), None, unaligned=False), 3)
+    unaligned = run_checkpoints(backpressured(str(tmp_path / "u"), None, unaligned=True), 3)
+
+    assert {e["mode"] for e in aligned} == {"aligned"}
+    assert {e["mode"] for e in unaligned} == {"unaligned"}
+    duration = statistics.median(e["end_to_end_duration"] for e in unaligned)
+    assert duration < statistics.median(e["end_to_end_duration"] for e in aligned)
+    assert statistics.median(e["alignment_duration"] for e in unaligned) < statistics.median(
+        e["alignment_duration"] for e in aligned)
+    assert any(e["persisted_data"] > 0 for e in unaligned), unaligned
+    assert all(e["persisted_data"] == 0 for e in aligned)
+
+
+def test_an_unaligned_checkpoint_restores_its_in_flight_records_at_a_new_parallelism(
+    storage: tuple[str, dict[str, Any] | None]
+) -> None:
+    url, options = storage
+    handle = backpressured(url, options, unaligned=True, retained=5)
+    run_checkpoints(handle, 3)
+    io, job_dir = FileIO.for_path(f"{url}/{handle.job_id}", options)
+    retained = retained_checkpoints(io, job_dir)
+    with_inflight = sorted(i for i, m in retained.items() if m.channel_files())
+    assert with_inflight, "no retained checkpoint holds in-flight records"
+    checkpoint = io.url(f"{job_dir}/chk-{with_inflight[-1]}")
+    verified = verify_snapshot(checkpoint, storage_options=options)
+    assert verified.ok and verified.files > len(retained[with_inflight[-1]].files()), verified.to_json()
+
+    for parallelism in (3, 1):
+        sink = CollectSink()
+        env = summing_job(N, parallelism, sink, storage=url, storage_options=options)
+        env.enable_checkpointing(50)
+        savepoints = f"{url}/savepoints-{parallelism}"
+        result = run_with(env, RunOptions(restore_path=checkpoint, savepoint_on_finish=savepoints), "restored")
+        assert result.status is JobStatus.FINISHED
+        assert result.savepoint_path is not None
+        assert keyed_sums(result.savepoint_path, options) == expected_sums(N)
+
+
+def test_verify_finds_a_damaged_channel_state_file(tmp_path: Path) -> None:
+    handle = backpressured(str(tmp_path / "chk"), None, unaligned=True, retained=5)
+    run_checkpoints(handle, 3)
+    io, job_dir = FileIO.for_path(str(tmp_path / "chk" / handle.job_id))
+    retained = retained_checkpoints(io, job_dir)
+    checkpoint_id, metadata = next((i, m) for i, m in sorted(retained.items()) if m.channel_files())
+    directory = tmp_path / "chk" / handle.job_id / f"chk-{checkpoint_id}"
+    assert verify_snapshot(str(directory)).ok
+    channel = directory / metadata.channel_files()[0].path
+    data = bytearray(channel.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    channel.write_bytes(bytes(data))
+    report = verify_snapshot(str(directory))
+    assert not report.ok
+    assert [d.path for d in report.damage] == [str(channel)] * len(report.damage)
+    assert any("checksum" in d.message for d in report.damage), report.to_json()

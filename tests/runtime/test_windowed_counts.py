@@ -1,0 +1,208 @@
+"""examples/windowed_counts.py: correct windows, late lines, and exactly-once output under
+SIGKILL (restores alternating between parallelism 2 and 3) and after a savepoint taken
+mid-window and restored at another parallelism — always the output of one uninterrupted run."""
+
+from __future__ import annotations
+
+import collections
+import importlib.util
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from statekit.runtime.job import JobHandle, JobStatus
+from statekit.runtime.launcher import run_job_file
+from statekit.runtime.run_options import RunOptions, add_job_listener, remove_job_listener
+
+EXAMPLE = str(Path(__file__).resolve().parents[2] / "examples" / "windowed_counts.py")
+JOB_ID = "a11ce" * 6 + "00"
+WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa", "Straße"]
+WINDOW_MS, JITTER_MS = 10_000, 1_500
+
+
+def _example() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("windowed_counts_example", EXAMPLE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def make_input(directory: Path, files: int, lines: int, seed: int = 5) -> list[str]:
+    """Files covering consecutive time ranges; timestamps jitter by less than the out-of-orderness."""
+    rng = random.Random(seed)
+    directory.mkdir(parents=True)
+    everything: list[str] = []
+    t = 0
+    for f in range(files):
+        rows = []
+        for _ in range(lines):
+            t += 37
+            text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(0, 5))) + rng.choice(["", "!", " 42"])
+            rows.append(f"{t - rng.randint(0, JITTER_MS)}\t{text}")
+        (directory / f"part-{f:02d}.txt").write_text("\n".join(rows) + "\n", encoding="utf-8")
+        everything.extend(rows)
+    return everything
+
+
+def truth(lines: list[str]) -> collections.Counter[str]:
+    counts: collections.Counter[tuple[int, str]] = collections.Counter()
+    for line in lines:
+        stamp, text = line.split("\t", 1)
+        start = int(stamp) - int(stamp) % WINDOW_MS
+        for word in re.findall(r"[^\W\d_]+", text.lower()):
+            counts[(start, word)] += 1
+    return collections.Counter(f"{s}\t{w}\t{n}" for (s, w), n in counts.items())
+
+
+def output(directory: Path) -> collections.Counter[str]:
+    names = os.listdir(directory) if directory.is_dir() else []
+    assert not [n for n in names if n.startswith(".")], "pending or in-progress files are visible"
+    got: collections.Counter[str] = collections.Counter()
+    for name in names:
+        got.update((directory / name).read_text(encoding="utf-8").splitlines())
+    return got
+
+
+def args(inputs: Path, out: Path, *extra: str) -> tuple[str, ...]:
+    return ("--input", str(inputs), "--output", str(out), "--window", "10s", "--out-of-orderness", "2s", *extra)
+
+
+def test_an_uninterrupted_run_counts_every_window(tmp_path: Path) -> None:
+    lines = make_input(tmp_path / "in", 3, 400)
+    status = run_job_file(EXAMPLE, RunOptions(parallelism=2, job_args=args(tmp_path / "in", tmp_path / "out")))
+    assert status is JobStatus.FINISHED
+    assert output(tmp_path / "out") == truth(lines)
+
+
+def test_late_lines_go_to_the_late_output_after_a_restore(tmp_path: Path) -> None:
+    """The source's watermark is restored: lines far behind it are late, as in an uninterrupted run."""
+    first = make_input(tmp_path / "in", 1, 1_000)  # event time up to 37 s
+    status = run_job_file(EXAMPLE, RunOptions(
+        parallelism=2, savepoint_on_finish=str(tmp_path / "sp"),
+        job_args=args(tmp_path / "in", tmp_path / "out", "--late-output", str(tmp_path / "late")),
+    ))
+    assert status is JobStatus.FINISHED
+    late_lines = ["100\tlate alpha alpha beta", "200\t", "2500\tlate too"]
+    (tmp_path / "in" / "part-99.txt").write_text("\n".join(late_lines) + "\n", encoding="utf-8")
+    (savepoint,) = (tmp_path / "sp").iterdir()
+    status = run_job_file(EXAMPLE, RunOptions(
+        parallelism=3, restore_path=str(savepoint),
+        job_args=args(tmp_path / "in", tmp_path / "out", "--late-output", str(tmp_path / "late")),
+    ))
+    assert status is JobStatus.FINISHED
+    assert output(tmp_path / "out") == truth(first)
+    # a line without words has no records, so it cannot be late
+    assert output(tmp_path / "late") == collections.Counter([late_lines[0], late_lines[2]])
+
+
+def test_bad_lines_fail_with_a_one_line_error() -> None:
+    example = _example()
+    with pytest.raises(Exception, match=r"expected EPOCH_MS<TAB>TEXT"):
+        example.records_of("no tab here")
+    assert example.records_of("5\tHello, World hello") == [
+        ("hello", 5, "5\tHello, World hello", True), ("world", 5, "5\tHello, World hello", False),
+        ("hello", 5, "5\tHello, World hello", False)]
+
+
+# ---------------------------------------------------------------- chaos
+
+
+def checkpoint_state(job_dir: Path) -> tuple[int | None, bool]:
+    if not job_dir.is_dir():
+        return None, False
+    latest, in_progress = None, False
+    for entry in os.listdir(job_dir):
+        if entry.startswith("chk-"):
+            if (job_dir / entry / "_metadata").exists():
+                latest = max(latest or 0, int(entry[4:]))
+            else:
+                in_progress = True
+    return latest, in_progress
+
+
+def command(checkpoints: Path, inputs: Path, out: Path, parallelism: int) -> list[str]:
+    cmd = [sys.executable, "-m", "statekit.runtime.launcher", "-p", str(parallelism), "--checkpoint-dir",
+           str(checkpoints), "--checkpoint-interval", "100ms", "--job-id", JOB_ID]
+    if checkpoint_state(checkpoints / JOB_ID)[0] is not None:
+        cmd += ["-s", str(checkpoints / JOB_ID)]
+    return [*cmd, EXAMPLE, *args(inputs, out)]
+
+
+def test_windowed_counts_are_exactly_once_under_sigkill(tmp_path: Path) -> None:
+    lines = make_input(tmp_path / "in", 8, 6_000)
+    expected = truth(lines)
+    checkpoints, out = tmp_path / "chk", tmp_path / "out"
+    job_dir = checkpoints / JOB_ID
+    rng = random.Random(7)
+    kills = 5
+    restored_ids: list[int | None] = []
+    for attempt in range(kills):
+        restored = checkpoint_state(job_dir)[0]
+        restored_ids.append(restored)
+        process = subprocess.Popen(command(checkpoints, tmp_path / "in", out, 2 + attempt % 2), stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 30
+        while (checkpoint_state(job_dir)[0] or 0) <= (restored or 0) and time.monotonic() < deadline:
+            assert process.poll() is None, f"attempt {attempt} ended: {process.stderr.read()!r}"  # type: ignore[union-attr]
+            time.sleep(0.005)
+        time.sleep(rng.uniform(0, 0.2))
+        assert process.poll() is None, f"attempt {attempt} ended on its own: {process.stderr.read()!r}"  # type: ignore[union-attr]
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        process.stderr.close()  # type: ignore[union-attr]
+    final = subprocess.run(command(checkpoints, tmp_path / "in", out, 3), capture_output=True, text=True, timeout=300)
+    assert final.returncode == 0, final.stderr
+    progress = [i for i in restored_ids if i is not None]
+    assert progress == sorted(progress) and len(set(progress)) == kills - 1, restored_ids
+    got = output(out)
+    assert got == expected, f"{sum((got - expected).values())} extra, {sum((expected - got).values())} missing lines"
+
+
+class _Handles:
+    def __init__(self) -> None:
+        self.handles: list[JobHandle] = []
+        self.started = threading.Event()
+
+    def __call__(self, handle: JobHandle) -> None:
+        self.handles.append(handle)
+        self.started.set()
+
+
+def test_a_savepoint_mid_window_restores_at_another_parallelism(tmp_path: Path) -> None:
+    lines = make_input(tmp_path / "in", 6, 8_000)
+    out = tmp_path / "out"
+    listener = _Handles()
+    add_job_listener(listener)
+    result: dict[str, Any] = {}
+    try:
+        runner = threading.Thread(target=lambda: result.update(status=run_job_file(EXAMPLE, RunOptions(
+            parallelism=2, checkpoint_dir=str(tmp_path / "chk"), checkpoint_interval_ms=200,
+            job_args=args(tmp_path / "in", out)))))
+        runner.start()
+        assert listener.started.wait(30)
+        time.sleep(0.8)
+        savepoint = listener.handles[0].trigger_savepoint(str(tmp_path / "sp"), stop=True).result(60)
+        runner.join(60)
+    finally:
+        remove_job_listener(listener)
+    from statekit.readers.savepoint_reader import SavepointReader
+
+    reader = SavepointReader.read(savepoint)
+    contents = list(reader.read_keyed_state("windows", "window-contents"))
+    timers = list(reader.read_keyed_state("windows", "_window_timers"))
+    assert contents and timers, "the savepoint was not taken mid-window"
+    consumed = sum(e["offset"] for e in reader.read_union_state("source", "offsets"))
+    assert 0 < consumed < sum(p.stat().st_size for p in (tmp_path / "in").iterdir())
+    status = run_job_file(EXAMPLE, RunOptions(parallelism=3, restore_path=savepoint, job_args=args(tmp_path / "in", out)))
+    assert status is JobStatus.FINISHED
+    assert output(out) == truth(lines)
