@@ -70,9 +70,9 @@ def main() -> None:
         print(f"entries {args.entries:,} per savepoint, {args.changed:.0%} of the keys changed")
         for max_p in (128, 32768):
             a, b, changed = write_pair(work, args.entries, args.changed, max_p)
-            read_s, rows = timed(lambda: read_both(a, b))
+            read_s, rows = timed(lambda a=a, b=b: read_both(a, b))
             assert rows == 2 * args.entries
-            diff_s, result = timed(lambda: diff(DiffSpec(a, b)))
+            diff_s, result = timed(lambda a=a, b=b: diff(DiffSpec(a, b)))
             (count,) = result.states
             assert (count.changed, count.unchanged) == (changed, args.entries - changed), count
             skipped = count.key_groups_skipped / max(1, count.key_groups_skipped + count.key_groups_compared)
@@ -83,7 +83,7 @@ def main() -> None:
 
                 settings = SparkSettings("local[2]")
                 settings.session()
-                spark_s, _ = timed(lambda: diff(DiffSpec(a, b), "spark", settings))
+                spark_s, _ = timed(lambda a=a, b=b, settings=settings: diff(DiffSpec(a, b), "spark", settings))
                 print(f"{'':>21} diff (spark, local[2]) {spark_s:.2f} s = {spark_s / read_s:.2f}x reading")
     finally:
         if not args.dir:

@@ -3,15 +3,23 @@
 Printed as entries/s and as ratios against baselines run in the same process:
   * write: pyarrow building an Arrow table from the same Python rows and writing it as
     Arrow IPC (the floor for "Python rows to a columnar file");
-  * read (decoded): pyarrow reading that IPC file back into Python rows;
+  * read (decoded): pyarrow reading that IPC file back into Python rows; statekit once as
+    entry tuples (``read_keyed_state``) and once as columns of Python values
+    (``read_keyed_columns``, what the baseline builds);
   * read (columnar): pyarrow reading that IPC file as Arrow batches.
 
-Usage: python bench/format_bench.py [--entries 1000000] [--parallelism 2] [--dir DIR]
+Both sides first write and read a small file untimed, so one-time costs of the process
+(pyarrow.compute's kernel registry, first use of each code path) stay out of per-entry
+figures. ``--value-type none`` declares no value type: values are msgpack blobs (format
+version 1's encoding of every value).
+
+Usage: python bench/format_bench.py [--entries 1000000] [--parallelism 2] [--value-type int|none] [--dir DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import shutil
 import tempfile
@@ -21,6 +29,10 @@ from typing import Any
 
 
 def timed(func: Callable[[], Any]) -> tuple[float, Any]:
+    """Seconds ``func`` took, and its result. A full collection first, so neither side pays
+    for the garbage collector's traversal of objects allocated before its step (the 1M
+    Python rows): that cost depends on which step happens to run first."""
+    gc.collect()
     start = time.perf_counter()
     result = func()
     return time.perf_counter() - start, result
@@ -30,6 +42,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--entries", type=int, default=1_000_000)
     parser.add_argument("--parallelism", type=int, default=2)
+    parser.add_argument("--value-type", default="int", help="declared value type; none: msgpack values")
     parser.add_argument("--dir", default=None)
     args = parser.parse_args()
 
@@ -44,47 +57,63 @@ def main() -> None:
     work = args.dir or tempfile.mkdtemp(prefix="statekit-format-bench-")
     os.makedirs(work, exist_ok=True)
     rows = [(f"key-{i:08d}", i) for i in range(n)]
-    descriptor = StateDescriptor("count", StateKind.VALUE, value_type="int")
-    savepoint = os.path.join(work, "savepoint")
-    ipc_path = os.path.join(work, "baseline.arrow")
+    value_type = None if args.value_type == "none" else args.value_type
+    descriptor = StateDescriptor("count", StateKind.VALUE, value_type=value_type)
     try:
-        write_s, _ = timed(
-            lambda: SavepointWriter.new_savepoint(128)
-            .with_operator("counter", {descriptor: rows}, parallelism=args.parallelism)
-            .write(savepoint)
-        )
+        def write(path: str, rows: list[tuple[str, int]]) -> None:
+            SavepointWriter.new_savepoint(128).with_operator(
+                "counter", {descriptor: rows}, parallelism=args.parallelism).write(path)
 
-        def baseline_write() -> None:
+        def baseline_write(path: str, rows: list[tuple[str, int]]) -> None:
             table = pa.table({"key": [r[0] for r in rows], "value": [r[1] for r in rows]})
-            with ipc.new_file(ipc_path, table.schema) as writer:
+            with ipc.new_file(path, table.schema) as writer:
                 writer.write_table(table)
 
-        base_write_s, _ = timed(baseline_write)
+        def read_entries(path: str) -> int:
+            return sum(1 for _ in SavepointReader.read(path).read_keyed_state("counter", "count"))
 
-        reader = SavepointReader.read(savepoint)
-        read_s, count = timed(lambda: sum(1 for _ in reader.read_keyed_state("counter", "count")))
+        def read_columns(path: str) -> int:
+            return sum(sum(1 for _ in zip(c["key"], c["value"]))
+                       for c in SavepointReader.read(path).read_keyed_columns("counter", "count"))
+
+        def baseline_read_rows(path: str) -> int:
+            table = ipc.open_file(path).read_all()
+            keys, values = table.column("key").to_pylist(), table.column("value").to_pylist()
+            return sum(1 for _ in zip(keys, values))
+
+        warm_rows = rows[:1000]
+        warm, warm_ipc = os.path.join(work, "warm"), os.path.join(work, "warm.arrow")
+        write(warm, warm_rows)
+        baseline_write(warm_ipc, warm_rows)
+        read_entries(warm), read_columns(warm), baseline_read_rows(warm_ipc)
+
+        savepoint = os.path.join(work, "savepoint")
+        ipc_path = os.path.join(work, "baseline.arrow")
+        write_s, _ = timed(lambda: write(savepoint, rows))
+        base_write_s, _ = timed(lambda: baseline_write(ipc_path, rows))
+        read_s, count = timed(lambda: read_entries(savepoint))
         assert count == n, (count, n)
+        read_col_s, count = timed(lambda: read_columns(savepoint))
+        assert count == n, (count, n)
+        reader = SavepointReader.read(savepoint)
         read_cols_s, col_rows = timed(
             lambda: sum(b.num_rows for _, _, b in reader.read_keyed_batches("counter", "count"))
         )
         assert col_rows == n
-
-        def baseline_read_rows() -> int:
-            table = ipc.open_file(ipc_path).read_all()
-            keys, values = table.column("key").to_pylist(), table.column("value").to_pylist()
-            return sum(1 for _ in zip(keys, values))
-
-        base_read_s, base_count = timed(baseline_read_rows)
+        base_read_s, base_count = timed(lambda: baseline_read_rows(ipc_path))
         assert base_count == n
         base_read_cols_s, _ = timed(lambda: ipc.open_file(ipc_path).read_all().num_rows)
 
-        size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(savepoint) for f in fs)
+        savepoint_files = [os.path.join(d, f) for d, _, fs in os.walk(savepoint) for f in fs]
+        size = sum(os.path.getsize(f) for f in savepoint_files)
+        print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}  value type: {args.value_type}")
         print(f"entries: {n:,}  parallelism: {args.parallelism}  savepoint: {size / 2**20:.1f} MiB  "
               f"arrow ipc: {os.path.getsize(ipc_path) / 2**20:.1f} MiB")
         print(f"{'':24}{'statekit':>14}{'pyarrow':>14}{'ratio':>8}")
         for label, ours, base in (
             ("write (entries/s)", write_s, base_write_s),
             ("read decoded (entries/s)", read_s, base_read_s),
+            ("read decoded columns", read_col_s, base_read_s),
             ("read columnar (entries/s)", read_cols_s, base_read_cols_s),
         ):
             print(f"{label:24}{n / ours:>14,.0f}{n / base:>14,.0f}{ours / base:>7.1f}x")

@@ -16,7 +16,7 @@ from statekit.statefmt.errors import BadInputError
 if TYPE_CHECKING:
     from statekit.spark.session import SparkSettings
 
-__all__ = ["export", "diff", "parse_conf", "spark_options", "spark_settings"]
+__all__ = ["export", "diff", "parse_conf", "remote_option", "spark_options", "spark_settings"]
 
 
 def parse_conf(pairs: tuple[str, ...]) -> dict[str, str]:
@@ -35,11 +35,27 @@ def _verbose(local: bool) -> bool:
     return local or bool(isinstance(ctx.find_root().obj, dict) and ctx.find_root().obj.get("verbose"))
 
 
-def spark_settings(master: str, conf: tuple[str, ...], verbose: bool) -> SparkSettings:
-    """The ``--master``, ``--conf`` and ``--verbose`` options (``--conf`` checked whatever the engine)."""
+def spark_settings(master: str, conf: tuple[str, ...], verbose: bool, remote: str | None = None) -> SparkSettings:
+    """The ``--master`` or ``--remote``, ``--conf`` and ``--verbose`` options (checked whatever the engine)."""
     from statekit.spark.session import SparkSettings
 
-    return SparkSettings(master, parse_conf(conf), _verbose(verbose))
+    if remote is not None and _given("master"):
+        raise BadInputError("--master and --remote exclude each other: give one")
+    return SparkSettings(master, parse_conf(conf), _verbose(verbose), remote=remote)
+
+
+def _given(name: str) -> bool:
+    """True when option ``name`` came from the command line, not its default."""
+    from click.core import ParameterSource
+
+    source = click.get_current_context().get_parameter_source(name)
+    return source not in (None, ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)
+
+
+def remote_option(func: Any) -> Any:
+    """``--remote sc://HOST:PORT``: run on a Spark Connect server (export and diff)."""
+    return click.option("--remote", metavar="sc://HOST:PORT", default=None,
+                        help="Run on this Spark Connect server instead of a master (excludes --master).")(func)
 
 
 def spark_options(func: Any) -> Any:
@@ -61,13 +77,14 @@ def spark_options(func: Any) -> Any:
 @uid_option
 @value_type_option
 @spark_options
+@remote_option
 @trust_pickle_option
 @storage_option
 @common_options
 @catch_exception
 def export(path: str, output: str, operator: str | None, state: str | None, fmt: str, include_expired: bool,
            uids: tuple[str, ...], value_types: tuple[str, ...], master: str, conf: tuple[str, ...],
-           trust_pickle: bool, verbose: bool, **_: Any) -> None:
+           remote: str | None, trust_pickle: bool, verbose: bool, **_: Any) -> None:
     """Export state through Spark, Hive-partitioned by operator_uid and state_name.
 
     PATH is a statekit snapshot or an Apache Flink snapshot (its keyed state): a canonical
@@ -78,7 +95,7 @@ def export(path: str, output: str, operator: str | None, state: str | None, fmt:
 
     out = get_output()
     spec = ExportSpec(path, output, operator=operator, state=state, fmt=fmt, include_expired=include_expired,
-                      trust_pickle=trust_pickle, spark=spark_settings(master, conf, verbose))
+                      trust_pickle=trust_pickle, spark=spark_settings(master, conf, verbose, remote))
     if uids or value_types:
         from statekit.flink.pyflink import value_type_options
         from statekit.spark.flink_export import export_flink_options
@@ -103,13 +120,14 @@ def export(path: str, output: str, operator: str | None, state: str | None, fmt:
 @uid_option
 @value_type_option
 @spark_options
+@remote_option
 @trust_pickle_option
 @storage_option
 @common_options
 @catch_exception
 def diff(a: str, b: str, operator: str | None, state: str | None, keys: bool, limit: int, engine: str,
          output: str | None, uids: tuple[str, ...], value_types: tuple[str, ...], master: str, conf: tuple[str, ...],
-         trust_pickle: bool, verbose: bool, **_: Any) -> None:
+         remote: str | None, trust_pickle: bool, verbose: bool, **_: Any) -> None:
     """Compare savepoint A (before) with B (after): exit 0 when equal, 1 when different.
 
     Two Apache Flink snapshots (canonical or native savepoints, RocksDB or heap checkpoints)
@@ -121,12 +139,17 @@ def diff(a: str, b: str, operator: str | None, state: str | None, keys: bool, li
     from statekit.spark.engine import diff as run_diff
 
     out = get_output()
+    settings = spark_settings(master, conf, verbose, remote)
+    if remote is not None:  # --remote runs the diff on Spark: it implies --engine spark
+        if engine != "spark" and _given("engine"):
+            raise BadInputError("--remote runs the diff on Spark Connect: it excludes --engine local")
+        engine = "spark"
     result = diff_flink(a, b, operator=operator, state=state, keys=keys, limit=limit, output=output, engine=engine,
                         uids=uids, value_types=value_type_options(value_types, state))
     if result is None:
         spec = DiffSpec(a, b, operator=operator, state=state, keys=keys, limit=limit, output=output,
                         trust_pickle=trust_pickle)
-        result = run_diff(spec, engine, spark_settings(master, conf, verbose), progress=out.progress)
+        result = run_diff(spec, engine, settings, progress=out.progress)
     out.show(result)
     if not result.equal:
         sys.exit(1)

@@ -8,6 +8,7 @@ Invariant: every read either returns a value or raises the cursor's error class 
 from __future__ import annotations
 
 import struct
+
 from statekit.statefmt.errors import MetadataError, StatekitError
 
 __all__ = ["ByteCursor", "decode_modified_utf8", "encode_modified_utf8"]
@@ -21,7 +22,7 @@ _I64 = struct.Struct(">q")
 class ByteCursor:
     """Reads Java ``DataOutputStream`` values from ``data``, starting at ``pos``."""
 
-    __slots__ = ("data", "pos", "source", "error_class")
+    __slots__ = ("data", "error_class", "pos", "source")
 
     def __init__(
         self,

@@ -44,12 +44,12 @@ if TYPE_CHECKING:
         FlinkProblem,
         FlinkSnapshotSummary,
     )
+    from statekit.flink.rewrite_report import FlinkModifyReport, FlinkRescaleReport
     from statekit.readers.diff import SavepointDiff
     from statekit.readers.inspection import SnapshotInspection
     from statekit.readers.listing import CheckpointList, CheckpointListing
-    from statekit.readers.verification import VerifyReport
-    from statekit.flink.rewrite_report import FlinkModifyReport, FlinkRescaleReport
     from statekit.readers.progress import ProgressFactory
+    from statekit.readers.verification import VerifyReport
     from statekit.statefmt.keygroups import KeyGroupRange
     from statekit.writers.disposal import DisposalPlan
     from statekit.writers.rescale import RescaleReport

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from statekit.flink.cursor import ByteCursor
 from statekit.flink.layout import (
+    INPUT_CHANNEL_HANDLE,
     MERGED_INPUT_CHANNEL_HANDLE,
     MERGED_RESULT_SUBPARTITION_HANDLE,
-    INPUT_CHANNEL_HANDLE,
     RESULT_SUBPARTITION_HANDLE,
     HandleCode,
 )

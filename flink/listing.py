@@ -28,9 +28,9 @@ from statekit.flink.layout import (
 )
 from statekit.flink.metadata import read_flink_metadata
 from statekit.readers.inventory import is_in_progress_dir
-from statekit.statefmt.layout import MAX_METADATA_BYTES
 from statekit.statefmt.errors import PathNotFoundError, StatekitError
 from statekit.statefmt.fileio import FileInfo, FileIO
+from statekit.statefmt.layout import MAX_METADATA_BYTES
 
 __all__ = ["FlinkCheckpointEntry", "list_checkpoints"]
 

@@ -71,7 +71,7 @@ class JavaEnum:
     constant: str
 
 
-JavaValue = Union[None, bool, int, float, str, JavaObject, JavaEnum, list["JavaValue"], _ClassDesc]
+JavaValue = Union[None, bool, int, float, str, JavaObject, JavaEnum, list["JavaValue"], _ClassDesc]  # noqa: UP007 (recursive)
 
 
 class _JavaStreamReader:

@@ -86,7 +86,7 @@ def _read_source(path: str, storage_options: dict[str, Any] | None) -> tuple[str
 
 def _common_directory(paths: list[str]) -> str:
     """The longest common prefix of ``paths``, cut after its last ``/``."""
-    prefix = os.path.commonprefix(paths)
+    prefix = os.path.commonprefix(paths)  # noqa: RUF071 - cut at the last "/" below, a string prefix is meant
     return prefix[: prefix.rfind("/") + 1] or prefix
 
 

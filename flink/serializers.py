@@ -154,7 +154,7 @@ def _bytes(cur: ByteCursor) -> bytes:
 
 def _void(cur: ByteCursor) -> None:
     cur.u8("void namespace")
-    return None
+    return
 
 
 def _time_window(cur: ByteCursor) -> dict[str, int]:

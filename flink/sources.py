@@ -36,7 +36,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from statekit.flink.cursor import ByteCursor
-from statekit.flink.decoding import FlinkKeyedEntry, FlinkStateDecoder, decode_entry, flink_state_decoder, read_heap_state
+from statekit.flink.decoding import (
+    FlinkKeyedEntry,
+    FlinkStateDecoder,
+    decode_entry,
+    flink_state_decoder,
+    read_heap_state,
+)
 from statekit.flink.model import FlinkOperatorState, KeyedHandleKind, KeyedStateHandle, StreamHandle
 from statekit.flink.rocksdb import column_family_entries, materialized_rocksdb, open_rocksdb
 from statekit.flink.state_meta import KeyedBackendMeta, read_keyed_backend_meta

@@ -20,7 +20,6 @@ from typing import Any
 from statekit.flink.layout import CHECKPOINT_DIR_PATTERN, METADATA_FILE, SHARED_DIR
 from statekit.flink.metadata import is_flink_metadata, read_flink_metadata
 from statekit.flink.model import FlinkCheckpointMetadata, StreamHandle, StreamHandleKind
-from statekit.statefmt.layout import MAX_METADATA_BYTES
 from statekit.statefmt.errors import (
     BadInputError,
     IncompleteCheckpointError,
@@ -30,6 +29,7 @@ from statekit.statefmt.errors import (
     UnsafePathError,
 )
 from statekit.statefmt.fileio import FileIO
+from statekit.statefmt.layout import MAX_METADATA_BYTES
 from statekit.statefmt.paths import check_relative_path
 
 __all__ = [

@@ -21,6 +21,7 @@ problems of the metadata itself).
 
 from __future__ import annotations
 
+import itertools
 import posixpath
 import re
 from dataclasses import dataclass
@@ -156,7 +157,7 @@ def _check_operator(snapshot: FlinkSnapshot, op: FlinkOperatorState) -> list[Fli
                 problems += _check_operator_offsets(snapshot, op, sub.index, state.name, state.offsets,
                                                     op_handle.delegate)
     seen.sort()
-    for (_, end, first), (start, _, second) in zip(seen, seen[1:]):
+    for (_, end, first), (start, _, second) in itertools.pairwise(seen):
         if start <= end:
             problems.append(FlinkProblem(
                 "bad-key-groups", snapshot.metadata_path,

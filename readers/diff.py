@@ -3,7 +3,9 @@
 A is "before", B is "after": an operator or state only in B is *added*, only in A *removed*.
 Data is compared per state by entry identity — (key, namespace, user key) as stored bytes —
 and value bytes: an entry is *only in A*, *only in B*, *changed* or *unchanged*. Expiry is
-not part of the comparison (it moves on its own). Identity does not depend on files or
+not part of the comparison (it moves on its own). A window state's user key is its window
+(:mod:`statekit.readers.window_state`), so window state compares per (key, window) and each
+differing example names its ``window``. Identity does not depend on files or
 parallelism, so a savepoint and its rescaled copy compare equal.
 
 A :class:`DiffSpec` says what to compare; :meth:`DiffInputs.open` opens both savepoints and
@@ -35,6 +37,7 @@ Parquet for ``diff -o``); the hash join parks rows in process-private scratch fi
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections import Counter
@@ -46,10 +49,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 from statekit.readers.progress import Advance, ProgressFactory, no_progress
 from statekit.readers.savepoint_reader import SavepointReader
 from statekit.readers.typed_columns import python_values, to_json_text
+from statekit.readers.window_state import window_of_user_key, window_state_role
+from statekit.statefmt.encoding import is_serialized, keyed_schema
 from statekit.statefmt.entries import StateCodec
 from statekit.statefmt.errors import BadInputError, StateNotFoundError
 from statekit.statefmt.metadata import OperatorMetadata, StateDescriptor, StateKind
-from statekit.statefmt.encoding import is_serialized, keyed_schema
 from statekit.statefmt.spill import ArrowSpill
 from statekit.statefmt.statefile import IndexEntry
 
@@ -163,10 +167,11 @@ class KeyDifference:
     user_key: Any
     value_a: Any
     value_b: Any
+    window: list[int] | None = None  # [start, end] of a window state's entry (readers.window_state)
 
     def to_json(self) -> dict[str, Any]:
         return {"change": self.change, "key": self.key, "namespace": self.namespace, "user_key": self.user_key,
-                "value_a": self.value_a, "value_b": self.value_b}
+                "value_a": self.value_a, "value_b": self.value_b, "window": self.window}
 
 
 @dataclass(frozen=True)
@@ -354,6 +359,8 @@ class DifferenceSink:
         self.writer = writer
         self.max_parallelism = max_parallelism
         self.examples: list[KeyDifference] = []
+        op = pair.op_a or pair.op_b
+        self.window_state = pair.name if op is not None and window_state_role(op, pair.name) else None
 
     @property
     def wanted(self) -> bool:
@@ -369,8 +376,9 @@ class DifferenceSink:
         if len(self.examples) < self.limit:
             take = min(self.limit - len(self.examples), rows.num_rows)
             for i in range(take):
-                self.examples.append(KeyDifference(
-                    texts["change"][i], *(_loads(texts[c][i]) for c in ("key", "namespace", "user_key", "value_a", "value_b"))))
+                example = KeyDifference(
+                    texts["change"][i], *(_loads(texts[c][i]) for c in ("key", "namespace", "user_key", "value_a", "value_b")))
+                self.examples.append(self._with_window(example))
         if self.writer is not None:
             import pyarrow as pa
             import pyarrow.compute as pc
@@ -379,6 +387,13 @@ class DifferenceSink:
             self.writer.write_table(pa.table(
                 {**{c: pa.array(texts[c], pa.string()) for c in DIFF_COLUMNS[:-1]},
                  "key_group": key_group.cast(pa.int32())}))
+
+    def _with_window(self, example: KeyDifference) -> KeyDifference:
+        """A window state's entry is one (key, window): name its window."""
+        if self.window_state is None:
+            return example
+        window = window_of_user_key(self.window_state, example.user_key)
+        return dataclasses.replace(example, window=None if window is None else list(window))
 
     def _json_columns(self, rows: pa.Table) -> dict[str, list[Any]]:
         codec = self.codec_a or self.codec_b
@@ -855,8 +870,9 @@ class DiffInputs:
     def open(cls, spec: DiffSpec) -> DiffInputs:
         if spec.limit < 0:
             raise BadInputError(f"--limit must not be negative, got {spec.limit}")
-        a = SavepointReader.read(spec.a, trust_pickle=spec.trust_pickle, storage_options=spec.storage_options)
-        b = SavepointReader.read(spec.b, trust_pickle=spec.trust_pickle, storage_options=spec.storage_options)
+        # a native snapshot is compared through its canonical view (statekit.readers.native_view)
+        a = SavepointReader.read(spec.a, trust_pickle=spec.trust_pickle, storage_options=spec.storage_options).canonical()
+        b = SavepointReader.read(spec.b, trust_pickle=spec.trust_pickle, storage_options=spec.storage_options).canonical()
         return cls(spec, a, b, plan_diff(a, b, spec.operator, spec.state))
 
     def codecs(self, pair: StatePair) -> tuple[StateCodec | None, StateCodec | None]:

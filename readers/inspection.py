@@ -1,7 +1,8 @@
 """``inspect``: operators, states, parallelism, key-group ranges, sizes and key-group skew.
 
 Sizes and entry counts come from ``_metadata``; the skew view reads each keyed file's
-index (footer and index only, never a block).
+index (footer and index only, never a block). A window operator's window states are
+decoded once for the window view (:mod:`statekit.readers.window_state`).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from statekit.readers.savepoint_reader import SavepointReader
+from statekit.readers.window_state import WindowInspection, inspect_windows
 from statekit.statefmt.metadata import StateDescriptor
 
 __all__ = ["SnapshotInspection", "OperatorInspection", "StateInspection", "SkewView", "inspect_snapshot"]
@@ -63,10 +65,12 @@ class OperatorInspection:
     bytes: int
     entries: int
     states: list[StateInspection] = field(default_factory=list)
+    windows: WindowInspection | None = None  # a window operator's window states and timers
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["states"] = [s.to_json() for s in self.states]
+        data["windows"] = self.windows.to_json() if self.windows else None
         return data
 
 
@@ -92,9 +96,10 @@ class SnapshotInspection:
 def inspect_snapshot(url: str, *, skew: bool = True, storage_options: dict[str, Any] | None = None) -> SnapshotInspection:
     reader = SavepointReader.read(url, storage_options=storage_options)
     md = reader.metadata
+    view = reader.canonical()  # a native snapshot's sizes and entries are its canonical view's
     operators = []
     for op in md.operators:
-        states = [_inspect_state(reader, op.uid, d, skew) for d in op.states]
+        states = [_inspect_state(view, op.uid, d, skew) for d in op.states]
         operators.append(
             OperatorInspection(
                 uid=op.uid,
@@ -106,6 +111,7 @@ def inspect_snapshot(url: str, *, skew: bool = True, storage_options: dict[str, 
                 bytes=sum(s.bytes for s in states),
                 entries=sum(s.entries for s in states),
                 states=states,
+                windows=inspect_windows(reader, op.uid),
             )
         )
     return SnapshotInspection(

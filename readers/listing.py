@@ -20,7 +20,7 @@ from statekit.readers.inventory import IN_PROGRESS_IDLE_S, is_in_progress_savepo
 from statekit.readers.snapshot import is_flink_metadata_bytes
 from statekit.statefmt import layout
 from statekit.statefmt.errors import NotACheckpointError, PathNotFoundError, StatekitError
-from statekit.statefmt.fileio import FileIO, FileInfo
+from statekit.statefmt.fileio import FileInfo, FileIO
 from statekit.statefmt.metadata import parse_metadata
 
 __all__ = ["CheckpointListing", "CheckpointList", "list_checkpoints"]
@@ -74,8 +74,8 @@ def _snapshot_dirs(io: FileIO, root: str) -> list[tuple[FileInfo, str]]:
         return [(io.info(root), "")]
     found: list[tuple[FileInfo, str]] = []
     children = [c for c in io.list_dir(root) if c.is_dir]
-    for child in children:
-        if _is_snapshot_name(child.name):
+    for child in children:  # a folder holding a _metadata is a snapshot whatever its name
+        if _is_snapshot_name(child.name) or io.isfile(posixpath.join(child.path, layout.METADATA_FILE)):
             found.append((child, posixpath.basename(root) if layout.parse_checkpoint_dir_name(child.name) is not None else ""))
     if found:
         return found

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 from statekit.readers.snapshot import Snapshot, open_snapshot
@@ -38,6 +39,20 @@ class SavepointReader:
     def __init__(self, snapshot: Snapshot, *, trust_pickle: bool = False) -> None:
         self.snapshot = snapshot
         self.trust_pickle = trust_pickle
+        self._canonical: SavepointReader | None = None
+
+    def canonical(self) -> SavepointReader:
+        """This reader, or for a native snapshot a reader of its canonical view (built once,
+        :mod:`statekit.readers.native_view`): what reads of keyed state files go through."""
+        if self._canonical is None:
+            from statekit.readers.native_view import canonical_view
+
+            view = canonical_view(self.snapshot)
+            self._canonical = self if view is self.snapshot else SavepointReader(view, trust_pickle=self.trust_pickle)
+        return self._canonical
+
+    def _native(self, uid: str) -> bool:
+        return any(st.native is not None for st in self.operator(uid).subtasks)
 
     @classmethod
     def read(
@@ -120,6 +135,9 @@ class SavepointReader:
         self, uid: str, state: str, key_groups: Iterable[int] | None = None
     ) -> Iterator[tuple[int, int, pa.RecordBatch]]:
         """(subtask, key group, Arrow batch) for each block, in key-group order."""
+        if self._native(uid):
+            yield from self.canonical().read_keyed_batches(uid, state, key_groups)
+            return
         descriptor = self.descriptor(uid, state)
         if not descriptor.keyed:
             raise BadInputError(f"state {state!r} of {uid!r} is {descriptor.kind.value} state, not keyed")
@@ -139,13 +157,27 @@ class SavepointReader:
         """Decoded entries: (key, namespace, value[, expiry]) or, for map state,
         (key, user_key, value[, namespace, expiry])."""
         codec = self.codec(uid, state)
+        batches = self.read_keyed_batches(uid, state, key_groups)
+        yield from chain.from_iterable(codec.decode_keyed_batch(batch) for _, _, batch in batches)
+
+    def read_keyed_columns(
+        self, uid: str, state: str, key_groups: Iterable[int] | None = None
+    ) -> Iterator[dict[str, list[Any]]]:
+        """Decoded entries a block at a time, as columns of Python values (no object per
+        entry): ``key``, ``namespace``, ``value``, ``expiry`` and, for map state,
+        ``user_key`` — row ``i`` of every column is the ``i``-th entry
+        :meth:`read_keyed_state` yields for that block."""
+        codec = self.codec(uid, state)
         for _, _, batch in self.read_keyed_batches(uid, state, key_groups):
-            yield from codec.decode_keyed_batch(batch)
+            yield codec.decode_keyed_columns(batch)
 
     def read_raw_blocks(
         self, uid: str, state: str, key_groups: Iterable[int] | None = None
     ) -> Iterator[tuple[int, IndexEntry, bytes]]:
         """(subtask, index entry, verified block bytes) without decoding entries."""
+        if self._native(uid):
+            yield from self.canonical().read_raw_blocks(uid, state, key_groups)
+            return
         wanted = None if key_groups is None else set(key_groups)
         for index, kg_range, file in self._subtask_files(uid, state):
             with self.open_file(file) as reader:

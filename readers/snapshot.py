@@ -109,10 +109,9 @@ def latest_complete_checkpoint(io: FileIO, job_dir: str) -> str | None:
     best: tuple[int, str] | None = None
     for entry in io.list_dir(job_dir):
         checkpoint_id = layout.parse_checkpoint_dir_name(entry.name)
-        if entry.is_dir and checkpoint_id is not None:
-            if io.isfile(posixpath.join(entry.path, layout.METADATA_FILE)):
-                if best is None or checkpoint_id > best[0]:
-                    best = (checkpoint_id, entry.path)
+        if (entry.is_dir and checkpoint_id is not None and (best is None or checkpoint_id > best[0])
+                and io.isfile(posixpath.join(entry.path, layout.METADATA_FILE))):
+            best = (checkpoint_id, entry.path)
     return best[1] if best else None
 
 

@@ -42,8 +42,15 @@ from statekit.statefmt.native_state import NativeKeyedState
 if TYPE_CHECKING:
     from statekit.runtime.checkpoint_storage import CheckpointStorageLocation
     from statekit.runtime.restore import NativeRestoreSource
-    from statekit.runtime.state import AggregatingState, ListState, MapState, ReducingState, State, ValueState
-    from statekit.runtime.state import StateDescriptorBase
+    from statekit.runtime.state import (
+        AggregatingState,
+        ListState,
+        MapState,
+        ReducingState,
+        State,
+        StateDescriptorBase,
+        ValueState,
+    )
 
 __all__ = [
     "KeyedStateBackend",

@@ -41,7 +41,7 @@ _MISSING: Any = object()
 class _Table:
     """One state's data and its copy-on-write bookkeeping."""
 
-    __slots__ = ("descriptor", "data", "owned", "sharing")
+    __slots__ = ("data", "descriptor", "owned", "sharing")
 
     def __init__(self, descriptor: StateDescriptor) -> None:
         self.descriptor = descriptor
@@ -90,7 +90,7 @@ class _Snapshot(KeyedSnapshot):
 
 
 class _KeyedHandle:
-    __slots__ = ("_backend", "_table", "_data")
+    __slots__ = ("_backend", "_data", "_table")
 
     def __init__(self, backend: HashMapKeyedStateBackend, table: _Table) -> None:
         self._backend = backend

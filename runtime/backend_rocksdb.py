@@ -35,7 +35,7 @@ import shutil
 import struct
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import mmh3
@@ -113,17 +113,21 @@ class _Snapshot(KeyedSnapshot):
         try:
             for info in self.states:
                 blocks = self._blocks(db, info)
-                first = next(blocks, None)
-                if first is None:
-                    continue
-                relative = layout.state_file_path(scope.uid, info.descriptor.name, scope.subtask, scope.parallelism)
-                files.append(write_keyed_file(location.io, location.directory, relative, info.descriptor.name,
-                                              _chain(first, blocks)))
+                try:
+                    first = next(blocks, None)
+                    if first is None:
+                        continue
+                    relative = layout.state_file_path(scope.uid, info.descriptor.name, scope.subtask,
+                                                      scope.parallelism)
+                    files.append(write_keyed_file(location.io, location.directory, relative, info.descriptor.name,
+                                                  _chain(first, blocks)))
+                finally:
+                    blocks.close()  # drops its store iterator before the store closes
         finally:
             db.close()
         return files
 
-    def _blocks(self, db: Any, info: _StateInfo) -> Iterator[tuple[int, Any]]:
+    def _blocks(self, db: Any, info: _StateInfo) -> Generator[tuple[int, Any], None, None]:
         """(key group, sorted batch) of one state, one key group at a time."""
         import pyarrow as pa
 
@@ -245,9 +249,8 @@ def _encode(info: _StateInfo, value: Any) -> bytes:
 
 class _Handle:
     def __init__(self, backend: RocksDBKeyedStateBackend, info: _StateInfo) -> None:
-        self.backend = backend
+        self.backend = backend  # the store is always reached through it: restore replaces it, close ends it
         self.info = info
-        self.db = backend.db
         self.dumps: Callable[[Any], bytes] = info.value.serialize
         self.loads: Callable[[bytes], Any] = info.value.deserialize
 
@@ -397,6 +400,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend[_StateInfo]):
         self._next_id = 0
         self._uploads: dict[int, dict[str, NativeFile]] = {}
         self._uploads_lock = threading.Lock()
+        self._closed = False
 
     def key_bytes(self) -> bytes:
         """``key group | length | serialized current key`` (cached for repeated access to one key)."""
@@ -537,6 +541,10 @@ class RocksDBKeyedStateBackend(KeyedStateBackend[_StateInfo]):
         return iter(seen)
 
     def close(self) -> None:
+        """Close the store exactly once (on the task thread, at the task's end), then delete it."""
+        if self._closed:
+            return
+        self._closed = True
         try:
             self.db.close()
         finally:

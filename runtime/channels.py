@@ -177,7 +177,7 @@ class InputGate:
         self._data: collections.deque[tuple[int, Any]] = collections.deque()
         self._priority: collections.deque[tuple[int, Any]] = collections.deque()
         self.capacity = capacity
-        self.received: collections.Counter[int] = collections.Counter({c: 0 for c in range(channels)})
+        self.received: collections.Counter[int] = collections.Counter(dict.fromkeys(range(channels), 0))
         self.cancelled = threading.Event()
 
     # ------------------------------------------------------------ producers

@@ -21,7 +21,6 @@ if TYPE_CHECKING:
         ListStateDescriptor,
         MapState,
         MapStateDescriptor,
-        ReadOnlyBroadcastState,
         ReducingState,
         ReducingStateDescriptor,
         ValueState,

@@ -39,7 +39,7 @@ class JobStatus(str, Enum):
 class JobVertex:
     """One operator of the job graph: uid, name, parallelism."""
 
-    __slots__ = ("uid", "name", "parallelism")
+    __slots__ = ("name", "parallelism", "uid")
 
     def __init__(self, uid: str, name: str, parallelism: int) -> None:
         self.uid = uid

@@ -29,14 +29,13 @@ from statekit.runtime.channels import ChannelTarget, InputGate, Partitioning, Re
 from statekit.runtime.checkpoint_storage import CheckpointStorage
 from statekit.runtime.coordinator import CheckpointCoordinator, OperatorInfo
 from statekit.runtime.environment import StreamEnvironment
-from statekit.runtime.graph import JobGraph, build_job_graph
+from statekit.runtime.graph import Edge, JobGraph, build_job_graph
 from statekit.runtime.job import JobHandle, JobStatus, JobVertex
 from statekit.runtime.mails import Resume, Terminate
 from statekit.runtime.metrics import JobMetrics, TaskFigures, TaskReport
 from statekit.runtime.operators import OperatorContext, Output, StreamOperator
 from statekit.runtime.registry import check_job_id
 from statekit.runtime.restart_strategy import RestartStrategy, fixed_delay_restart, no_restart
-from statekit.runtime.graph import Edge
 from statekit.runtime.restore import ExchangeEdge, RestorePlan
 from statekit.runtime.restore_mode import RestoreMode, parse_restore_mode
 from statekit.runtime.run_options import RunOptions, get_run_options, notify_job_listeners
@@ -619,7 +618,7 @@ class Execution:
         try:
             savepoint = coordinator.trigger(is_savepoint=True, target_dir=target_dir, stop=True, drain=drain,
                                             native=native)
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - the caller's future carries it
             self._stopping = False
             coordinator.start_periodic()
             result.set_exception(exc)

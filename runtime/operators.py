@@ -815,7 +815,7 @@ class _InternalTimerService(TimerService):
         state = self._state()
         for key in list(self.backend.keys(TIMERS.name)):
             self.backend.current_key = key
-            for name, _ in state.items():
+            for name in state.keys():  # noqa: SIM118 (MapState, not a dict)
                 domain, _, ts = str(name).partition(":")
                 heap = self.processing if domain == "p" else self.event
                 heapq.heappush(heap, (int(ts), next(self.sequence), key))

@@ -138,6 +138,7 @@ class Task:
         self.time = TaskTime(len(input_specs))
         self.handler: CheckpointBarrierHandler | None = None
         self._checkpoints: dict[int, SubtaskCheckpoint] = {}
+        self._torn_down = False
         self._running = True
         self._exhausted = False
         self._terminated = False
@@ -163,21 +164,36 @@ class Task:
             else:
                 self._run_input()
             self._drain_output()
+            self._tear_down()
             self.host.task_finished(self)
         except TaskCancelled:
+            self._tear_down()
             self.host.task_finished(self)
         except BaseException as exc:  # noqa: BLE001 - reported to the job master
+            self._tear_down()
             self.host.task_failed(self, exc)
         finally:
-            for pending in self._checkpoints.values():
-                pending.release()
-            self._checkpoints.clear()
-            self.metrics.report(finished=True)
-            for op in self.operators:
-                try:
-                    op.close()
-                except Exception as exc:  # noqa: BLE001
-                    log.warning("%s: closing %s failed: %s", self.name, op.ctx.uid, exc)
+            self._tear_down()
+
+    def _tear_down(self) -> None:
+        """Release pending snapshots and close the operators (and their state backends), once.
+
+        Runs on the task thread before the task reports its end: a job's ``execute`` returns
+        only after every backend is closed, so no native store (RocksDB) is still closing on
+        this daemon thread while the interpreter exits (which aborts the process).
+        """
+        if self._torn_down:
+            return
+        self._torn_down = True
+        for pending in self._checkpoints.values():
+            pending.release()
+        self._checkpoints.clear()
+        self.metrics.report(finished=True)
+        for op in self.operators:
+            try:
+                op.close()
+            except Exception as exc:  # noqa: BLE001
+                log.warning("%s: closing %s failed: %s", self.name, op.ctx.uid, exc)
 
     def _initialize(self) -> None:
         self.time.bind(self.operators, self.writers)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Create (or reuse) the project's virtual environment in .venv and install statekit with
-# the extras given as arguments (e.g. "test,spark,rocksdb"). Idempotent.
+# the extras given as arguments (e.g. "test,spark,connect,rocksdb"). Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extras="${1:-}"

@@ -4,6 +4,6 @@
 # which .ci/run installs). Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/bootstrap.sh "test,spark,rocksdb,postgres"
+scripts/bootstrap.sh "test,spark,connect,rocksdb,postgres"
 export SPARK_LOCAL_IP=127.0.0.1 PYSPARK_PYTHON="$PWD/.venv/bin/python"
 exec .venv/bin/python -m pytest "$@"

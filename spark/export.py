@@ -9,6 +9,11 @@ Columns: ``key``, ``namespace``, ``user_key``, ``value``, ``expiry``, ``key_grou
 (:mod:`statekit.readers.typed_columns`); each state directory has its own schema.
 Operator state exports with null key, namespace and key group (broadcast state: one copy,
 its keys in ``user_key``). How each format holds the types: :mod:`statekit.spark.formats`.
+The window states of a window operator (:mod:`statekit.readers.window_state`) get typed
+columns read from their user key: ``window_start`` and ``window_end`` (timestamps, null for
+the global window); ``window-trigger`` also ``trigger_state`` (the value's name); the timer
+table ``_window_timers`` also ``timer_domain`` (``event_time``/``processing_time``) and
+``timer_timestamp`` (a timestamp).
 
 This module exports statekit snapshots (:func:`export_statekit`);
 :mod:`statekit.spark.flink_export` exports Apache Flink savepoints; both write through
@@ -25,11 +30,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from statekit.readers.progress import ProgressFactory
 from statekit.readers.savepoint_reader import SavepointReader
+from statekit.readers.window_state import window_state_role
 from statekit.spark.formats import DEFAULT_FORMAT, check_format, write_table
 from statekit.spark.progress import spark_start_progress, task_progress
 from statekit.spark.session import OutputDir, SparkSettings, spark_errors
@@ -144,19 +150,55 @@ def export_statekit(spec: ExportSpec, progress: ProgressFactory | None = None) -
     """
     reader = SavepointReader.read(spec.path, trust_pickle=spec.trust_pickle, storage_options=spec.storage_options)
     options = {"includeExpired": str(spec.include_expired).lower(), "trustPickle": str(spec.trust_pickle).lower()}
-    tables = [_statekit_table(spec, reader.path, uid, name, kind, options)
+    # a native snapshot is read from its canonical view, a directory on the driver's local disk
+    # (executors must share it: local mode); the view lives until the export returns
+    view = reader.canonical()
+    source, read_spec = reader.path, spec
+    if view is not reader:
+        source, read_spec = view.snapshot.directory, replace(spec, storage_options=None)
+    tables = [_statekit_table(read_spec, source, uid, name, kind, options,
+                              window_state_role(reader.operator(uid), name))
               for uid, name, kind in selected_states(reader, spec.operator, spec.state)]
     return export_tables(spec, reader.path, tables, progress)
 
 
 def _statekit_table(spec: ExportSpec, source: str, uid: str, name: str, kind: str,
-                    options: dict[str, str]) -> ExportTable:
+                    options: dict[str, str], window_role: str | None = None) -> ExportTable:
     def frame(spark: SparkSession) -> DataFrame:
         from statekit.spark.source import read_state
 
-        return read_state(spark, source, uid, name, storage_options=spec.storage_options, options=options)
+        df = read_state(spark, source, uid, name, storage_options=spec.storage_options, options=options)
+        return df if window_role is None else with_window_columns(df, window_role)
 
     return ExportTable(uid, name, kind, frame)
+
+
+def with_window_columns(df: DataFrame, role: str) -> DataFrame:
+    """``df`` of a window state (``role``: contents, trigger, timers) with its typed window columns.
+
+    The user key is ``[*window]``, ``[name, *window]`` or ``[domain, timestamp, *window]``
+    (a window is ``[start, end]`` epoch ms, ``[]`` the global window); the contents and timer
+    states type it ``array<bigint>``, the trigger state holds it as JSON text."""
+    from pyspark.sql import functions as F
+
+    parts = F.from_json(F.col("user_key"), "array<string>") if role == "trigger" else F.col("user_key")
+    offset = {"trigger": 1, "timers": 2}.get(role, 0)
+
+    def at(i: int) -> Any:
+        item = parts.getItem(i)
+        return item.cast("bigint") if role == "trigger" else item
+
+    in_window = F.size(parts) == offset + 2
+
+    def millis(column: Any) -> Any:
+        return F.when(in_window, F.timestamp_millis(column))
+
+    if role == "trigger":
+        df = df.withColumn("trigger_state", parts.getItem(0))
+    if role == "timers":
+        df = (df.withColumn("timer_domain", F.when(at(0) == 0, "event_time").when(at(0) == 1, "processing_time"))
+                .withColumn("timer_timestamp", F.timestamp_millis(at(1))))
+    return df.withColumn("window_start", millis(at(offset))).withColumn("window_end", millis(at(offset + 1)))
 
 
 def export_tables(spec: ExportSpec, source: str, tables: Sequence[ExportTable], progress: ProgressFactory | None,
@@ -176,5 +218,5 @@ def export_tables(spec: ExportSpec, source: str, tables: Sequence[ExportTable], 
                 write_table(table.frame(spark), target.join(staging, relative), spec.fmt)
             exported.append(ExportedState(table.uid, table.name, table.kind, relative,
                                           *target.count(staging, relative, spec.fmt)))
-    return ExportResult(source, target.url, spec.fmt, str(spark.sparkContext.master), tuple(exported),
+    return ExportResult(source, target.url, spec.fmt, spec.spark.master_of(spark), tuple(exported),
                         time.monotonic() - started, skipped)

@@ -105,7 +105,11 @@ def flink_state_frame(spark: SparkSession, *, snapshot: FlinkSnapshot, uid: str,
     streams key group by key group (:func:`statekit.flink.entries.key_group_slices`).
     """
     from statekit.flink.entries import key_group_slices
+    from statekit.spark.session import is_connect
 
+    if is_connect(spark):
+        raise BadInputError("exporting an Apache Flink snapshot needs a classic Spark session (--master): "
+                            "it decodes on RDDs, which Spark Connect does not have", path=snapshot.path)
     slices = key_group_slices(snapshot, uid, spark.sparkContext.defaultParallelism)
     rows = spark.sparkContext.parallelize(slices, len(slices)).flatMap(functools.partial(
         _decode_slice, snapshot.path, uid, state, snapshot.storage_options, snapshot.uids, value_type))

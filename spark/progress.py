@@ -10,7 +10,8 @@ Invariants:
     * one poller thread per block reads the status tracker every :data:`POLL_S` seconds; it
       opens its bar once the first stage is known (its total is that job's task count), and
       ends when the block ends, after one last read (a bar never ends short of what Spark did);
-    * a failing status read never fails the work: progress is shown best effort.
+    * a failing status read never fails the work: progress is shown best effort;
+    * a Spark Connect session has no status tracker: its block is one step.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ POLL_S = 0.25
 
 def spark_start_progress(settings: SparkSettings, progress: ProgressFactory | None) -> SparkSession:
     """The session of ``settings``, started under a one-step bar naming the master."""
-    with (progress or no_progress)(f"starting Spark ({settings.master})", total=1, unit="steps") as advance:
+    with (progress or no_progress)(f"starting Spark ({settings.target})", total=1, unit="steps") as advance:
         session = settings.session()
         advance("spark", 1)
     return session
@@ -59,6 +60,13 @@ def task_progress(spark: SparkSession, progress: ProgressFactory | None, descrip
     """Show the tasks of the Spark jobs started inside the block as a bar of ``description``."""
     if progress is None:
         yield
+        return
+    from statekit.spark.session import is_connect
+
+    if is_connect(spark):  # no status tracker over Connect: one step when the block ends
+        with progress(description, total=1, unit="steps") as advance:
+            yield
+            advance(description, 1)
         return
     context = spark.sparkContext
     group = f"statekit-{uuid.uuid4().hex}"

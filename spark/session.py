@@ -9,12 +9,17 @@ Invariants:
     * local mode binds the driver to 127.0.0.1 only;
     * Python workers run the interpreter of this process (``PYSPARK_PYTHON`` when set);
       on a cluster statekit ships itself to them (:mod:`statekit.spark.shipping`);
-    * the ``statekit`` data source is registered and Python filter pushdown is enabled.
+    * the ``statekit`` data source is registered and Python filter pushdown is enabled;
+    * ``remote`` (``sc://HOST:PORT``) makes it a Spark Connect session instead: no local JVM,
+      statekit shipped to the server as a Python artifact, and every classic-only call
+      (SparkContext, the status tracker, Hadoop's FileSystem) has a Connect path or a
+      one-line refusal (:func:`is_connect`).
 """
 
 from __future__ import annotations
 
 import atexit
+import importlib.util
 import os
 import re
 import sys
@@ -34,8 +39,19 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SparkSettings", "get_spark", "stop_spark", "spark_log_path", "spark_errors", "map_in_arrow",
-    "SparkJobError", "OutputDir", "DEFAULT_MASTER", "QUIET_LOG4J2",
+    "SparkJobError", "OutputDir", "DEFAULT_MASTER", "QUIET_LOG4J2", "is_connect", "default_parallelism",
+    "CONNECT_SCHEME",
 ]
+
+CONNECT_SCHEME = "sc://"
+# the client modules of ``pyspark[connect]`` (statekit's ``connect`` extra)
+CONNECT_CLIENT_MODULES = ("pandas", "numpy", "grpc", "grpc_status", "zstandard")
+# the runtime SQL settings of _base_conf, set on a Connect session (the rest are static there)
+_CONNECT_SQL_CONF = {
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+}
 
 DEFAULT_MASTER = "local[*]"
 
@@ -106,25 +122,41 @@ def _quiet_log4j2_file() -> str:
 
 @dataclass(frozen=True)
 class SparkSettings:
-    """Where and how a command's Spark runs (``--master``, ``--conf``, ``--verbose``).
+    """Where and how a command's Spark runs (``--master`` or ``--remote``, ``--conf``, ``--verbose``).
 
     Attributes:
         master: Spark master URL (``local[*]`` runs embedded; ``spark://``, ``yarn``, ...).
         conf: Extra Spark configuration.
         verbose: Keep Spark's logs (level WARN) and show the JVM's output.
+        remote: A Spark Connect server (``sc://HOST:PORT``); when set, ``master`` is unused.
     """
 
     master: str = DEFAULT_MASTER
     conf: Mapping[str, str] = field(default_factory=dict)
     verbose: bool = False
+    remote: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.remote is not None and not self.remote.startswith(CONNECT_SCHEME):
+            raise BadInputError(f"--remote {self.remote!r} is not a Spark Connect URL (sc://HOST:PORT)")
+
+    @property
+    def target(self) -> str:
+        """What the session reaches: the Connect URL, else the master."""
+        return self.remote or self.master
+
+    def master_of(self, session: SparkSession) -> str:
+        """The master ``session`` runs on, as results name it (the Connect URL over Connect)."""
+        return self.remote if is_connect(session) and self.remote else str(session.sparkContext.master)
 
     def session(self) -> SparkSession:
         """The process's session (:func:`get_spark`) with these settings."""
-        return get_spark(self.master, self.conf, self.verbose)
+        return get_spark(self.master, self.conf, self.verbose, remote=self.remote)
 
 
 def get_spark(
-    master: str = DEFAULT_MASTER, conf: Mapping[str, str] | None = None, verbose: bool = False
+    master: str = DEFAULT_MASTER, conf: Mapping[str, str] | None = None, verbose: bool = False,
+    remote: str | None = None,
 ) -> SparkSession:
     """The process's SparkSession, started on first use.
 
@@ -133,6 +165,7 @@ def get_spark(
         conf: extra Spark configuration (``--conf k=v``); applied at start, and as runtime
             SQL configuration when the session exists already.
         verbose: keep Spark's logs (level WARN) instead of errors only.
+        remote: a Spark Connect URL (``sc://HOST:PORT``): a Connect session instead of a JVM.
 
     Returns:
         The session, with the ``statekit`` data source registered.
@@ -144,12 +177,15 @@ def get_spark(
             return _SESSION
         from pyspark.sql import SparkSession
 
-        session = SparkSession.getActiveSession()
-        if session is None:
-            session = _start(master, conf or {}, verbose)
+        if remote is not None:
+            session = _start_remote(remote, conf or {})
         else:
-            _apply_runtime_conf(session, conf or {})
-        session.sparkContext.setLogLevel("WARN" if verbose else "ERROR")
+            session = SparkSession.getActiveSession()
+            if session is None:
+                session = _start(master, conf or {}, verbose)
+            else:
+                _apply_runtime_conf(session, conf or {})
+            session.sparkContext.setLogLevel("WARN" if verbose else "ERROR")
         from statekit.spark.source import register_data_source
 
         register_data_source(session)
@@ -182,6 +218,39 @@ def _start(master: str, conf: Mapping[str, str], verbose: bool) -> SparkSession:
     return session
 
 
+def _start_remote(url: str, conf: Mapping[str, str]) -> SparkSession:
+    """A Spark Connect session on ``url`` with statekit shipped to the server's Python workers."""
+    from pyspark.sql import SparkSession
+
+    missing = [name for name in CONNECT_CLIENT_MODULES if importlib.util.find_spec(name) is None]
+    if missing:
+        raise BadInputError(f"--remote needs the Spark Connect client packages, missing: {', '.join(missing)} "
+                            "(pip install 'statekit[connect]')")
+    with spark_errors():
+        session = SparkSession.builder.remote(url).getOrCreate()
+        _apply_runtime_conf(session, {**_CONNECT_SQL_CONF, **dict(conf)})
+        from statekit.spark.shipping import ship_package
+
+        ship_package(session, url)  # before the data source is registered, as with a classic session
+    return session
+
+
+def is_connect(session: SparkSession) -> bool:
+    """True for a Spark Connect session (no SparkContext, no JVM in this process)."""
+    return type(session).__module__.startswith("pyspark.sql.connect")
+
+
+def default_parallelism(session: SparkSession) -> int:
+    """The session's default parallelism; over Connect, from ``spark.default.parallelism`` or a local master."""
+    if not is_connect(session):
+        return int(session.sparkContext.defaultParallelism)
+    configured = session.conf.get("spark.default.parallelism", None)
+    if configured and configured.isdigit():
+        return max(1, int(configured))
+    master = session.conf.get("spark.master", None) or ""
+    return _local_cores(master) if master.startswith("local") else 2
+
+
 def _remove_log() -> None:
     """The JVM log is kept only when a Spark job failed (the error message names it)."""
     if not _KEEP_LOG:
@@ -197,6 +266,8 @@ def spark_log_path() -> str:
 
 
 def _alive(session: SparkSession) -> bool:
+    if is_connect(session):
+        return not bool(getattr(session, "is_stopped", False))
     context = session.sparkContext
     return getattr(context, "_jsc", None) is not None
 
@@ -225,6 +296,8 @@ def map_in_arrow(frame: DataFrame, func: Callable[[Iterator[Any]], Iterator[Any]
     The Arrow map path moves Arrow batches only; pyspark merely checks for pandas on the
     driver before building the UDF. Without pandas the same UDF is built directly.
     """
+    if is_connect(frame.sparkSession):
+        return frame.mapInArrow(func, schema)  # the Connect client requires pandas itself
     try:
         return frame.mapInArrow(func, schema)
     except ImportError:
@@ -309,6 +382,9 @@ class OutputDir:
             raise BadInputError("empty output path")
         if "://" not in url or url.startswith("file://"):
             return _LocalOutputDir(os.path.abspath(url.removeprefix("file://")))
+        if is_connect(spark):
+            raise BadInputError("over Spark Connect the output must be a local path shared with the server "
+                                "(Hadoop's FileSystem is not reachable from a Connect client)", path=url)
         return _HadoopOutputDir(url.rstrip("/"), spark)
 
     def join(self, directory: str, relative: str) -> str:

@@ -4,6 +4,8 @@ Executors of a standalone, YARN or Kubernetes cluster run whatever Python the cl
 statekit need not be installed there (its dependencies — pyarrow, fsspec, msgpack — must
 be). Invariants:
 
+    * a Spark Connect session always gets the zip, as a Python artifact of its server session
+      (``addArtifacts(..., pyfile=True)``): the client cannot know what the server's Python has;
     * embedded local masters (``local``, ``local[n]``, ``local[*]``) ship nothing: their
       executors are threads of this process's JVM and run this interpreter;
     * any other master gets one zip per process, ``statekit/<package>/*.py`` for every
@@ -61,13 +63,20 @@ def _package_dir(package: str) -> str:
 
 
 def ship_package(session: SparkSession, master: str) -> str | None:
-    """Add statekit's zip to ``session`` unless ``master`` is embedded; return the zip's path."""
+    """Add statekit's zip to ``session`` unless ``master`` is embedded; return the zip's path.
+
+    ``master`` is the Connect URL for a Connect session (never embedded)."""
     if is_local_master(master):
         return None
     directory = tempfile.mkdtemp(prefix="statekit-ship-")
     atexit.register(_remove_tree, directory)
     path = build_package_zip(directory)
-    session.sparkContext.addPyFile(path)
+    from statekit.spark.session import is_connect
+
+    if is_connect(session):
+        session.addArtifacts(path, pyfile=True)  # the server's Python workers import it
+    else:
+        session.sparkContext.addPyFile(path)
     return path
 
 

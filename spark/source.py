@@ -130,7 +130,9 @@ def read_state(
         reader = reader.option("state", state)
     if storage_options:
         reader = reader.option("storageOptions", json.dumps(storage_options))
-    wanted = partitions or 2 * spark.sparkContext.defaultParallelism
+    from statekit.spark.session import default_parallelism
+
+    wanted = partitions or 2 * default_parallelism(spark)
     reader = reader.option("minPartitions", str(wanted))
     for key, value in (options or {}).items():
         reader = reader.option(key, value)

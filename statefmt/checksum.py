@@ -57,7 +57,7 @@ def _power_tables() -> list[list[int]]:
     tables = []
     for j in range(8):
         row = [_ONE]
-        for b in range(1, 256):
+        for _ in range(1, 256):
             row.append(_multmodp(row[-1], x8[8 * j]))
         tables.append(row)
     return tables

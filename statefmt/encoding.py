@@ -29,6 +29,7 @@ pyarrow is imported lazily.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -255,7 +256,29 @@ def python_values(column: Any) -> list[Any]:
     physical = _physical(column.type)
     if physical != column.type:
         column = column.cast(physical)
-    return column.to_pylist(maps_as_pydicts="strict")  # type: ignore[no-any-return]
+    if _has_map(physical):  # maps_as_pydicts takes pyarrow's slow path: only where a map is
+        return column.to_pylist(maps_as_pydicts="strict")  # type: ignore[no-any-return]
+    kind = str(physical)
+    if kind in ("int64", "double") and len(column) and not column.null_count and sys.byteorder == "little":
+        # a null-free int64/double column: its data buffer is the values (little-endian)
+        start = 8 * column.offset
+        view = memoryview(column.buffers()[1])[start:start + 8 * len(column)]
+        values: list[Any] = (view.cast("q") if kind == "int64" else view.cast("d")).tolist()
+        return values
+    return column.to_pylist()  # type: ignore[no-any-return]
+
+
+def _has_map(arrow_type: pa.DataType) -> bool:
+    """Whether a map type occurs anywhere in ``arrow_type``."""
+    import pyarrow.types as t
+
+    if t.is_map(arrow_type):
+        return True
+    if t.is_list(arrow_type) or t.is_large_list(arrow_type) or t.is_fixed_size_list(arrow_type):
+        return _has_map(arrow_type.value_type)
+    if t.is_struct(arrow_type):
+        return any(_has_map(f.type) for f in arrow_type)
+    return False
 
 
 # ---------------------------------------------------------------- the block codec

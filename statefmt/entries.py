@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from functools import partial
-from itertools import repeat
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from statekit.statefmt.encoding import (
@@ -288,26 +287,34 @@ class StateCodec:
                              for v in values], pa.binary())
         return pa.array(serialize_many(self.value, values, "value"), pa.binary())
 
-    def decode_keyed_batch(self, batch: pa.RecordBatch) -> Iterator[KeyedStateEntry | MapStateEntry]:
-        """Decoded entries of one block, a column at a time."""
+    def decode_keyed_columns(self, batch: pa.RecordBatch) -> dict[str, list[Any]]:
+        """The decoded columns of one block as Python lists of equal length, one element per
+        entry: ``key``, ``namespace``, ``value``, ``expiry`` and, for map state,
+        ``user_key``. Decoded a column at a time, no object per entry."""
         import pyarrow.compute as pc
 
         assert self.key is not None
         n, source = batch.num_rows, self.source
-        keys = deserialize_column(self.key, batch.column("key"), "key", source)
+        columns: dict[str, list[Any]] = {"key": deserialize_column(self.key, batch.column("key"), "key", source)}
         namespace = batch.column("namespace")
-        namespaces: Iterable[Any] = repeat(None, n)
-        if (pc.max(pc.binary_length(namespace)).as_py() or 0) > 0:
-            namespaces = [None if not ns else self.decode_namespace(ns) for ns in namespace.to_pylist()]
-        expiry = batch.column("expiry")
-        expiries: Iterable[Any] = repeat(None, n) if expiry.null_count == n else expiry.to_pylist()
-        values = self.decode_values(batch.column("value"))
+        columns["namespace"] = [None] * n
+        if n and (pc.max(pc.binary_length(namespace)).as_py() or 0) > 0:
+            columns["namespace"] = [None if not ns else self.decode_namespace(ns) for ns in namespace.to_pylist()]
         if self.descriptor.kind is StateKind.MAP:
             assert self.user_key is not None
-            user_keys = deserialize_column(self.user_key, batch.column("user_key"), "user key", source)
-            yield from map(_new_map_entry, zip(keys, user_keys, values, namespaces, expiries))
-            return
-        yield from map(_new_keyed_entry, zip(keys, namespaces, values, expiries))
+            columns["user_key"] = deserialize_column(self.user_key, batch.column("user_key"), "user key", source)
+        columns["value"] = self.decode_values(batch.column("value"))
+        expiry = batch.column("expiry")
+        columns["expiry"] = [None] * n if expiry.null_count == n else expiry.to_pylist()
+        return columns
+
+    def decode_keyed_batch(self, batch: pa.RecordBatch) -> Iterator[KeyedStateEntry | MapStateEntry]:
+        """Decoded entries of one block (its columns decoded when this is called; an
+        iterator, not a generator, so a reader chaining blocks adds no frame per entry)."""
+        c = self.decode_keyed_columns(batch)
+        if self.descriptor.kind is StateKind.MAP:
+            return map(_new_map_entry, zip(c["key"], c["user_key"], c["value"], c["namespace"], c["expiry"]))
+        return map(_new_keyed_entry, zip(c["key"], c["namespace"], c["value"], c["expiry"]))
 
     def decode_operator_batch(self, batch: pa.RecordBatch) -> list[Any]:
         columns = batch.to_pydict()
@@ -491,7 +498,9 @@ def _drop_superseded(ordered: pa.Table, identity: tuple[str, ...]) -> pa.Table:
     for name in identity:
         column = ordered.column(name).combine_chunks()
         left, right = column.slice(0, n - 1), column.slice(1)
-        equal = pc.fill_null(pc.equal(left, right), pc.and_(pc.is_null(left), pc.is_null(right)))
+        equal = pc.equal(left, right)
+        if column.null_count:  # two nulls are the same identity
+            equal = pc.fill_null(equal, pc.and_(pc.is_null(left), pc.is_null(right)))
         same = equal if same is None else pc.and_(same, equal)
         if not pc.any(same).as_py():
             return ordered

@@ -224,8 +224,13 @@ def _msgpack_strings(text: pa.Array) -> pa.Array | None:
     import pyarrow.compute as pc
 
     lengths = pc.binary_length(text)
-    if len(text) and (pc.max(lengths).as_py() or 0) >= len(_MSGPACK_STR_HEADERS):
+    bounds = pc.min_max(lengths).as_py()
+    shortest, longest = bounds["min"] or 0, bounds["max"] or 0
+    if longest >= len(_MSGPACK_STR_HEADERS):
         return None
+    if len(text) and shortest == longest:  # one length (fixed-width keys): one header for all
+        return pc.binary_replace_slice(text.cast(pa.binary()), start=0, stop=0,
+                                       replacement=_MSGPACK_STR_HEADERS[longest])
     headers = pc.take(pa.array(_MSGPACK_STR_HEADERS, pa.binary()), lengths)
     return pc.binary_join_element_wise(headers, text.cast(pa.binary()), pa.scalar(b"", pa.binary()))
 

@@ -24,8 +24,15 @@ from dataclasses import dataclass, field
 from statekit.statefmt.channel_state import ChannelStateFile
 from statekit.statefmt.job_id import new_job_id
 from statekit.statefmt.keygroups import compute_key_group_range_for_operator_index
-from statekit.statefmt.metadata import CheckpointMetadata, OperatorMetadata, SnapshotFormat, SnapshotKind
-from statekit.statefmt.metadata import StateDescriptor, StateFile, SubtaskState
+from statekit.statefmt.metadata import (
+    CheckpointMetadata,
+    OperatorMetadata,
+    SnapshotFormat,
+    SnapshotKind,
+    StateDescriptor,
+    StateFile,
+    SubtaskState,
+)
 from statekit.statefmt.native_state import NativeKeyedState
 
 __all__ = ["SnapshotMetadataBuilder", "operator_metadata", "subtask_states"]

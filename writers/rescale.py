@@ -32,24 +32,24 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from statekit.readers.progress import Advance, ProgressFactory, no_progress
 from statekit.readers.savepoint_reader import SavepointReader
 from statekit.statefmt import layout
-from statekit.statefmt.errors import BadInputError, CorruptStateError, StateNotFoundError
+from statekit.statefmt.encoding import BlockCodec, current_write_format, is_serialized, keyed_schema
+from statekit.statefmt.entries import StateCodec
+from statekit.statefmt.errors import BadInputError, StateNotFoundError
 from statekit.statefmt.fileio import FileIO
 from statekit.statefmt.keygroups import (
     KeyGroupRange,
     check_parallelism,
     compute_key_group_range_for_operator_index,
 )
-from statekit.statefmt.encoding import BlockCodec, current_write_format, is_serialized, keyed_schema
-from statekit.statefmt.entries import StateCodec
 from statekit.statefmt.metadata import OperatorMetadata, StateDescriptor, StateFile, SubtaskState
 from statekit.statefmt.statefile import IndexEntry
 from statekit.writers.key_group_sorter import DEFAULT_MEMORY_BUDGET, DuplicateMode, KeyGroupSorter, sort_key_group_table
 from statekit.writers.metadata_builder import SnapshotMetadataBuilder, subtask_states
 from statekit.writers.operator_copy import copy_operator
 from statekit.writers.operator_state_redistribution import planned_operator_elements, redistribute_operator_state
-from statekit.readers.progress import Advance, ProgressFactory, no_progress
 from statekit.writers.staging import check_output_dir, staged_output_dir
 from statekit.writers.state_writer import BlockRun, commit_metadata, write_block_runs, write_keyed_file
 
@@ -460,7 +460,8 @@ def rescale_savepoint(
     """
     started = time.monotonic()
     progress = progress or no_progress
-    reader = SavepointReader.read(source, storage_options=storage_options)
+    # a native snapshot is rescaled from its canonical view: the output is canonical
+    reader = SavepointReader.read(source, storage_options=storage_options).canonical()
     targets = _targets(reader, parallelism, operator_parallelism or {}, max_parallelism)
     report = RescaleReport(source=reader.path, output=None, dry_run=dry_run)
     if output is not None:

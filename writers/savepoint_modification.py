@@ -66,7 +66,7 @@ class ModifyReport:
             "source": self.source, "output": self.output, "dry_run": self.dry_run,
             "removed_operators": self.removed_operators,
             "removed_states": [f"{uid}/{state}" for uid, state in self.removed_states],
-            "renamed": {old: new for old, new in self.renamed},
+            "renamed": dict(self.renamed),
             "operators": [op.to_json() for op in self.operators],
             "bytes": self.bytes, "elapsed_s": round(self.elapsed_s, 3),
         }

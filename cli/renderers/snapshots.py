@@ -52,12 +52,36 @@ def snapshot_inspection(console: Console, r: SnapshotInspection) -> None:
         print_table(console, "Subtasks", ["uid", "subtask", "key groups", "state", "bytes / entries"],
                     [[op.uid, str(i), _key_groups(op, i), s.name, _subtask_cell(s, i)]
                      for op in r.operators for s in op.states for i in range(len(op.key_group_ranges))])
+        for op in r.operators:
+            _window_tables(console, op)
         return
     for op in r.operators:
         print_table(console, f"Operator {op.uid!r}", _STATE_COLUMNS, [_state_row(s) for s in op.states])
         print_table(console, None, ["subtask", "key groups", *(f"{s.name} bytes / entries" for s in op.states)],
                     [[str(i), _key_groups(op, i), *(_subtask_cell(s, i) for s in op.states)]
                      for i in range(len(op.key_group_ranges))])
+        _window_tables(console, op)
+
+
+def _window_tables(console: Console, op: OperatorInspection) -> None:
+    """A window operator's window states (pairs, windows, range covered) and pending timers."""
+    w = op.windows
+    if w is None:
+        return
+    print_table(console, f"Windows of {op.uid!r}",
+                ["state", "entries", "(key, window) pairs", "windows", "global window pairs", "window range"],
+                [[s.state, str(s.entries), str(s.key_window_pairs), str(s.windows), str(s.global_window_pairs),
+                  _span(s.earliest_start, s.latest_end)] for s in w.states])
+    print_table(console, f"Pending timers of {op.uid!r} ({w.pending_timers})", ["domain", "timers", "earliest", "latest"],
+                [[t.domain, str(t.count), _stamp(t.earliest), _stamp(t.latest)] for t in w.timers])
+
+
+def _stamp(ms: int | None) -> str:
+    return "-" if ms is None else f"{timestamp(ms)} ({ms})"
+
+
+def _span(start: int | None, end: int | None) -> str:
+    return "-" if start is None or end is None else f"[{_stamp(start)}, {_stamp(end)})"
 
 
 def _state_row(s: StateInspection) -> list[str]:

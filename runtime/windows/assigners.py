@@ -32,6 +32,9 @@ class WindowAssigner(ABC):
 
     is_event_time: bool = True
     is_merging: bool = False
+    # whether assign_windows depends on the timestamp only (never on the element), so the
+    # windows of a timestamp may be reused for the next record with that timestamp
+    by_timestamp_only: bool = False
 
     @abstractmethod
     def assign_windows(self, element: Any, timestamp: int) -> list[Window]:
@@ -43,6 +46,8 @@ class WindowAssigner(ABC):
 
 
 class _Tumbling(WindowAssigner):
+    by_timestamp_only = True
+
     def __init__(self, size_ms: int, offset_ms: int = 0) -> None:
         self.size = _positive("size", size_ms)
         if not 0 <= offset_ms < size_ms:
@@ -79,6 +84,8 @@ class TumblingProcessingTimeWindows(_Tumbling):
 
 
 class _Sliding(WindowAssigner):
+    by_timestamp_only = True
+
     def __init__(self, size_ms: int, slide_ms: int, offset_ms: int = 0) -> None:
         self.size = _positive("size", size_ms)
         self.slide = _positive("slide", slide_ms)

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
+from statekit.readers.window_state import WINDOW_CONTENTS_STATE, WINDOW_TRIGGER_STATE
 from statekit.runtime.backend import hashable
 from statekit.runtime.channels import CheckpointOptions
 from statekit.runtime.operators import OperatorSnapshot, StreamOperator
@@ -39,8 +40,9 @@ from statekit.statefmt.errors import BadInputError
 
 __all__ = ["WindowSpec", "WindowOperator", "WINDOW_CONTENTS", "WINDOW_TRIGGER"]
 
-WINDOW_CONTENTS = MapStateDescriptor("window-contents", key_type="list<int>")
-WINDOW_TRIGGER = MapStateDescriptor("window-trigger")
+# the names statekit.readers.window_state recognises offline
+WINDOW_CONTENTS = MapStateDescriptor(WINDOW_CONTENTS_STATE, key_type="list<int>")
+WINDOW_TRIGGER = MapStateDescriptor(WINDOW_TRIGGER_STATE)
 WINDOW_WATERMARK = ListStateDescriptor("_watermark", value_type="int")
 _MUTABLE = (list, dict, set, bytearray)
 
@@ -236,7 +238,7 @@ class WindowOperator(StreamOperator):
         the general handler does with that trigger, inlined (the hot path)."""
         selector, backend = self.ctx.key_selector, self.keyed_backend
         assert selector is not None and backend is not None
-        element, assign, timers = self.element_time, self.assigner.assign_windows, self.window_timers
+        element, assign, timers = self.element_time, self._window_cache(), self.window_timers
         registered, register, lateness = timers.registered, timers.register, self.lateness
         add, apply, late_tag, uid = self._adder(), self._apply, self.spec.late_tag, self.ctx.uid
         fire = TriggerResult.FIRE
@@ -255,7 +257,7 @@ class WindowOperator(StreamOperator):
             watermark = timers.watermark
             hashed = key if key.__class__ is str or key.__class__ is int else hashable(key)
             on_time = False
-            for window in cast("list[TimeWindow]", assign(value, timestamp)):  # event-time assigners
+            for window in assign(value, timestamp):
                 end = window.end - 1
                 cleanup = end + lateness
                 if cleanup <= watermark:
@@ -264,7 +266,8 @@ class WindowOperator(StreamOperator):
                 add(window, value)
                 if end <= watermark:  # a late firing within the allowed lateness
                     apply(key, window, fire)
-                if known.get(hashed) == window:
+                seen = known.get(hashed)
+                if seen is window or seen == window:
                     continue
                 if end > watermark and (EVENT_TIME, end, hashed, window) not in registered:
                     register(EVENT_TIME, end, window)
@@ -275,6 +278,23 @@ class WindowOperator(StreamOperator):
                 self.side_output(late_tag, value)
 
         return handle
+
+    def _window_cache(self) -> Callable[[Any, int], list[TimeWindow]]:
+        """The event-time assigner's ``assign_windows``; for one that depends on the timestamp
+        only, reusing the windows of the last timestamp (records mostly come in time order)."""
+        assign = cast("Callable[[Any, int], list[TimeWindow]]", self.assigner.assign_windows)
+        if not self.assigner.by_timestamp_only:
+            return assign
+        last: list[Any] = [None, []]  # [timestamp, its windows]; the lists are never changed
+
+        def cached(value: Any, timestamp: int) -> list[TimeWindow]:
+            if timestamp == last[0]:
+                return last[1]  # type: ignore[no-any-return]
+            windows = assign(value, timestamp)
+            last[0], last[1] = timestamp, windows
+            return windows
+
+        return cached
 
     def _adder(self) -> Callable[[Window, Any], None]:
         contents, spec = self.contents, self.spec

@@ -131,7 +131,7 @@ Modify plan for {savepoint} (dry run: nothing written)
 uid ┃ was     ┃ parallelism ┃ max parallelism ┃ states         ┃ files ┃ bytes  
 ━━━━╇━━━━━━━━━╇━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━╇━━━━━━━╇━━━━━━━━
 c2  │ counter │ 2           │ 8               │ count, offsets │ 4     │ 4.9 KiB
-"""
+"""  # noqa: W291 (rich pads the last column)
     out = str(tmp_path / "out")
     result = invoke("--json", "modify", savepoint, "-o", out, "--rename-uid", "counter=c2",
                     "--remove-state", "counter/offsets")

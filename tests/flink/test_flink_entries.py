@@ -174,7 +174,8 @@ def _java_string(text: str) -> bytes:
 def test_map_state_with_variable_key_and_namespace_decodes_the_length_suffixes() -> None:
     import struct
 
-    from statekit.flink.decoding import decode_entry as _decode, flink_state_decoder
+    from statekit.flink.decoding import decode_entry as _decode
+    from statekit.flink.decoding import flink_state_decoder
 
     meta = _meta("map", _node("String"), _node("String"), _node("Map", _node("Int"), _node("Long")))
     decoder = flink_state_decoder(meta, "s", source="f")
@@ -192,7 +193,8 @@ def test_map_state_with_variable_key_and_namespace_decodes_the_length_suffixes()
 def test_fixed_length_namespace_means_no_length_suffix() -> None:
     import struct
 
-    from statekit.flink.decoding import decode_entry as _decode, flink_state_decoder
+    from statekit.flink.decoding import decode_entry as _decode
+    from statekit.flink.decoding import flink_state_decoder
 
     decoder = flink_state_decoder(_meta("value", _node("String"), _node("Void"), _node("Long")), "s", source="f")
     assert not decoder.ambiguous_key
@@ -219,7 +221,8 @@ def test_headers_that_cannot_be_decoded_name_the_serializer() -> None:
 def test_a_wrong_length_suffix_is_damage_and_long_keys_take_two_suffix_bytes() -> None:
     import struct
 
-    from statekit.flink.decoding import decode_entry as _decode, flink_state_decoder
+    from statekit.flink.decoding import decode_entry as _decode
+    from statekit.flink.decoding import flink_state_decoder
 
     decoder = flink_state_decoder(_meta("value", _node("String"), _node("String"), _node("Long")), "s", source="f")
     long_key = b"\x81\x02" + b"k" * 256  # StringValue length 257 -> 256 chars: 258 key bytes

@@ -17,8 +17,14 @@ import pytest
 
 from statekit.flink import open_flink_snapshot
 from statekit.flink.entries import FlinkKeyedEntry, decodable_states, read_keyed_state
-from statekit.flink.model import KeyedHandleKind, KeyedStateHandle, KeyGroupRange, NamedStreamHandle, StreamHandle
-from statekit.flink.model import StreamHandleKind
+from statekit.flink.model import (
+    KeyedHandleKind,
+    KeyedStateHandle,
+    KeyGroupRange,
+    NamedStreamHandle,
+    StreamHandle,
+    StreamHandleKind,
+)
 from statekit.flink.rocksdb import TEMP_PREFIX, materialized_rocksdb
 from statekit.statefmt.errors import BadInputError, CorruptStateError, UnsafePathError
 
@@ -169,9 +175,8 @@ def test_a_local_name_that_is_not_a_plain_file_name_is_refused(pyflink_jobs: Any
     inline = StreamHandle(StreamHandleKind.BYTE_STREAM, 1, 0, name="x", data=b"x")
     handle = KeyedStateHandle(KeyedHandleKind.INCREMENTAL, 11, 0, KeyGroupRange(0, 0),
                               shared=(NamedStreamHandle("../escape.sst", inline),))
-    with pytest.raises(UnsafePathError, match="not a plain file name"):
-        with materialized_rocksdb(snapshot, handle):
-            pass
+    with pytest.raises(UnsafePathError, match="not a plain file name"), materialized_rocksdb(snapshot, handle):
+        pass
 
 
 @pytest.mark.s3

@@ -297,7 +297,7 @@ def test_open_and_verify_savepoint_on_s3(flink_golden: Any, s3_server: dict[str,
     options = s3_server["storage_options"]
     summary = inspect_flink_snapshot(target, storage_options=options)
     assert summary.checkpoint_id == 5
-    assert [s.name for s in summary.operators[1].keyed_states][0] == "python-state-count"
+    assert next(s.name for s in summary.operators[1].keyed_states) == "python-state-count"
     assert verify_flink_snapshot(target, storage_options=options) == []
     (entry,) = list_flink_checkpoints(f"{s3_bucket}/savepoints", storage_options=options)
     assert entry.complete and entry.kind == "savepoint"

@@ -16,7 +16,7 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-from fuzz_cases import SNAPSHOT_NAME, read_body, write_base_snapshot
+from fuzz_cases import SNAPSHOT_NAME, read_body, write_base_snapshot  # noqa: E402 (needs the sys.path entry)
 
 
 @pytest.fixture(scope="session")

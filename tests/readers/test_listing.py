@@ -47,6 +47,17 @@ def test_a_single_snapshot_and_its_metadata(tmp_path: Path) -> None:
     assert row.status == "complete" and row.kind == "savepoint" and row.path == str(tmp_path / "sp")
 
 
+def test_folders_of_snapshots_with_any_names(tmp_path: Path) -> None:
+    """A folder holding a _metadata is a snapshot whatever its name (it was listed as an unreadable
+    Apache Flink snapshot when the statekit listing knew only chk-N and savepoint-* names)."""
+    write(str(tmp_path / "before-upgrade"))
+    write(str(tmp_path / "nightly"))
+    (tmp_path / "notes").mkdir()
+    listing = list_checkpoints(str(tmp_path))
+    assert [(Path(c.path).name, c.status, c.kind) for c in listing.listings] == [
+        ("before-upgrade", "complete", "savepoint"), ("nightly", "complete", "savepoint")]
+
+
 def test_refusals(tmp_path: Path) -> None:
     with pytest.raises(PathNotFoundError):
         list_checkpoints(str(tmp_path / "missing"))

@@ -141,7 +141,7 @@ class TestReaderWriterContract:
         assert [op.uid for op in reader.operators] == ["counter-v2"]
         assert [d.name for d in reader.operator("counter-v2").states] == ["count", "attrs", "window-sum", "average"]
         assert [e.value for e in reader.read_keyed_state("counter-v2", "count")] == [7, 3, -1]
-        assert [f.path for f in reader.metadata.files()][0] == "counter-v2/count/00000-of-00002.sks"
+        assert next(f.path for f in reader.metadata.files()) == "counter-v2/count/00000-of-00002.sks"
         assert verify_snapshot(out, storage_options=backend.storage_options).ok
 
     def test_offline_library_functions(self, backend: Backend) -> None:
@@ -189,7 +189,7 @@ class TestReaderWriterContract:
         import statekit.writers.savepoint_writer as savepoint_writer
 
         calls = {"n": 0}
-        original = getattr(savepoint_writer, "write_keyed_file")
+        original = savepoint_writer.write_keyed_file
 
         def failing(*args: Any, **kwargs: Any) -> Any:
             calls["n"] += 1

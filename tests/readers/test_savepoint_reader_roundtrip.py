@@ -154,7 +154,7 @@ def test_read_keyed_state_of_selected_key_groups(key_list: list[Any], shape: tup
         got = [e.key for e in reader.read_keyed_state("op", "v", key_groups=chosen)]
         assert sorted(got, key=repr) == sorted((k for k in key_list if groups[k] in chosen), key=repr)
         batches = list(reader.read_keyed_batches("op", "v", key_groups=chosen))
-        assert [kg for _, kg, _ in batches] == sorted(set(groups[k] for k in key_list) & chosen)
+        assert [kg for _, kg, _ in batches] == sorted({groups[k] for k in key_list} & chosen)
         raw = list(reader.read_raw_blocks("op", "v", key_groups=chosen))
         assert [e.key_group for _, e, _ in raw] == [kg for _, kg, _ in batches]
     finally:

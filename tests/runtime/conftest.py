@@ -19,7 +19,7 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-from postgres_server import MISSING_BINARIES, PostgresServer, find_postgres_bin
+from postgres_server import MISSING_BINARIES, PostgresServer, find_postgres_bin  # noqa: E402 (needs the sys.path entry)
 
 
 @pytest.fixture(scope="session")

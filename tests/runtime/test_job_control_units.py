@@ -25,7 +25,14 @@ from click.testing import CliRunner
 from statekit.cli.main import cli
 from statekit.runtime import control
 from statekit.runtime.job import JobHandle, JobStatus, JobVertex
-from statekit.runtime.registry import CRASHED, JobEntry, JobRegistry, current_process_entry, new_job_id, process_start_ticks
+from statekit.runtime.registry import (
+    CRASHED,
+    JobEntry,
+    JobRegistry,
+    current_process_entry,
+    new_job_id,
+    process_start_ticks,
+)
 from statekit.runtime.rest import JobRestServer
 from statekit.statefmt.errors import BadInputError, JobError
 

@@ -234,7 +234,8 @@ def test_restores_at_other_parallelisms_stay_exactly_once(tmp_path: Path, postgr
         command = launcher(WORDCOUNT_POSTGRES, checkpoints, job, parallelism=parallelism,
                            restore=job_dir if done else None)
         process = subprocess.Popen([*command, *wordcount_args(tmp_path / "in", postgres_dsn)], stderr=subprocess.PIPE)
-        wait_for(lambda: latest_checkpoint(job_dir) >= (done[-1] if done else 0) + 2, process, "two checkpoints")
+        first = (done[-1] if done else 0) + 2
+        wait_for(lambda first=first: latest_checkpoint(job_dir) >= first, process, "two checkpoints")
         wait_for(lambda: checkpoint_in_progress(job_dir), process, "a checkpoint in progress", timeout=5)
         kill(process)
     finish([*launcher(WORDCOUNT_POSTGRES, checkpoints, job, parallelism=1, restore=job_dir),
@@ -286,13 +287,13 @@ def test_soak_sigkills_rescales_and_server_crashes(
         command = launcher(WORDCOUNT_POSTGRES, checkpoints, job, parallelism=(2, 3, 1, 4)[attempt % 4],
                            restore=job_dir if done else None, interval="50ms")
         process = subprocess.Popen([*command, *wordcount_args(tmp_path / "in", postgres_dsn)], stderr=subprocess.PIPE)
-        wait_for(lambda: latest_checkpoint(job_dir) > start, process, "a checkpoint", timeout=60)
+        wait_for(lambda start=start: latest_checkpoint(job_dir) > start, process, "a checkpoint", timeout=60)
         if attempt % 4 == 3:
             postgres_server.stop("immediate")
             postgres_server.start()
             crashes += 1
             after = latest_checkpoint(job_dir)
-            wait_for(lambda: latest_checkpoint(job_dir) > after, process, "a checkpoint after the crash",
+            wait_for(lambda after=after: latest_checkpoint(job_dir) > after, process, "a checkpoint after the crash",
                      timeout=60)
         if rng.random() < 0.5:
             wait_for(lambda: checkpoint_in_progress(job_dir), process, "a checkpoint in progress", timeout=5)

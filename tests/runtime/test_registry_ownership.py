@@ -21,8 +21,8 @@ from click.testing import CliRunner
 
 from statekit.cli.main import cli
 from statekit.runtime import control
-from statekit.runtime.job import JobHandle, JobStatus, JobVertex
 from statekit.runtime import registry as registry_module
+from statekit.runtime.job import JobHandle, JobStatus, JobVertex
 from statekit.runtime.registry import JobEntry, JobRegistry, current_process_entry, new_job_id, process_alive
 from statekit.runtime.rest import JobRestServer
 from statekit.statefmt.errors import BadInputError, JobError

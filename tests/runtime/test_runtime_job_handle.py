@@ -128,7 +128,7 @@ def test_cancel_retains_or_deletes_checkpoints(tmp_path: Path) -> None:
         root.mkdir()
         env, _ = watch_job(root, externalized_cleanup=cleanup)
         handle = env.execute_async("cancelled")
-        wait_for(lambda: handle.checkpoint_stats()["counts"]["completed"] >= 2)
+        wait_for(lambda handle=handle: handle.checkpoint_stats()["counts"]["completed"] >= 2)
         handle.cancel()
         assert handle.wait(10) is JobStatus.CANCELED
         left = glob.glob(str(root / "chk" / handle.job_id / "chk-*"))

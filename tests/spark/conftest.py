@@ -126,3 +126,33 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         yield cluster
     finally:
         cluster.stop()
+
+
+def connect_server_module() -> Any:
+    """``tests/spark/connect_server.py``, loaded by its path (like :func:`cluster_module`)."""
+    name = "statekit_tests_spark_connect_server"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("connect_server.py"))
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+@pytest.fixture(scope="session")
+def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A Spark Connect server (master local[2]) on 127.0.0.1 whose Python workers cannot import
+    statekit (it must ship itself), for the whole run; its log stays under ``spark-connect*/``.
+    Skipped only when the Spark Connect client packages (the ``connect`` extra) are missing."""
+    pytest.importorskip("pyspark")
+    module = connect_server_module()
+    missing = module.missing_client_modules()
+    if missing:
+        pytest.skip(f"Spark Connect client packages missing ({', '.join(missing)}): install statekit[connect]")
+    directory = tmp_path_factory.mktemp("spark-connect")
+    server = module.ConnectServer(directory, python=cluster_module().python_without_statekit(directory)).start()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -36,10 +36,9 @@ def test_write_atomic_and_read(root: str) -> None:
 
 def test_open_output_appears_only_on_clean_exit(root: str) -> None:
     io, path = FileIO.for_path(f"{root}/out.sks")
-    with pytest.raises(RuntimeError):
-        with io.open_output(path) as out:
-            out.write(b"half")
-            raise RuntimeError("crash")
+    with pytest.raises(RuntimeError), io.open_output(path) as out:
+        out.write(b"half")
+        raise RuntimeError("crash")
     assert not io.exists(path)
     if io.is_local:
         assert os.listdir(os.path.dirname(path)) == []  # no temp file left behind
@@ -80,7 +79,7 @@ def test_typed_errors(tmp_path: Path) -> None:
 def test_urls(tmp_path: Path) -> None:
     io, path = FileIO.for_path(f"file://{tmp_path}/x/")
     assert io.is_local and path == f"{tmp_path}/x" and io.url(path) == path
-    relative_io, relative = FileIO.for_path("relative/dir")
+    _, relative = FileIO.for_path("relative/dir")
     assert relative == os.path.abspath("relative/dir")
     memory, mpath = FileIO.for_path("memory://bucket/key")
     assert not memory.is_local and memory.url(mpath).startswith("memory://") and mpath.endswith("bucket/key")
@@ -103,10 +102,9 @@ def test_s3_open_output_and_write_atomic(s3_bucket: str, s3_server: dict[str, ob
     options = s3_server["storage_options"]
     assert isinstance(options, dict)
     io, path = FileIO.for_path(f"{s3_bucket}/dir/out.sks", options)
-    with pytest.raises(RuntimeError):
-        with io.open_output(path) as out:
-            out.write(b"x" * (6 << 20))  # beyond one multipart chunk
-            raise RuntimeError("crash")
+    with pytest.raises(RuntimeError), io.open_output(path) as out:
+        out.write(b"x" * (6 << 20))  # beyond one multipart chunk
+        raise RuntimeError("crash")
     assert not io.exists(path)
     with io.open_output(path) as out:
         out.write(b"whole")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import mmh3
 import msgpack
 import pytest
@@ -70,7 +72,7 @@ def test_ranges_partition_all_key_groups(mp: tuple[int, int]) -> None:
     max_parallelism, parallelism = mp
     ranges = [compute_key_group_range_for_operator_index(max_parallelism, parallelism, i) for i in range(parallelism)]
     assert ranges[0].start == 0 and ranges[-1].end == max_parallelism - 1
-    for previous, current in zip(ranges, ranges[1:]):
+    for previous, current in itertools.pairwise(ranges):
         assert current.start == previous.end + 1
     assert all(len(r) >= 1 for r in ranges)
     sizes = {len(r) for r in ranges}

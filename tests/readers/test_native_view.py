@@ -1,0 +1,146 @@
+"""The canonical view of a native (incremental RocksDB) checkpoint: read, inspect, diff and
+rescale it as if it were the canonical savepoint of the same state."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from statekit.readers.diff import DiffSpec
+from statekit.readers.inspection import inspect_snapshot
+from statekit.readers.native_view import NativeView, canonical_view
+from statekit.readers.savepoint_reader import SavepointReader
+from statekit.readers.snapshot import open_snapshot
+from statekit.statefmt.errors import CorruptStateError
+from statekit.statefmt.metadata import SnapshotFormat
+from statekit.writers.diff_output import write_diff
+from statekit.writers.rescale import rescale_savepoint
+
+pytest.importorskip("rocksdict")
+
+ROOT = Path(__file__).resolve().parents[2]
+WORDS = [f"word{chr(97 + i)}{chr(97 + j)}" for i in range(26) for j in range(8)]
+
+
+def _launch(*args: str) -> None:
+    command = [sys.executable, "-m", "statekit.runtime.launcher", "-p", "2", "--state-backend", "rocksdb", *args]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+@pytest.fixture(scope="module")
+def snapshots(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """An incremental RocksDB checkpoint of examples/wordcount.py and the canonical savepoint
+    of the same state (the job restored from the checkpoint, with no input left to read)."""
+    base = tmp_path_factory.mktemp("native")
+    texts = base / "in"
+    texts.mkdir()
+    for f in range(3):
+        lines = (" ".join(WORDS[(f * 7 + i * j) % len(WORDS)] for j in range(12)) for i in range(3000))
+        (texts / f"t{f}.txt").write_text("\n".join(lines), encoding="utf-8")
+    wordcount = str(ROOT / "examples" / "wordcount.py")
+    _launch("--checkpoint-dir", str(base / "chk"), "--checkpoint-interval", "50ms", "--incremental",
+            "--externalized-cleanup", "retain", wordcount, "--input", str(texts), "--output", str(base / "out1"))
+    (job_dir,) = (base / "chk").iterdir()
+    checkpoint = max(job_dir.glob("chk-*"), key=lambda p: int(p.name[4:]))
+    _launch("-s", str(checkpoint), "--savepoint-on-finish", str(base / "sp"), wordcount,
+            "--input", str(texts), "--output", str(base / "out2"))
+    (savepoint,) = (base / "sp").iterdir()
+    return {"checkpoint": str(checkpoint), "savepoint": str(savepoint), "base": str(base)}
+
+
+@pytest.fixture
+def scratch_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The system temp directory, private to the test: where views put their scratch space."""
+    root = tmp_path / "tmp"
+    root.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(root))
+    return root
+
+
+def _counts(reader: SavepointReader) -> dict[Any, Any]:
+    return {e.key: e.value for e in reader.read_keyed_state("counter", "count")}
+
+
+def test_the_checkpoint_is_native_and_incremental(snapshots: dict[str, str]) -> None:
+    metadata = open_snapshot(snapshots["checkpoint"]).metadata
+    assert metadata.format is SnapshotFormat.NATIVE
+    assert any(f.shared for f in metadata.native_files()), "no SST file in the job's shared/"
+
+
+def test_read_keyed_state_equals_the_canonical_savepoint(snapshots: dict[str, str], scratch_root: Path) -> None:
+    native = SavepointReader.read(snapshots["checkpoint"])
+    expected = _counts(SavepointReader.read(snapshots["savepoint"]))
+    assert len(expected) > 100
+    assert _counts(native) == expected
+    view = native.canonical().snapshot
+    assert isinstance(view, NativeView) and view.url == native.path
+    assert view.metadata.format is SnapshotFormat.CANONICAL
+    assert list(scratch_root.iterdir()), "the view keeps its files while it is open"
+    view.close()
+    assert list(scratch_root.iterdir()) == []
+
+
+def test_inspect_shows_the_sizes_and_entries_of_the_native_state(snapshots: dict[str, str]) -> None:
+    inspection = inspect_snapshot(snapshots["checkpoint"])
+    assert inspection.format == "native"
+    counter = next(o for o in inspection.operators if o.uid == "counter")
+    count = next(s for s in counter.states if s.name == "count")
+    expected = len(_counts(SavepointReader.read(snapshots["savepoint"])))
+    assert count.entries == expected and count.bytes > 0
+    assert all(p["bytes"] > 0 for p in count.per_subtask)
+
+
+def test_diff_against_the_canonical_savepoint_is_equal(snapshots: dict[str, str]) -> None:
+    result = write_diff(DiffSpec(snapshots["checkpoint"], snapshots["savepoint"], operator="counter"))
+    assert result.equal, result.to_json()
+    (state,) = result.states
+    assert state.unchanged > 100 and state.changed == state.only_in_a == state.only_in_b == 0
+
+
+def test_rescale_gives_a_canonical_savepoint_of_the_same_entries(snapshots: dict[str, str], tmp_path: Path) -> None:
+    output = tmp_path / "rescaled"
+    rescale_savepoint(snapshots["checkpoint"], str(output), parallelism=3)
+    rescaled = SavepointReader.read(str(output))
+    assert rescaled.metadata.format is SnapshotFormat.CANONICAL
+    assert rescaled.operator("counter").parallelism == 3
+    assert _counts(rescaled) == _counts(SavepointReader.read(snapshots["savepoint"]))
+
+
+def test_a_damaged_shared_file_fails_and_leaves_no_scratch(snapshots: dict[str, str], tmp_path: Path,
+                                                           scratch_root: Path) -> None:
+    job = Path(snapshots["checkpoint"]).parent
+    copy = tmp_path / "job"
+    shutil.copytree(job, copy, symlinks=True)
+    snapshot = open_snapshot(str(copy / Path(snapshots["checkpoint"]).name))
+    shared = next(f for f in snapshot.metadata.native_files() if f.shared)
+    with open(snapshot.file_path(shared.path), "ab") as stream:
+        stream.write(b"x")
+    with pytest.raises(CorruptStateError, match="size"):
+        canonical_view(snapshot)
+    assert list(scratch_root.iterdir()) == []
+    assert os.path.getsize(snapshot.file_path(shared.path)) == shared.size + 1  # the snapshot was not touched
+
+
+@pytest.mark.spark
+def test_export_reads_the_native_state(snapshots: dict[str, str], tmp_path: Path) -> None:
+    pytest.importorskip("pyspark")
+    import pyarrow.dataset as ds
+    from click.testing import CliRunner
+
+    from statekit.cli.main import cli
+
+    out = tmp_path / "export"
+    result = CliRunner().invoke(cli, ["export", snapshots["checkpoint"], "-o", str(out), "--operator", "counter",
+                                      "--state", "count", "--master", "local[1]", "--json"])
+    assert result.exit_code == 0, result.output
+    table = ds.dataset(str(out / "operator_uid=counter" / "state_name=count"), format="parquet").to_table()
+    exported = dict(zip(table.column("key").to_pylist(), table.column("value").to_pylist()))
+    assert exported == _counts(SavepointReader.read(snapshots["savepoint"]))
