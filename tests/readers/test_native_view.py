@@ -29,8 +29,9 @@ ROOT = Path(__file__).resolve().parents[2]
 WORDS = [f"word{chr(97 + i)}{chr(97 + j)}" for i in range(26) for j in range(8)]
 
 
-def _launch(*args: str) -> None:
-    command = [sys.executable, "-m", "statekit.runtime.launcher", "-p", "2", "--state-backend", "rocksdb", *args]
+def _launch(*args: str, parallelism: int = 2, backend: str = "rocksdb") -> None:
+    command = [sys.executable, "-m", "statekit.runtime.launcher", "-p", str(parallelism), "--state-backend", backend,
+               *args]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
 
@@ -53,7 +54,7 @@ def snapshots(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     _launch("-s", str(checkpoint), "--savepoint-on-finish", str(base / "sp"), wordcount,
             "--input", str(texts), "--output", str(base / "out2"))
     (savepoint,) = (base / "sp").iterdir()
-    return {"checkpoint": str(checkpoint), "savepoint": str(savepoint), "base": str(base)}
+    return {"checkpoint": str(checkpoint), "savepoint": str(savepoint), "base": str(base), "texts": str(texts)}
 
 
 @pytest.fixture
@@ -144,3 +145,73 @@ def test_export_reads_the_native_state(snapshots: dict[str, str], tmp_path: Path
     table = ds.dataset(str(out / "operator_uid=counter" / "state_name=count"), format="parquet").to_table()
     exported = dict(zip(table.column("key").to_pylist(), table.column("value").to_pylist()))
     assert exported == _counts(SavepointReader.read(snapshots["savepoint"]))
+
+
+def test_a_hashmap_job_restores_the_native_checkpoint_at_a_new_parallelism(snapshots: dict[str, str],
+                                                                          tmp_path: Path) -> None:
+    _launch("-s", snapshots["checkpoint"], "--savepoint-on-finish", str(tmp_path / "sp"),
+            str(ROOT / "examples" / "wordcount.py"), "--input", snapshots["texts"], "--output", str(tmp_path / "out"),
+            parallelism=3, backend="hashmap")
+    (savepoint,) = (tmp_path / "sp").iterdir()
+    restored = SavepointReader.read(str(savepoint))
+    assert restored.operator("counter").parallelism == 3
+    assert _counts(restored) == _counts(SavepointReader.read(snapshots["savepoint"]))
+
+
+def _ttl_savepoints(tmp_path: Path) -> tuple[str, str]:
+    """(native, canonical) savepoints of one RocksDB backend holding TTL value, list and map state."""
+    from statekit.runtime.backend import SnapshotRequest, SubtaskScope, create_keyed_backend
+    from statekit.runtime.checkpoint_storage import CheckpointStorageLocation
+    from statekit.runtime.state import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
+    from statekit.runtime.ttl import ManualClock, StateTtlConfig
+    from statekit.statefmt.fileio import FileIO
+    from statekit.statefmt.keygroups import KeyGroupRange
+    from statekit.statefmt.metadata import CheckpointMetadata, OperatorMetadata, SnapshotKind, SubtaskState
+    from statekit.writers.state_writer import commit_metadata
+
+    clock = ManualClock(1_000_000)
+    backend = create_keyed_backend("rocksdb", SubtaskScope("op", 0, 1, 128, "msgpack", KeyGroupRange(0, 127)))
+    backend.ttl_clock = clock
+    try:
+        handles = []
+        for descriptor in (ValueStateDescriptor("v", "int"), ListStateDescriptor("l", "int"),
+                           MapStateDescriptor("m", "int")):
+            descriptor.enable_time_to_live(StateTtlConfig.new_builder(100).build())
+            handles.append(backend.get_state(descriptor))
+        value, listed, mapped = handles
+        for phase in (0, 1):
+            for i in range(20):
+                backend.current_key = f"k{i}"
+                if i % 2 == phase:
+                    value.update(i)  # type: ignore[attr-defined]
+                    mapped.put("u", i)  # type: ignore[attr-defined]
+                listed.add(phase)  # type: ignore[attr-defined]
+            clock.advance(50)
+        paths = []
+        for fmt in (SnapshotFormat.NATIVE, SnapshotFormat.CANONICAL):
+            io, path = FileIO.for_path(str(tmp_path / fmt.value))
+            location = CheckpointStorageLocation(io, path, path, 1, True)
+            if fmt is SnapshotFormat.NATIVE:
+                native = backend.native_snapshot(SnapshotRequest(1, native=True))
+                assert native is not None
+                subtask = SubtaskState(0, KeyGroupRange(0, 127), native=native.write_native(location))
+            else:
+                native = backend.snapshot()  # type: ignore[assignment]
+                subtask = SubtaskState(0, KeyGroupRange(0, 127), tuple(native.write(location)))  # type: ignore[attr-defined]
+            native.release()
+            op = OperatorMetadata("op", "op", 1, 128, "msgpack", tuple(backend.descriptors()), (subtask,))
+            commit_metadata(io, path, CheckpointMetadata("ab" * 16, 1, SnapshotKind.SAVEPOINT, fmt,
+                                                         CheckpointMetadata.now_ms(), (op,)))
+            paths.append(path)
+        return paths[0], paths[1]
+    finally:
+        backend.close()
+
+
+def test_ttl_states_read_with_their_expiry(tmp_path: Path) -> None:
+    native, canonical = _ttl_savepoints(tmp_path)
+    assert open_snapshot(native).metadata.format is SnapshotFormat.NATIVE
+    for state in ("v", "l", "m"):
+        got = sorted(map(tuple, SavepointReader.read(native).read_keyed_state("op", state)))
+        expected = sorted(map(tuple, SavepointReader.read(canonical).read_keyed_state("op", state)))
+        assert got == expected and len(got) == 20 and all(e[-1] is not None for e in got), state
