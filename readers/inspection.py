@@ -12,7 +12,7 @@ from typing import Any
 
 from statekit.readers.savepoint_reader import SavepointReader
 from statekit.readers.window_state import WindowInspection, inspect_windows
-from statekit.statefmt.metadata import StateDescriptor
+from statekit.statefmt.metadata import OperatorMetadata, StateDescriptor
 
 __all__ = ["SnapshotInspection", "OperatorInspection", "StateInspection", "SkewView", "inspect_snapshot"]
 
@@ -66,6 +66,8 @@ class OperatorInspection:
     entries: int
     states: list[StateInspection] = field(default_factory=list)
     windows: WindowInspection | None = None  # a window operator's window states and timers
+    # an unaligned checkpoint's in-flight records per subtask: {"subtask", "bytes", "records"}; None when it has none
+    in_flight: list[dict[str, int]] | None = None
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -93,6 +95,14 @@ class SnapshotInspection:
         return data
 
 
+def _in_flight(op: OperatorMetadata) -> list[dict[str, int]] | None:
+    """Bytes and records of the in-flight records each subtask stored (unaligned checkpoints)."""
+    files = [(s.index, s.channel_state) for s in op.subtasks if s.channel_state is not None]
+    if not files:
+        return None
+    return [{"subtask": index, "bytes": c.size, "records": c.records} for index, c in files]
+
+
 def inspect_snapshot(url: str, *, skew: bool = True, storage_options: dict[str, Any] | None = None) -> SnapshotInspection:
     reader = SavepointReader.read(url, storage_options=storage_options)
     md = reader.metadata
@@ -112,6 +122,7 @@ def inspect_snapshot(url: str, *, skew: bool = True, storage_options: dict[str, 
                 entries=sum(s.entries for s in states),
                 states=states,
                 windows=inspect_windows(reader, op.uid),
+                in_flight=_in_flight(op),
             )
         )
     return SnapshotInspection(

@@ -54,6 +54,7 @@ def snapshot_inspection(console: Console, r: SnapshotInspection) -> None:
                      for op in r.operators for s in op.states for i in range(len(op.key_group_ranges))])
         for op in r.operators:
             _window_tables(console, op)
+            _in_flight(console, op)
         return
     for op in r.operators:
         print_table(console, f"Operator {op.uid!r}", _STATE_COLUMNS, [_state_row(s) for s in op.states])
@@ -61,6 +62,14 @@ def snapshot_inspection(console: Console, r: SnapshotInspection) -> None:
                     [[str(i), _key_groups(op, i), *(_subtask_cell(s, i) for s in op.states)]
                      for i in range(len(op.key_group_ranges))])
         _window_tables(console, op)
+        _in_flight(console, op)
+
+
+def _in_flight(console: Console, op: OperatorInspection) -> None:
+    """The in-flight records an unaligned checkpoint stored for the operator, per subtask."""
+    if op.in_flight:
+        print_table(console, f"In-flight records of {op.uid!r} (unaligned checkpoint)", ["subtask", "bytes", "records"],
+                    [[str(f["subtask"]), human_bytes(f["bytes"]), str(f["records"])] for f in op.in_flight])
 
 
 def _window_tables(console: Console, op: OperatorInspection) -> None:

@@ -160,7 +160,7 @@ GOLDEN_INSPECTION: dict[str, Any] = {
     "kind": "savepoint", "format": "canonical", "created_at_ms": 1_700_000_000_000, "bytes": 6488, "entries": 20,
     "operators": [
         {"uid": "counter", "name": "Counter", "parallelism": 2, "max_parallelism": 4, "key_serializer": "msgpack",
-         "key_group_ranges": [[0, 1], [2, 3]], "bytes": 4704, "entries": 12, "windows": None, "states": [
+         "key_group_ranges": [[0, 1], [2, 3]], "bytes": 4704, "entries": 12, "windows": None, "in_flight": None, "states": [
              state_json("count", "value", "msgpack", "int", None, None, [(668, 2), (604, 1)],
                         skew(2, 592, 280.0, [2, 0, 0, 0, 0, 0, 0, 0, 1, 1])),
              state_json("events", "list", "msgpack", "string", None, None, [(676, 2), (44, 0)],
@@ -173,7 +173,7 @@ GOLDEN_INSPECTION: dict[str, Any] = {
                         skew(1, 544, 136.0, [3, 0, 0, 0, 0, 0, 0, 0, 0, 1])),
          ]},
         {"uid": "source", "name": "Source", "parallelism": 2, "max_parallelism": 4, "key_serializer": None,
-         "key_group_ranges": [[0, 1], [2, 3]], "bytes": 1784, "entries": 8, "windows": None, "states": [
+         "key_group_ranges": [[0, 1], [2, 3]], "bytes": 1784, "entries": 8, "windows": None, "in_flight": None, "states": [
              state_json("offsets", "operator-list", "int64", "int", None, None, [(356, 2), (332, 1)], None),
              state_json("watermarks", "union", "msgpack", "timestamp", None, None, [(340, 1), (44, 0)], None),
              state_json("rules", "broadcast", "msgpack", "json", "utf8", None, [(356, 2), (356, 2)], None),

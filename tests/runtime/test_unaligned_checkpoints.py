@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 from jobs_for_checkpoints import (
     SlowSink,
     completed,
@@ -21,6 +22,8 @@ from jobs_for_checkpoints import (
     summing_job,
 )
 
+from statekit.cli.main import cli
+from statekit.readers.inspection import inspect_snapshot
 from statekit.readers.verification import verify_snapshot
 from statekit.runtime.job import JobHandle, JobStatus
 from statekit.runtime.run_options import RunOptions
@@ -101,7 +104,7 @@ def test_an_unaligned_checkpoint_restores_its_in_flight_records_at_a_new_paralle
         assert keyed_sums(result.savepoint_path, options) == expected_sums(N)
 
 
-def test_verify_finds_a_damaged_channel_state_file(tmp_path: Path) -> None:
+def test_inspect_shows_and_verify_checks_the_in_flight_records(tmp_path: Path) -> None:
     handle = backpressured(str(tmp_path / "chk"), None, unaligned=True, retained=5)
     run_checkpoints(handle, 3)
     io, job_dir = FileIO.for_path(str(tmp_path / "chk" / handle.job_id))
@@ -109,6 +112,14 @@ def test_verify_finds_a_damaged_channel_state_file(tmp_path: Path) -> None:
     checkpoint_id, metadata = next((i, m) for i, m in sorted(retained.items()) if m.channel_files())
     directory = tmp_path / "chk" / handle.job_id / f"chk-{checkpoint_id}"
     assert verify_snapshot(str(directory)).ok
+
+    stored = {(op.uid, s.index): (s.channel_state.size, s.channel_state.records)
+              for op in metadata.operators for s in op.subtasks if s.channel_state is not None}
+    shown = {(op.uid, f["subtask"]): (f["bytes"], f["records"])
+             for op in inspect_snapshot(str(directory)).operators for f in op.in_flight or ()}
+    assert shown == stored and any(records > 0 for _, records in shown.values())
+    text = CliRunner().invoke(cli, ["inspect", str(directory)])
+    assert text.exit_code == 0 and "In-flight records of" in text.output, text.output
     channel = directory / metadata.channel_files()[0].path
     data = bytearray(channel.read_bytes())
     data[len(data) // 2] ^= 0xFF
