@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 import click
 
-from statekit.statefmt.errors import EXIT_BAD_INPUT, StatekitError
+from statekit.statefmt.errors import EXIT_BAD_INPUT, IncompatibleStateError, StatekitError
 
 __all__ = ["catch_exception", "error_json", "json_mode", "report_usage_error", "EXIT_INTERNAL", "EXIT_INTERRUPTED"]
 
@@ -113,7 +113,10 @@ def catch_exception(func: F) -> F:
         except (click.exceptions.Exit, click.Abort, SystemExit):
             raise
         except StatekitError as exc:
-            _fail(str(exc), exc.exit_code, exc.path, type(exc).__name__, reasons=True)
+            # only an incompatible restore lists several reasons, a line each; any other message
+            # (whose paths may hold newlines) is folded into one line
+            _fail(str(exc), exc.exit_code, exc.path, type(exc).__name__,
+                  reasons=isinstance(exc, IncompatibleStateError))
         except KeyboardInterrupt:
             _fail("interrupted", EXIT_INTERRUPTED, kind="KeyboardInterrupt")
         except BrokenPipeError:

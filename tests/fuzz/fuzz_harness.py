@@ -17,13 +17,13 @@ Checks of every run (:func:`check_run`):
   child runs under ``RLIMIT_AS`` (``ADDRESS_SPACE``) and its peak RSS stays under
   ``PEAK_RSS_MIB``; no file beyond ``RLIMIT_FSIZE`` (``FILE_SIZE``) is attempted;
 * exit code in {0, 1, 2};
-* stderr: nothing on exit 0, exactly one ``statekit: error: ...`` line on exit 2, at most
+* stderr: nothing on exit 0, exactly one ``statekit: error: ...`` line (one JSON error object with ``--json``) on exit 2, at most
   that one line on exit 1; no ``Traceback`` anywhere; ``--json`` output parses on exit 0;
 * the audit log of the child (``audit_child.py``, paths resolved through symlinks at the
   moment of each event): reads and listings only inside the snapshot, the job's
   ``shared/`` and what else the command is given (:class:`Command`), the Python
   installation (venv and base prefixes), statekit's package directories, ``/proc``,
-  ``/sys`` and ``/dev/null``; writes only in the command's output directory and TMPDIR;
+  ``/sys``, ``/dev/null`` and ``/usr/share/zoneinfo``; writes only in the command's output directory and TMPDIR;
   deletes only inside the snapshot (``dispose``) and of what the command itself created;
   no process start, network use or unpickling (Python-level events only: C code such as
   pyarrow's own file IO is not audited, which the tree comparison below backs up);
@@ -68,7 +68,8 @@ SHOWN = 1500  # characters of stdout / stderr quoted in a failure
 
 _ERROR_LINE = re.compile(r"statekit: error: \S.*")
 # Read-only kernel and device files any Python process may touch.
-_SYSTEM_READ = ("/proc", "/sys", "/dev/null")
+# /usr/share/zoneinfo: time-zone data pyarrow reads for timestamp columns in UTC
+_SYSTEM_READ = ("/proc", "/sys", "/dev/null", "/usr/share/zoneinfo")
 
 
 # ----------------------------------------------------------------------------- layout
@@ -389,6 +390,22 @@ def check_run(dirs: RunDirs, command: Command, result: RunResult, guarded: Guard
     return problems
 
 
+def _error_form(json_output: bool) -> str:
+    return "JSON error object" if json_output else "'statekit: error: ...'"
+
+
+def _is_error_line(line: str, json_output: bool, rc: int) -> bool:
+    """One error line: ``statekit: error: ...``, or with --json one object naming the exit code."""
+    if not json_output:
+        return _ERROR_LINE.fullmatch(line) is not None
+    try:
+        error = json.loads(line)["error"]
+    except (ValueError, KeyError, TypeError):
+        return False
+    return (isinstance(error, dict) and error.get("exit_code") == rc and isinstance(error.get("message"), str)
+            and "\n" not in error["message"])
+
+
 def _check_exit(command: Command, result: RunResult) -> list[str]:
     rc, lines = result.returncode, result.stderr.splitlines()
     problems = []
@@ -400,10 +417,10 @@ def _check_exit(command: Command, result: RunResult) -> list[str]:
         problems.append(f"tried to write a file larger than {FILE_SIZE >> 20} MiB (RLIMIT_FSIZE) from a small snapshot")
     if rc == 0 and result.stderr.strip():
         problems.append("exit 0 but stderr is not empty")
-    if rc == 2 and (len(lines) != 1 or not _ERROR_LINE.fullmatch(lines[0])):
-        problems.append(f"exit 2 but stderr is not exactly one 'statekit: error: ...' line ({len(lines)} lines)")
-    if rc not in (0, 2) and lines and (len(lines) != 1 or not _ERROR_LINE.fullmatch(lines[0])):
-        problems.append(f"stderr is not one 'statekit: error: ...' line ({len(lines)} lines)")
+    if rc == 2 and (len(lines) != 1 or not _is_error_line(lines[0], command.json, rc)):
+        problems.append(f"exit 2 but stderr is not exactly one {_error_form(command.json)} line ({len(lines)} lines)")
+    if rc not in (0, 2) and lines and (len(lines) != 1 or not _is_error_line(lines[0], command.json, rc)):
+        problems.append(f"stderr is not one {_error_form(command.json)} line ({len(lines)} lines)")
     if rc == 0 and command.json:
         try:
             json.loads(result.stdout)
