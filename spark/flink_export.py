@@ -105,11 +105,7 @@ def flink_state_frame(spark: SparkSession, *, snapshot: FlinkSnapshot, uid: str,
     streams key group by key group (:func:`statekit.flink.entries.key_group_slices`).
     """
     from statekit.flink.entries import key_group_slices
-    from statekit.spark.session import is_connect
 
-    if is_connect(spark):
-        raise BadInputError("exporting an Apache Flink snapshot needs a classic Spark session (--master): "
-                            "it decodes on RDDs, which Spark Connect does not have", path=snapshot.path)
     slices = key_group_slices(snapshot, uid, spark.sparkContext.defaultParallelism)
     rows = spark.sparkContext.parallelize(slices, len(slices)).flatMap(functools.partial(
         _decode_slice, snapshot.path, uid, state, snapshot.storage_options, snapshot.uids, value_type))
@@ -129,11 +125,13 @@ def export_flink(spec: ExportSpec, progress: ProgressFactory | None = None, *, u
     Raises:
         StateNotFoundError: Unknown operator or state.
         BadInputError: Not a canonical savepoint, a state asked for that cannot be decoded,
-            nothing to export, an existing output.
+            nothing to export, an existing output, ``--remote`` (Spark Connect has no RDDs).
     """
-    from statekit.flink.snapshot import open_flink_snapshot
-
+    if spec.spark.remote is not None:
+        raise BadInputError("exporting an Apache Flink snapshot needs a classic Spark session (--master): "
+                            "it decodes on RDDs, which Spark Connect does not have", path=spec.path)
     from statekit.flink.entries import state_value_types
+    from statekit.flink.snapshot import open_flink_snapshot
 
     snapshot = open_flink_snapshot(spec.path, storage_options=spec.storage_options, uids=uids)
     plan = plan_flink_export(snapshot, spec.operator, spec.state, value_types)

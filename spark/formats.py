@@ -62,7 +62,7 @@ def write_table(frame: DataFrame, target: str, fmt: str = DEFAULT_FORMAT) -> Non
     if check_format(fmt) == "csv":
         frame = frame.select(*[_csv_column(field) for field in frame.schema.fields])
     spec = _FORMATS[fmt]
-    frame.write.mode("errorifexists").format(spec.source).options(**spec.options).save(target)
+    frame.write.mode("error").format(spec.source).options(**spec.options).save(target)
 
 
 def _csv_column(field: StructField) -> Column:

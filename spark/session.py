@@ -173,6 +173,9 @@ def get_spark(
     global _SESSION
     with _LOCK:
         if _SESSION is not None and _alive(_SESSION):
+            if is_connect(_SESSION) != (remote is not None):
+                raise BadInputError("this process holds a " + ("Spark Connect" if is_connect(_SESSION) else "classic")
+                                    + " Spark session already: one kind of session per process")
             _apply_runtime_conf(_SESSION, conf or {})
             return _SESSION
         from pyspark.sql import SparkSession
@@ -180,10 +183,11 @@ def get_spark(
         if remote is not None:
             session = _start_remote(remote, conf or {})
         else:
-            session = SparkSession.getActiveSession()
-            if session is None:
+            active = SparkSession.getActiveSession()
+            if active is None:
                 session = _start(master, conf or {}, verbose)
             else:
+                session = active
                 _apply_runtime_conf(session, conf or {})
             session.sparkContext.setLogLevel("WARN" if verbose else "ERROR")
         from statekit.spark.source import register_data_source
@@ -302,7 +306,7 @@ def map_in_arrow(frame: DataFrame, func: Callable[[Iterator[Any]], Iterator[Any]
         return frame.mapInArrow(func, schema)
     except ImportError:
         pass
-    except Exception as exc:  # noqa: BLE001 - PySparkImportError is not an ImportError in every version
+    except Exception as exc:
         if "PACKAGE_NOT_INSTALLED" not in str(exc) and "pandas" not in str(exc).lower():
             raise
     from pyspark.sql import DataFrame as SparkDataFrame
@@ -336,7 +340,7 @@ def spark_errors(verbose: bool = False) -> Iterator[None]:
         yield
     except StatekitError:
         raise
-    except Exception as exc:  # noqa: BLE001 - py4j and pyspark raise many types
+    except Exception as exc:
         if not _is_spark_exception(exc):
             raise
         text = str(exc)

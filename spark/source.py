@@ -415,7 +415,7 @@ class StatekitReader(DataSourceReader):
 
     # ------------------------------------------------------------ pushdown
 
-    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:  # noqa: N802 - Spark's name
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
         for f in filters:
             if self.plan.mode == "keyed" and self._push_key_group(f):
                 continue
@@ -439,7 +439,7 @@ class StatekitReader(DataSourceReader):
         elif isinstance(f, (GreaterThan, GreaterThanOrEqual)) and isinstance(value, int):
             self._narrow(range(max(0, value + (1 if isinstance(f, GreaterThan) else 0)), max_p))
         elif isinstance(f, (LessThan, LessThanOrEqual)) and isinstance(value, int):
-            self._narrow(range(0, min(max_p, value + (1 if isinstance(f, LessThanOrEqual) else 0))))
+            self._narrow(range(min(max_p, value + (1 if isinstance(f, LessThanOrEqual) else 0))))
         else:
             return False
         return True

@@ -191,7 +191,7 @@ class RecordCodec:
             if self.name == "pickle":
                 return pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL)
             return _pack_records(record)
-        except Exception as exc:  # noqa: BLE001 - serializers raise many types
+        except Exception as exc:
             raise SerializationError(
                 f"cannot store an in-flight record ({exc}); records in flight must be None, bool, int, float, "
                 "str, bytes, list, tuple or dict to be part of an unaligned checkpoint, or set the checkpoint "
@@ -209,10 +209,10 @@ class RecordCodec:
                 raise UntrustedSerializerError(
                     "in-flight records use the 'pickle' serializer, which can run arbitrary code when read; "
                     "pass --trust-pickle (trust_pickle=True) only for checkpoints you trust", path=self.source)
-            return pickle.loads(data)  # noqa: S301 - trusted by the caller
+            return pickle.loads(data)
         try:
             return _unpack_records(data)
-        except Exception as exc:  # noqa: BLE001 - any failure is damage
+        except Exception as exc:
             raise CorruptStateError(f"an in-flight record does not decode: {exc}", path=self.source) from exc
 
 

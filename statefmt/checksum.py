@@ -90,7 +90,7 @@ def crc32_combine(crc1: int, crc2: int, length2: int) -> int:
 class Crc32:
     """A running CRC-32 over a stream of chunks."""
 
-    __slots__ = ("value", "size")
+    __slots__ = ("size", "value")
 
     def __init__(self) -> None:
         self.value = 0

@@ -17,12 +17,12 @@ from statekit.statefmt import layout
 from statekit.statefmt.channel_state import ChannelStateFile
 from statekit.statefmt.checksum import crc32, parse_checksum
 from statekit.statefmt.errors import MetadataError, StateNotFoundError, UnsupportedVersionError
-from statekit.statefmt.native_state import FILE_NAME_PATTERN, NATIVE_FORMATS, NativeFile, NativeKeyedState
 from statekit.statefmt.keygroups import (
     UPPER_BOUND_MAX_PARALLELISM,
     KeyGroupRange,
     compute_key_group_range_for_operator_index,
 )
+from statekit.statefmt.native_state import FILE_NAME_PATTERN, NATIVE_FORMATS, NativeFile, NativeKeyedState
 from statekit.statefmt.paths import check_relative_path
 from statekit.statefmt.serializers import SERIALIZER_NAMES
 from statekit.statefmt.value_types import parse_value_type

@@ -108,7 +108,7 @@ class NativeKeyedState:
         return sum(f.size for f in self.files if f.shared)
 
     def to_json(self) -> dict[str, Any]:
-        return {"format": self.format, "state_ids": {n: i for n, i in self.state_ids},
+        return {"format": self.format, "state_ids": dict(self.state_ids),
                 "files": [f.to_json() for f in self.files]}
 
 

@@ -135,7 +135,7 @@ class ReadOnlyStore:
         self.where = where
         try:
             self.db = open_store(directory)
-        except Exception as exc:  # noqa: BLE001 - RocksDB reports damage as generic exceptions
+        except Exception as exc:
             raise CorruptStateError(f"the store does not open: {' '.join(str(exc).split())}", path=where) from exc
 
     def entries(self, state_id: int, key_group: int) -> Iterator[tuple[bytes, bytes, bytes]]:
@@ -151,7 +151,7 @@ class ReadOnlyStore:
                 yield raw[start:start + length], raw[start + length:], value
         except CorruptStateError:
             raise
-        except Exception as exc:  # noqa: BLE001 - a checksum failure inside RocksDB
+        except Exception as exc:
             raise CorruptStateError(f"reading the store failed: {' '.join(str(exc).split())}", path=self.where,
                                     key_group=key_group) from exc
 

@@ -137,7 +137,7 @@ def get_serializer(
 def serialize_with(serializer: Serializer, value: Any, what: str) -> bytes:
     try:
         return serializer.serialize(value)
-    except Exception as exc:  # noqa: BLE001 - serializers raise many types
+    except Exception as exc:
         raise SerializationError(
             f"cannot serialize {what} {value!r:.60} with {serializer.name!r}: {exc}"
         ) from exc
@@ -146,7 +146,7 @@ def serialize_with(serializer: Serializer, value: Any, what: str) -> bytes:
 def deserialize_with(serializer: Serializer, data: bytes, what: str, source: str | None = None) -> Any:
     try:
         return serializer.deserialize(data)
-    except Exception as exc:  # noqa: BLE001 - serializers raise many types
+    except Exception as exc:
         raise SerializationError(
             f"cannot decode {what} with {serializer.name!r}: {exc}", path=source
         ) from exc

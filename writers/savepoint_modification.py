@@ -15,11 +15,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from statekit.readers.progress import ProgressFactory, no_progress
 from statekit.readers.savepoint_reader import SavepointReader
 from statekit.statefmt.errors import BadInputError, StateNotFoundError
 from statekit.statefmt.fileio import FileIO
 from statekit.statefmt.metadata import OperatorMetadata
-from statekit.readers.progress import ProgressFactory, no_progress
 from statekit.writers.savepoint_writer import SavepointWriter
 from statekit.writers.staging import check_output_dir
 

@@ -93,7 +93,7 @@ class Trigger(ABC):
     def on_merge(self, window: Window, ctx: TriggerContext) -> None:
         raise BadInputError(f"{type(self).__name__} cannot be used with merging (session) windows")
 
-    def clear(self, window: Window, ctx: TriggerContext) -> None:  # noqa: B027 - optional hook
+    def clear(self, window: Window, ctx: TriggerContext) -> None:
         """The window is dropped: remove the trigger's state and timers."""
 
 

@@ -56,7 +56,7 @@ def test_skew_reads_only_footers_and_indexes(monkeypatch: pytest.MonkeyPatch) ->
             read["bytes"] += len(data)
             return data
 
-        def __enter__(self) -> "Counting":
+        def __enter__(self) -> Counting:
             return self
 
         def __exit__(self, *exc: object) -> None:

@@ -34,7 +34,7 @@ MODES = {
 }
 
 
-def make_input(directory: Path, *, files: int = 6, lines: int = 20_000, seed: int = 5) -> collections.Counter[str]:
+def make_input(directory: Path, *, files: int = 8, lines: int = 50_000, seed: int = 5) -> collections.Counter[str]:
     rng = random.Random(seed)
     vocabulary = ["".join(rng.choice("abcdefghijklmnop") for _ in range(rng.randint(2, 6))) for _ in range(1500)]
     directory.mkdir()

@@ -29,6 +29,8 @@ from statekit.writers.savepoint_writer import SavepointWriter
 pytestmark = [pytest.mark.spark]
 
 LOCAL = SparkSettings("local[2]")
+FLINK_SAVEPOINT = (Path(__file__).resolve().parents[1] / "golden" / "flink-2.3" / "hashmap" / "savepoints"
+                   / "savepoint-962f67-bfc4c25148ed")
 COUNT = StateDescriptor("count", StateKind.VALUE, value_type="int")
 
 
@@ -82,3 +84,36 @@ def test_diff_over_spark_connect_equals_local(spark: Any, connect_server: Any, t
         {k: v for k, v in local.items() if k not in ("engine", "output")}
     remote_rows = table_rows(str(tmp_path / "remote"))
     assert sum(map(len, remote_rows.values())) == 29 and remote_rows == table_rows(str(tmp_path / "local"))
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["export", "snap", "-o", "out", "--master", "local[1]", "--remote", "sc://127.0.0.1:1"],
+     "--master and --remote exclude each other"),
+    (["diff", "a", "b", "--remote", "sc://127.0.0.1:1", "--engine", "local"], "it excludes --engine local"),
+    (["export", "snap", "-o", "out", "--remote", "http://127.0.0.1:1"], "is not a Spark Connect URL"),
+    (["export", str(FLINK_SAVEPOINT), "-o", "out", "--remote", "sc://127.0.0.1:1"], "Spark Connect does not have"),
+])
+def test_bad_remote_options_are_one_line_bad_input(args: list[str], message: str) -> None:
+    from click.testing import CliRunner
+
+    from statekit.cli.main import cli
+
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2, result.output
+    assert message in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def test_remote_without_the_client_packages_is_bad_input(monkeypatch: pytest.MonkeyPatch) -> None:
+    from statekit.spark import session
+    from statekit.statefmt.errors import BadInputError
+
+    monkeypatch.setattr(session, "CONNECT_CLIENT_MODULES", ("grpc", "statekit_no_such_module"))
+    with pytest.raises(BadInputError, match=r"missing: statekit_no_such_module \(pip install 'statekit\[connect\]'\)"):
+        session._start_remote("sc://127.0.0.1:1", {})
+
+
+def test_a_remote_session_is_refused_where_a_classic_one_runs(spark: Any) -> None:
+    from statekit.statefmt.errors import BadInputError
+
+    with pytest.raises(BadInputError, match="holds a classic Spark session already"):
+        SparkSettings(remote="sc://127.0.0.1:1").session()

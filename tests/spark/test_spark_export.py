@@ -15,10 +15,10 @@ from click.testing import CliRunner
 
 from statekit.cli.main import cli
 from statekit.readers.savepoint_reader import SavepointReader
-from statekit.statefmt.errors import CorruptStateError
 from statekit.spark.engine import export
 from statekit.spark.export import ExportSpec
 from statekit.spark.session import SparkSettings
+from statekit.statefmt.errors import CorruptStateError
 
 pytestmark = pytest.mark.spark
 

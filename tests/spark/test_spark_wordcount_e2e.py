@@ -14,10 +14,10 @@ import duckdb
 import pytest
 
 from statekit.readers.diff import DiffSpec
-from statekit.spark.engine import ENGINES, diff, export
 from statekit.runtime.job import JobStatus
 from statekit.runtime.launcher import run_job_file
 from statekit.runtime.run_options import RunOptions
+from statekit.spark.engine import ENGINES, diff, export
 from statekit.spark.export import ExportSpec
 from statekit.spark.session import SparkSettings
 
