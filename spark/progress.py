@@ -17,6 +17,7 @@ Invariants:
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 __all__ = ["POLL_S", "spark_start_progress", "task_counts", "task_progress"]
 
 POLL_S = 0.25
+SETTLE_S = 5.0  # how long the last poll waits for the status tracker to show finished tasks
 
 
 def spark_start_progress(settings: SparkSettings, progress: ProgressFactory | None) -> SparkSession:
@@ -104,10 +106,20 @@ class _Poller(threading.Thread):
                 if advance is None and counts[0] > 0:
                     total = counts[0]
                     advance = stack.enter_context(self.progress(self.description, total=total, unit="tasks"))
+                if finished:  # the status tracker lags the jobs: let it catch up, briefly
+                    counts = self._settled(counts)
                 if advance is not None:
                     self._advance(advance, min(counts[1], total))
                 if finished:
                     return
+
+    def _settled(self, counts: tuple[int, int]) -> tuple[int, int]:
+        """The task counts once every known task shows as completed (at most SETTLE_S later)."""
+        deadline = time.monotonic() + SETTLE_S
+        while counts[1] < counts[0] and time.monotonic() < deadline:
+            time.sleep(POLL_S / 5)
+            counts = self._counts()
+        return counts
 
     def _counts(self) -> tuple[int, int]:
         try:

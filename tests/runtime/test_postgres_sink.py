@@ -226,7 +226,7 @@ def test_a_kill_between_prepare_and_completion_is_resolved_on_restore(
 
 
 def test_restores_at_other_parallelisms_stay_exactly_once(tmp_path: Path, postgres_dsn: str) -> None:
-    expected = make_input(tmp_path / "in", files=5, lines=8000, seed=13)
+    expected = make_input(tmp_path / "in", files=8, lines=15_000, seed=13)
     job = new_job_id()
     checkpoints, job_dir = tmp_path / "chk", tmp_path / "chk" / job
     for parallelism in (2, 3):
