@@ -27,7 +27,7 @@ from statekit.runtime.run_options import RunOptions
 from statekit.runtime.sinks import CollectSink
 from statekit.statefmt.fileio import FileIO
 
-CHECKPOINTS = 40
+CHECKPOINTS = {"local": 100, "s3": 40}  # moto serves each request in Python: fewer on s3
 
 
 @pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3)])
@@ -51,16 +51,17 @@ def test_shared_files_live_exactly_as_long_as_a_retained_checkpoint_names_them(
     storage: tuple[str, dict[str, Any] | None]
 ) -> None:
     url, options = storage
+    wanted = CHECKPOINTS["local" if options is None else "s3"]
     env = _incremental(summing_job(50_000_000, 2, SlowSink(0.0), storage=url, storage_options=options),
                        interval_ms=20, retained=3)
     handle = start_with(env, RunOptions(), "shared lifecycle")
     io, job_dir = FileIO.for_path(f"{url}/{handle.job_id}", options)
     seen_shared: set[str] = set()
     try:
-        deadline = time.monotonic() + 120
-        while handle.checkpoint_stats()["counts"]["completed"] < CHECKPOINTS:
-            assert handle.status is JobStatus.RUNNING or time.monotonic() < deadline - 110, handle.describe()
-            assert time.monotonic() < deadline, f"timed out waiting for {CHECKPOINTS} checkpoints"
+        deadline = time.monotonic() + 180
+        while handle.checkpoint_stats()["counts"]["completed"] < wanted:
+            assert handle.status is JobStatus.RUNNING or time.monotonic() < deadline - 170, handle.describe()
+            assert time.monotonic() < deadline, f"timed out waiting for {wanted} checkpoints"
             seen_shared |= shared_listing(io, job_dir)
             time.sleep(0.05)
     finally:
