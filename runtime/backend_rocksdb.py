@@ -129,10 +129,7 @@ class _Snapshot(KeyedSnapshot):
 
     def _blocks(self, db: Any, info: _StateInfo) -> Generator[tuple[int, Any], None, None]:
         """(key group, sorted batch) of one state, one key group at a time."""
-        import pyarrow as pa
-
-        from statekit.statefmt.keygroups import key_hash
-        from statekit.statefmt.statefile import keyed_schema
+        from statekit.statefmt.native_canonical import serialized_keyed_table
 
         scope = self.backend.scope
         is_map = info.descriptor.kind is StateKind.MAP
@@ -151,15 +148,8 @@ class _Snapshot(KeyedSnapshot):
                 keys, user_keys, values, expiries = self._unwrap_ttl(info, keys, user_keys, values)
             if not keys:
                 continue
-            table = pa.table([
-                pa.array([key_hash(k) for k in keys], pa.uint32()),
-                pa.array(keys, pa.binary()),
-                pa.array([b""] * len(keys), pa.binary()),
-                pa.array(user_keys, pa.binary()),
-                pa.array(values, pa.binary()),
-                pa.array(expiries, pa.int64()),
-            ], schema=keyed_schema())
-            yield from group_by_key_group(table, scope.max_parallelism)
+            yield from group_by_key_group(serialized_keyed_table(keys, user_keys, values, expiries),
+                                          scope.max_parallelism)
 
     def _unwrap_ttl(self, info: _StateInfo, keys: list[bytes], user_keys: list[bytes | None], values: list[bytes],
                     ) -> tuple[list[bytes], list[bytes | None], list[bytes], list[int | None]]:

@@ -55,7 +55,7 @@ from statekit.statefmt.statefile import StateFileWriter
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["CanonicalCopy", "canonical_copy"]
+__all__ = ["CanonicalCopy", "canonical_copy", "serialized_keyed_table"]
 
 _CHUNK = 8 << 20
 _EXPIRY = struct.Struct(">q")  # a TTL value's expiry in the native layout (runtime.ttl)
@@ -188,10 +188,8 @@ class _Builder:
 def _blocks(store: ReadOnlyStore, state_id: int, st: SubtaskState, descriptor: StateDescriptor,
             max_parallelism: int) -> Generator[tuple[int, pa.RecordBatch], None, None]:
     """(key group, sorted batch) of one state, one key group at a time, key groups ascending."""
-    import pyarrow as pa
 
     from statekit.statefmt.entries import group_by_key_group
-    from statekit.statefmt.statefile import keyed_schema
 
     is_map = descriptor.kind is StateKind.MAP
     ttl = descriptor.ttl_ms is not None
@@ -210,15 +208,25 @@ def _blocks(store: ReadOnlyStore, state_id: int, st: SubtaskState, descriptor: S
             expiries.append(expiry)
         if not keys:
             continue
-        table = pa.table([
-            pa.array([key_hash(k) for k in keys], pa.uint32()),
-            pa.array(keys, pa.binary()),
-            pa.array([b""] * len(keys), pa.binary()),
-            pa.array(user_keys, pa.binary()),
-            pa.array(values, pa.binary()),
-            pa.array(expiries, pa.int64()),
-        ], schema=keyed_schema())
-        yield from group_by_key_group(table, max_parallelism)
+        yield from group_by_key_group(serialized_keyed_table(keys, user_keys, values, expiries), max_parallelism)
+
+
+def serialized_keyed_table(keys: list[bytes], user_keys: list[bytes | None], values: list[bytes],
+                           expiries: list[int | None]) -> pa.Table:
+    """Keyed entries whose keys, user keys and values are already serialized, as a version 1
+    keyed table (no namespace), ready for ``group_by_key_group``."""
+    import pyarrow as pa
+
+    from statekit.statefmt.statefile import keyed_schema
+
+    return pa.table([
+        pa.array([key_hash(k) for k in keys], pa.uint32()),
+        pa.array(keys, pa.binary()),
+        pa.array([b""] * len(keys), pa.binary()),
+        pa.array(user_keys, pa.binary()),
+        pa.array(values, pa.binary()),
+        pa.array(expiries, pa.int64()),
+    ], schema=keyed_schema())
 
 
 def _split_one(data: bytes) -> tuple[int | None, bytes]:
