@@ -226,13 +226,13 @@ def test_a_kill_between_prepare_and_completion_is_resolved_on_restore(
 
 
 def test_restores_at_other_parallelisms_stay_exactly_once(tmp_path: Path, postgres_dsn: str) -> None:
-    expected = make_input(tmp_path / "in", files=8, lines=15_000, seed=13)
+    expected = make_input(tmp_path / "in", files=8, lines=25_000, seed=13)
     job = new_job_id()
     checkpoints, job_dir = tmp_path / "chk", tmp_path / "chk" / job
     for parallelism in (2, 3):
         done = completed_checkpoints(job_dir)
         command = launcher(WORDCOUNT_POSTGRES, checkpoints, job, parallelism=parallelism,
-                           restore=job_dir if done else None)
+                           restore=job_dir if done else None, interval="50ms")
         process = subprocess.Popen([*command, *wordcount_args(tmp_path / "in", postgres_dsn)], stderr=subprocess.PIPE)
         first = (done[-1] if done else 0) + 2
         wait_for(lambda first=first: latest_checkpoint(job_dir) >= first, process, "two checkpoints")
@@ -246,7 +246,7 @@ def test_restores_at_other_parallelisms_stay_exactly_once(tmp_path: Path, postgr
 def test_a_server_restart_mid_job_fails_over_without_duplicates(
     tmp_path: Path, postgres_server: PostgresServer, postgres_dsn: str
 ) -> None:
-    expected = make_input(tmp_path / "in", files=6, lines=10_000, seed=21)
+    expected = make_input(tmp_path / "in", files=8, lines=30_000, seed=21)
     job = new_job_id()
     checkpoints, job_dir = tmp_path / "chk", tmp_path / "chk" / job
     command = launcher(WORDCOUNT_POSTGRES, checkpoints, job, parallelism=2, restore=None, interval="100ms")
