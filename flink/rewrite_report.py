@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from statekit.statefmt.keygroups import KeyGroupRange
+from statekit.statefmt.keygroups import KeyGroupRange, subtask_skew
 
 __all__ = ["FlinkSubtaskPlan", "FlinkOperatorPlan", "FlinkRescaleReport", "FlinkOperatorSummary",
            "FlinkModifyReport", "REGROUP", "MAX_PARALLELISM_ONLY", "KEPT"]
@@ -81,9 +81,7 @@ class FlinkOperatorPlan:
     @property
     def skew(self) -> float:
         """The largest subtask's bytes over the mean (1.0: even; 0 subtasks or bytes: 1.0)."""
-        sizes = [s.bytes for s in self.subtasks]
-        mean = sum(sizes) / len(sizes) if sizes else 0
-        return max(sizes) / mean if mean else 1.0
+        return subtask_skew([s.bytes for s in self.subtasks])
 
     def to_json(self) -> dict[str, Any]:
         """The plan as JSON data."""

@@ -13,6 +13,7 @@ Invariants:
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 __all__ = [
+    "subtask_skew",
     "LOWER_BOUND_MAX_PARALLELISM",
     "UPPER_BOUND_MAX_PARALLELISM",
     "KeyGroupRange",
@@ -236,3 +238,9 @@ def check_parallelism(parallelism: int, max_parallelism: int) -> None:
         raise BadInputError(
             f"parallelism {parallelism} is larger than max parallelism {max_parallelism}"
         )
+
+
+def subtask_skew(sizes: Sequence[int]) -> float:
+    """The largest subtask's bytes over the mean (1.0: even; no subtasks or no bytes: 1.0)."""
+    mean = sum(sizes) / len(sizes) if sizes else 0
+    return max(sizes) / mean if mean else 1.0

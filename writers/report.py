@@ -25,7 +25,7 @@ from statekit.readers.inspection import inspect_snapshot
 from statekit.readers.savepoint_reader import SavepointReader
 from statekit.statefmt.errors import BadInputError
 from statekit.statefmt.fileio import FileIO
-from statekit.statefmt.keygroups import compute_key_group_range_for_operator_index
+from statekit.statefmt.keygroups import compute_key_group_range_for_operator_index, subtask_skew
 from statekit.writers.rescale import plan_rescale
 
 __all__ = ["DEFAULT_PARALLELISMS", "HistoryPoint", "KeyedSizes", "ReportOperator", "ReportResult", "ReportState",
@@ -67,8 +67,7 @@ class RescaleRow:
 
     @property
     def skew(self) -> float:
-        mean = sum(self.subtask_bytes) / len(self.subtask_bytes) if self.subtask_bytes else 0.0
-        return max(self.subtask_bytes) / mean if mean else 1.0
+        return subtask_skew(self.subtask_bytes)
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,7 @@ from statekit.statefmt.keygroups import (
     KeyGroupRange,
     check_parallelism,
     compute_key_group_range_for_operator_index,
+    subtask_skew,
 )
 from statekit.statefmt.metadata import OperatorMetadata, StateDescriptor, StateFile, SubtaskState
 from statekit.statefmt.statefile import IndexEntry
@@ -138,9 +139,7 @@ class OperatorPlan:
     @property
     def skew(self) -> float:
         """Largest subtask's keyed bytes over the mean (1.0 = perfectly even)."""
-        sizes = [s.bytes for s in self.subtasks]
-        mean = sum(sizes) / len(sizes) if sizes else 0
-        return max(sizes) / mean if mean else 1.0
+        return subtask_skew([s.bytes for s in self.subtasks])
 
     def to_json(self) -> dict[str, Any]:
         return {
