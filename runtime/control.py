@@ -14,6 +14,7 @@ one-line message, e.g. ``no running job 3f2a... (it crashed: process 1234 is gon
 from __future__ import annotations
 
 import dataclasses
+import http.client
 import json
 import os
 import re
@@ -737,7 +738,7 @@ class RestClient:
                 answer = json.loads(response.read() or b"{}")
         except urllib.error.HTTPError as error:
             raise JobError(f"job {self.entry.job_id}: {method} {path} refused (HTTP {error.code}): {_first_error(error)}") from None
-        except (urllib.error.URLError, OSError) as error:
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as error:  # incl. an answer cut short
             raise _Unreachable(self.entry, error) from None
         if not isinstance(answer, dict):
             raise JobError(f"job {self.entry.job_id}: {method} {path}: unexpected answer {answer!r}")

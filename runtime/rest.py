@@ -277,6 +277,7 @@ class _Server(ThreadingHTTPServer):
         self.request_timeout = request_timeout
         self._connections: dict[socket.socket, bool] = {}
         self._connections_lock = threading.Lock()
+        self._connections_changed = threading.Condition(self._connections_lock)
         super().__init__((LOCALHOST, port), _Handler)
 
     def process_request(self, request: Any, client_address: Any) -> None:
@@ -313,12 +314,19 @@ class _Server(ThreadingHTTPServer):
     def shutdown_request(self, request: Any) -> None:
         with self._connections_lock:
             self._connections.pop(request, None)
+            self._connections_changed.notify_all()
         super().shutdown_request(request)
 
     def server_close(self) -> None:
-        """Stop listening and end every open connection (their threads then exit)."""
+        """Stop listening; let answers being written finish (at most ``request_timeout``), then end
+        every open connection (their threads then exit).
+
+        A stop-with-savepoint closes the server once its result was fetched: the answer carrying
+        it is still being written then, and must reach the client whole.
+        """
         super().server_close()
         with self._connections_lock:
+            self._connections_changed.wait_for(lambda: not any(self._connections.values()), self.request_timeout)
             open_connections, self._connections = list(self._connections), {}
         for conn in open_connections:
             try:

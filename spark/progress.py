@@ -45,15 +45,20 @@ def spark_start_progress(settings: SparkSettings, progress: ProgressFactory | No
 
 
 def task_counts(tracker: Any, group: str) -> tuple[int, int]:
-    """(tasks, completed tasks) of every stage of every job of ``group`` that the tracker knows."""
+    """(tasks, completed tasks) of every stage of every job of ``group`` that the tracker knows.
+
+    Every stage of a succeeded job counts as done: a stage whose shuffle output an earlier job
+    already wrote is skipped, and its tasks never run (nor show as completed).
+    """
     total = done = 0
     for job_id in tracker.getJobIdsForGroup(group):
         job = tracker.getJobInfo(job_id)
+        succeeded = job is not None and job.status == "SUCCEEDED"
         for stage_id in job.stageIds if job is not None else ():
             stage = tracker.getStageInfo(stage_id)
             if stage is not None:
                 total += stage.numTasks
-                done += stage.numCompletedTasks
+                done += stage.numTasks if succeeded else stage.numCompletedTasks
     return total, done
 
 

@@ -129,7 +129,7 @@ def test_savepoint_and_stop_write_native_savepoints_on_request(tmp_path: Path, m
             if e2e.process_alive(entry.pid, entry.pid_start) and entry.pid != e2e.os.getpid():
                 e2e.os.kill(entry.pid, e2e.signal.SIGKILL)
     for result, fmt in ((canonical, "canonical"), (native, "native"), (stopped, "native")):
-        assert result.exit_code == 0, result.output
+        assert result.exit_code == 0, (fmt, result.output, e2e.JobRegistry(home).log_path(job_id).read_text()[-2000:])
         path = result.stdout.strip()
         assert open_snapshot(path).metadata.format.value == fmt
         assert runner.invoke(cli, ["verify", path]).exit_code == 0

@@ -186,6 +186,32 @@ def test_connections_being_answered_are_never_dropped_new_ones_get_503(
     assert [code for code, _ in results] == [202, 202]
 
 
+def test_closing_the_server_lets_answers_being_written_finish(
+    server: tuple[JobRestServer, JobHandle, Stub], tmp_path: Path
+) -> None:
+    # a stop-with-savepoint closes the server right after its result was fetched: the answer
+    # carrying it must still reach the client whole
+    rest, handle, stub = server
+    stub.release.clear()
+    target = json.dumps({"target-directory": str(tmp_path)}).encode()
+    results: list[tuple[int, dict[str, Any]]] = []
+    client = threading.Thread(target=lambda: results.append(raw(rest.port, post(
+        handle, f"Content-Length: {len(target)}", body=target), timeout=30)))
+    client.start()
+    deadline = time.monotonic() + 10
+    while not stub.calls:
+        assert time.monotonic() < deadline, "the request never reached the job"
+        time.sleep(0.01)
+    closing = threading.Thread(target=rest.close)
+    closing.start()
+    time.sleep(0.3)
+    assert closing.is_alive()  # waiting for the answer being written
+    stub.release.set()
+    closing.join(10)
+    client.join(10)
+    assert not closing.is_alive() and [code for code, _ in results] == [202]
+
+
 # -- savepoint targets that vanish with the job ----------------------------------------------------
 
 

@@ -73,7 +73,7 @@ def test_unaligned_checkpoints_complete_faster_than_aligned_ones_under_backpress
     assert {e["mode"] for e in unaligned} == {"unaligned"}
     duration = statistics.median(e["end_to_end_duration"] for e in unaligned)
     assert duration < statistics.median(e["end_to_end_duration"] for e in aligned)
-    assert statistics.median(e["alignment_duration"] for e in unaligned) < statistics.median(
+    assert statistics.median(e["alignment_duration"] for e in unaligned) <= statistics.median(
         e["alignment_duration"] for e in aligned)
     assert any(e["persisted_data"] > 0 for e in unaligned), unaligned
     assert all(e["persisted_data"] == 0 for e in aligned)

@@ -140,7 +140,7 @@ def command(checkpoints: Path, inputs: Path, out: Path, parallelism: int) -> lis
 
 
 def test_windowed_counts_are_exactly_once_under_sigkill(tmp_path: Path) -> None:
-    lines = make_input(tmp_path / "in", 8, 6_000)
+    lines = make_input(tmp_path / "in", 16, 6_000)  # about 6 s of input: five attempts never reach its end
     expected = truth(lines)
     checkpoints, out = tmp_path / "chk", tmp_path / "out"
     job_dir = checkpoints / JOB_ID

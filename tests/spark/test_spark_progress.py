@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -63,3 +64,24 @@ def test_the_job_group_is_the_blocks_own(spark: Any, sample: str) -> None:
 
 def test_task_counts_of_an_unknown_group(spark: Any) -> None:
     assert task_counts(spark.sparkContext.statusTracker(), "no-such-group") == (0, 0)
+
+
+def test_a_succeeded_jobs_skipped_stages_count_as_done(spark: Any) -> None:
+    # count() runs two jobs; the second reuses the first one's shuffle output, so its map stage
+    # is skipped: its tasks never run, yet the work is complete
+    context = spark.sparkContext
+    context.setJobGroup("statekit-test-skipped", "skipped stages")
+    try:
+        spark.range(10, numPartitions=3).count()
+    finally:
+        context._jsc.clearJobGroup()
+    tracker = context.statusTracker()
+    deadline = time.monotonic() + 30
+    while any(tracker.getJobInfo(j).status != "SUCCEEDED" for j in tracker.getJobIdsForGroup("statekit-test-skipped")):
+        assert time.monotonic() < deadline, "the status tracker never showed the jobs as succeeded"
+        time.sleep(0.05)
+    stages = [tracker.getStageInfo(s) for j in tracker.getJobIdsForGroup("statekit-test-skipped")
+              for s in tracker.getJobInfo(j).stageIds]
+    assert any(stage.numCompletedTasks < stage.numTasks for stage in stages)  # a skipped stage exists
+    total, done = task_counts(tracker, "statekit-test-skipped")
+    assert total == done == sum(stage.numTasks for stage in stages) > 3
