@@ -186,6 +186,8 @@ class KeyedStateBackend(ABC, Generic[SlotT]):
     handle_types: ClassVar[StateHandles[Any, Any]]
     # the backend snapshots and restores TtlValues with their expiry (statekit.runtime.ttl)
     supports_ttl: ClassVar[bool] = False
+    # the backend keeps namespaced state (handles with set_current_namespace, :meth:`namespaces`)
+    supports_namespaces: ClassVar[bool] = False
 
     def __init__(self, scope: SubtaskScope, *, working_dir: str | None = None) -> None:
         self.scope = scope
@@ -202,6 +204,14 @@ class KeyedStateBackend(ABC, Generic[SlotT]):
         """The handle of ``descriptor`` (created once, bound to restored state of that name)."""
         handle = self._handles.get(descriptor.name)
         if handle is None:
+            if descriptor.namespace_type is not None:
+                if not self.supports_namespaces:
+                    raise BadInputError(f"operator {self.scope.uid!r}: state {descriptor.name!r} has a namespace "
+                                        f"(window state), which the {type(self).__name__} state backend does "
+                                        "not support; use hashmap or rocksdb")
+                if descriptor.ttl_config is not None:
+                    raise BadInputError(f"operator {self.scope.uid!r}: state {descriptor.name!r} has a namespace "
+                                        "and a TTL; namespaced (window) state cannot expire")
             slot = self.declare(descriptor.to_metadata())
             config = descriptor.ttl_config
             new = self._new_handle if config is None else self._new_ttl_handle
@@ -240,19 +250,24 @@ class KeyedStateBackend(ABC, Generic[SlotT]):
         return (config.clock or self.ttl_clock)()
 
     def _new_handle(self, descriptor: StateDescriptorBase, slot: SlotT) -> State:
-        kind, types = descriptor.kind, self.handle_types
+        kind, types, scope = descriptor.kind, self.handle_types, self.handle_scope(slot)
         if kind is StateKind.VALUE:
             assert isinstance(descriptor, ValueStateDescriptor)
-            return types.value_state(self, slot, descriptor.default)
+            return types.value_state(scope, slot, descriptor.default)
         if kind is StateKind.LIST:
-            return types.list_state(self, slot)
+            return types.list_state(scope, slot)
         if kind is StateKind.MAP:
-            return types.map_state(self, slot)
+            return types.map_state(scope, slot)
         if kind is StateKind.REDUCING:
             assert isinstance(descriptor, ReducingStateDescriptor) and descriptor.reduce_function
-            return types.reducing_state(self, slot, descriptor.reduce_function)
+            return types.reducing_state(scope, slot, descriptor.reduce_function)
         assert isinstance(descriptor, AggregatingStateDescriptor)
-        return types.aggregating_state(self, slot, descriptor.aggregate_function)
+        return types.aggregating_state(scope, slot, descriptor.aggregate_function)
+
+    def handle_scope(self, slot: SlotT) -> Any:
+        """What a handle of ``slot`` is built with (the backend itself unless the backend scopes
+        namespaced handles through a view of it)."""
+        return self
 
     def declare(self, declared: StateDescriptor) -> SlotT:
         """The slot of ``declared``: new, or the existing one after :func:`check_compatible`."""
@@ -296,7 +311,12 @@ class KeyedStateBackend(ABC, Generic[SlotT]):
 
     @abstractmethod
     def keys(self, state: str) -> Iterator[Any]:
-        """The keys that have a value in ``state``."""
+        """The keys that have a value in ``state`` (in any namespace), each once."""
+
+    def namespaces(self, state: str) -> Iterator[tuple[Any, Any]]:
+        """``(key, namespace)`` of every namespace holding a value of the namespaced ``state``
+        (a listed copy: the caller may change the state while iterating)."""
+        raise NotImplementedError(f"{type(self).__name__} has no namespaced state")
 
     def native_snapshot(self, request: SnapshotRequest) -> NativeKeyedSnapshot | None:
         """The synchronous part of a native snapshot, or None: the backend has no native format
@@ -455,6 +475,12 @@ def check_compatible(restored: StateDescriptor, declared: StateDescriptor, uid: 
             f"but the job declares {declared.kind.value} state; rename the state or migrate it "
             "offline (statekit modify)"
         )
+    if restored.namespace_type != declared.namespace_type:
+        raise BadInputError(
+            f"operator {uid!r}: state {declared.name!r} was restored with namespace type "
+            f"{restored.namespace_type or 'none'} but the job declares {declared.namespace_type or 'none'}; "
+            "rename the state or migrate it offline"
+        )
     if (restored.ttl_ms is None) != (declared.ttl_ms is None):
         had, has = ("with", "without") if restored.ttl_ms is not None else ("without", "with")
         raise BadInputError(
@@ -500,8 +526,14 @@ def hashable(value: Any) -> Any:
     return value
 
 
-def rows_of(kind: StateKind, data: dict[Any, Any]) -> list[Any]:
-    """Rows for ``StateCodec.encode_keyed_rows`` from a key -> value (or user-key map) dict."""
+def rows_of(kind: StateKind, data: dict[Any, Any], *, namespaced: bool = False) -> list[Any]:
+    """Rows for ``StateCodec.encode_keyed_rows`` from a key -> value (or user-key map) dict;
+    ``namespaced``: the dict's keys are ``(key, namespace)`` pairs."""
+    if namespaced:
+        if kind is StateKind.MAP:
+            return [(key, namespace, user_key, value) for (key, namespace), entries in data.items()
+                    for user_key, value in entries.items()]
+        return [(key, namespace, value) for (key, namespace), value in data.items()]
     if kind is StateKind.MAP:
         return [(key, user_key, value) for key, entries in data.items() for user_key, value in entries.items()]
     return list(data.items())

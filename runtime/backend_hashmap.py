@@ -72,7 +72,7 @@ class _Snapshot(KeyedSnapshot):
         files = []
         for table, data in self._copies:
             descriptor = table.descriptor
-            rows = (rows_of(descriptor.kind, data) if descriptor.ttl_ms is None
+            rows = (rows_of(descriptor.kind, data, namespaced=descriptor.namespaced) if descriptor.ttl_ms is None
                     else ttl_rows(descriptor.kind, data, self._drop_at[descriptor.name]))
             file = write_keyed_rows(location, self._backend.scope, descriptor, rows)
             if file is not None:
@@ -89,22 +89,43 @@ class _Snapshot(KeyedSnapshot):
         self._copies = []
 
 
+class _NamespaceScope:
+    """A namespaced handle's view of the backend: its ``current_key`` is the table key
+    ``(current key, current namespace)``."""
+
+    __slots__ = ("_backend", "namespace")
+
+    def __init__(self, backend: HashMapKeyedStateBackend) -> None:
+        self._backend = backend
+        self.namespace: Any = None
+
+    @property
+    def current_key(self) -> tuple[Any, Any]:
+        return self._backend.current_key, self.namespace
+
+
 class _KeyedHandle:
     __slots__ = ("_backend", "_data", "_table")
 
-    def __init__(self, backend: HashMapKeyedStateBackend, table: _Table) -> None:
-        self._backend = backend
+    def __init__(self, backend: HashMapKeyedStateBackend | _NamespaceScope, table: _Table) -> None:
+        self._backend = backend  # a namespaced state's handle holds a _NamespaceScope
         self._table = table
         self._data = table.data
 
     def clear(self) -> None:
         self._data.pop(self._backend.current_key, None)
 
+    def set_current_namespace(self, namespace: Any) -> None:
+        scope = self._backend
+        if not isinstance(scope, _NamespaceScope):
+            raise TypeError(f"state {self._table.descriptor.name!r} has no namespace")
+        scope.namespace = hashable(namespace)
+
 
 class _ValueState(_KeyedHandle, ValueState[Any]):
     __slots__ = ("_default",)
 
-    def __init__(self, backend: HashMapKeyedStateBackend, table: _Table, default: Any) -> None:
+    def __init__(self, backend: HashMapKeyedStateBackend | _NamespaceScope, table: _Table, default: Any) -> None:
         super().__init__(backend, table)
         self._default = default
 
@@ -213,7 +234,8 @@ class _MapState(_KeyedHandle, MapState[Any]):
 class _ReducingState(_KeyedHandle, ReducingState[Any]):
     __slots__ = ("_reduce",)
 
-    def __init__(self, backend: HashMapKeyedStateBackend, table: _Table, reduce: Callable[[Any, Any], Any]) -> None:
+    def __init__(self, backend: HashMapKeyedStateBackend | _NamespaceScope, table: _Table,
+                 reduce: Callable[[Any, Any], Any]) -> None:
         super().__init__(backend, table)
         self._reduce = reduce
 
@@ -229,7 +251,7 @@ class _ReducingState(_KeyedHandle, ReducingState[Any]):
 class _AggregatingState(_KeyedHandle, AggregatingState[Any]):
     __slots__ = ("_function",)
 
-    def __init__(self, backend: HashMapKeyedStateBackend, table: _Table, function: Any) -> None:
+    def __init__(self, backend: HashMapKeyedStateBackend | _NamespaceScope, table: _Table, function: Any) -> None:
         super().__init__(backend, table)
         self._function = function
 
@@ -252,6 +274,7 @@ class HashMapKeyedStateBackend(KeyedStateBackend[_Table]):
 
     handle_types = StateHandles(_ValueState, _ListState, _MapState, _ReducingState, _AggregatingState)
     supports_ttl = True
+    supports_namespaces = True  # a namespaced state's table is keyed by (key, namespace)
 
     def __init__(self, scope: SubtaskScope, *, working_dir: str | None = None) -> None:
         super().__init__(scope, working_dir=working_dir)
@@ -260,19 +283,28 @@ class HashMapKeyedStateBackend(KeyedStateBackend[_Table]):
     def new_slot(self, descriptor: StateDescriptor) -> _Table:
         return _Table(descriptor)
 
+    def handle_scope(self, slot: _Table) -> HashMapKeyedStateBackend | _NamespaceScope:
+        return _NamespaceScope(self) if slot.descriptor.namespaced else self
+
     def restore_state(self, descriptor: StateDescriptor, entries: Iterable[Any]) -> None:
         data = self.restored_slot(descriptor).data
         ttl = descriptor.ttl_ms is not None  # a TTL state keeps TtlValues (statekit.runtime.ttl)
+        namespaced = descriptor.namespaced
+
+        def table_key(entry: KeyedStateEntry | MapStateEntry) -> Any:
+            key = hashable(entry.key)
+            return (key, hashable(entry.namespace)) if namespaced else key
+
         if descriptor.kind is StateKind.MAP:
             for entry in entries:
                 assert isinstance(entry, MapStateEntry)
                 value = TtlValue(entry.value, entry.expiry) if ttl else entry.value
-                data.setdefault(hashable(entry.key), {})[hashable(entry.user_key)] = value
+                data.setdefault(table_key(entry), {})[hashable(entry.user_key)] = value
         else:
             for entry in entries:
                 assert isinstance(entry, KeyedStateEntry)
                 value = wrap_restored(descriptor.kind, entry.value, entry.expiry) if ttl else entry.value
-                data[hashable(entry.key)] = value
+                data[table_key(entry)] = value
 
     def snapshot(self) -> KeyedSnapshot:
         with self.lock:
@@ -285,7 +317,15 @@ class HashMapKeyedStateBackend(KeyedStateBackend[_Table]):
 
     def keys(self, state: str) -> Iterator[Any]:
         table = self.slot(state)
-        return iter(list(table.data) if table else [])
+        if table is None:
+            return iter([])
+        if table.descriptor.namespaced:
+            return iter(list(dict.fromkeys(key for key, _ in table.data)))
+        return iter(list(table.data))
+
+    def namespaces(self, state: str) -> Iterator[tuple[Any, Any]]:
+        table = self.slot(state)
+        return iter(list(table.data) if table is not None and table.descriptor.namespaced else [])
 
     def table_data(self, state: str) -> dict[Any, Any]:
         """The live ``key -> value`` dict of one state (tests and debugging)."""

@@ -62,8 +62,10 @@ from statekit.statefmt.native_state import (
     NativeFile,
     NativeKeyedState,
     key_group_prefix,
+    namespace_bytes,
     native_private_dir,
     shared_file_path,
+    split_namespace,
     state_prefix,
 )
 from statekit.statefmt.native_store import StoreScratch, fetch_store_files, open_store, scan_prefix
@@ -94,6 +96,7 @@ class _StateInfo:
         if descriptor.ttl_ms is not None:  # values are TtlValues behind their expiry (statekit.runtime.ttl)
             self.value = ttl_serializer(self.value)
         self.user_key = get_serializer(descriptor.user_key_serializer or "msgpack", for_write=True, trust_pickle=True)
+        self.namespace = get_serializer(descriptor.namespace_serializer, for_write=True, trust_pickle=True)
 
 
 class _Snapshot(KeyedSnapshot):
@@ -133,23 +136,29 @@ class _Snapshot(KeyedSnapshot):
 
         scope = self.backend.scope
         is_map = info.descriptor.kind is StateKind.MAP
+        namespaced = info.descriptor.namespaced
         start = KEY_PREFIX.size
         for key_group in scope.key_group_range:
             keys: list[bytes] = []
+            namespaces: list[bytes] = []
             user_keys: list[bytes | None] = []
             values: list[bytes] = []
             for raw, value in scan_prefix(db, key_group_prefix(info.state_id, key_group)):
                 length = KEY_PREFIX.unpack_from(raw, 0)[2]
                 keys.append(raw[start:start + length])
-                user_keys.append(raw[start + length:] if is_map else None)
+                rest = raw[start + length:]
+                if namespaced:
+                    namespace, rest = split_namespace(rest)
+                    namespaces.append(namespace)
+                user_keys.append(rest if is_map else None)
                 values.append(value)
             expiries: list[int | None] = [None] * len(keys)
-            if info.descriptor.ttl_ms is not None:
+            if info.descriptor.ttl_ms is not None:  # never namespaced (metadata and get_state refuse it)
                 keys, user_keys, values, expiries = self._unwrap_ttl(info, keys, user_keys, values)
             if not keys:
                 continue
-            yield from group_by_key_group(serialized_keyed_table(keys, user_keys, values, expiries),
-                                          scope.max_parallelism)
+            table = serialized_keyed_table(keys, user_keys, values, expiries, namespaces if namespaced else None)
+            yield from group_by_key_group(table, scope.max_parallelism)
 
     def _unwrap_ttl(self, info: _StateInfo, keys: list[bytes], user_keys: list[bytes | None], values: list[bytes],
                     ) -> tuple[list[bytes], list[bytes | None], list[bytes], list[int | None]]:
@@ -243,9 +252,19 @@ class _Handle:
         self.info = info
         self.dumps: Callable[[Any], bytes] = info.value.serialize
         self.loads: Callable[[bytes], Any] = info.value.deserialize
+        # the current namespace's store-key part (empty for the void namespace) and its value
+        self._namespace: Any = None
+        self._namespace_bytes = b""
 
     def _key(self) -> bytes:
-        return self.info.prefix + self.backend.key_bytes()
+        return self.info.prefix + self.backend.key_bytes() + self._namespace_bytes
+
+    def set_current_namespace(self, namespace: Any) -> None:
+        if not self.info.descriptor.namespaced:
+            raise TypeError(f"state {self.info.descriptor.name!r} has no namespace")
+        if namespace is not self._namespace:
+            self._namespace_bytes = namespace_bytes(self.info.namespace.serialize(namespace))
+            self._namespace = namespace
 
     def clear(self) -> None:
         self.backend.db.delete(self._key())
@@ -372,6 +391,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend[_StateInfo]):
 
     handle_types = StateHandles(_ValueState, _ListState, _MapState, _ReducingState, _AggregatingState)
     supports_ttl = True
+    supports_namespaces = True  # a namespaced state's store key carries the namespace after the key
 
     def __init__(self, scope: SubtaskScope, *, working_dir: str | None = None) -> None:
         super().__init__(scope, working_dir=working_dir)
@@ -411,12 +431,15 @@ class RocksDBKeyedStateBackend(KeyedStateBackend[_StateInfo]):
         from rocksdict import WriteBatch
 
         info = self.restored_slot(descriptor)
+        namespaced = descriptor.namespaced
         serialize_key = self._serialize_key
         batch, pending = WriteBatch(raw_mode=True), 0
         for entry in entries:
             data = serialize_key(entry.key)
             key_group = mmh3.hash(data, 0, False) % self._max_parallelism
             key = info.prefix + _GROUP_KEY_LENGTH.pack(key_group, len(data)) + data
+            if namespaced:
+                key += namespace_bytes(info.namespace.serialize(entry.namespace))
             ttl = info.descriptor.ttl_ms is not None
             if isinstance(entry, MapStateEntry):
                 value = TtlValue(entry.value, entry.expiry) if ttl else entry.value
@@ -529,6 +552,23 @@ class RocksDBKeyedStateBackend(KeyedStateBackend[_StateInfo]):
                 seen.append(hashable(self.key_serializer.deserialize(data)))
                 last = data
         return iter(seen)
+
+    def namespaces(self, state: str) -> Iterator[tuple[Any, Any]]:
+        info = self.slot(state)
+        if info is None or not info.descriptor.namespaced:
+            return iter(())
+        pairs: list[tuple[Any, Any]] = []
+        last = None
+        start = KEY_PREFIX.size
+        load_key, load_namespace = self.key_serializer.deserialize, info.namespace.deserialize
+        for raw, _ in scan_prefix(self.db, info.prefix):
+            length = KEY_PREFIX.unpack_from(raw, 0)[2]
+            namespace, _ = split_namespace(raw[start + length:])
+            pair = raw[start:start + length], namespace
+            if pair != last:
+                pairs.append((hashable(load_key(pair[0])), hashable(load_namespace(namespace))))
+                last = pair
+        return iter(pairs)
 
     def close(self) -> None:
         """Close the store exactly once (on the task thread, at the task's end), then delete it."""

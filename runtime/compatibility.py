@@ -275,6 +275,9 @@ def _layout_reasons(where: str, old: StateDescriptor, new: StateDescriptor) -> l
     if old.user_key_serializer and new.user_key_serializer and old.user_key_serializer != new.user_key_serializer:
         reasons.append(f"{where}: map key serializer changed from {old.user_key_serializer!r} to "
                        f"{new.user_key_serializer!r}")
+    if old.namespace_type != new.namespace_type:
+        reasons.append(f"{where}: namespace type changed from {old.namespace_type or 'none'} to "
+                       f"{new.namespace_type or 'none'}; a state's namespace cannot change")
     key_change = resolve_declared_types(old.user_key_type, new.user_key_type) if new.kind.has_user_key else None
     if key_change is not None and key_change.compatibility is not SchemaCompatibility.COMPATIBLE_AS_IS:
         reasons.append(f"{where}: map key type changed from {key_change.old} to {key_change.new}; keys cannot "

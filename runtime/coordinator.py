@@ -305,7 +305,9 @@ class CheckpointCoordinator:
             execution = self._execution
             if execution is None or self._closed:
                 future: concurrent.futures.Future[str] = concurrent.futures.Future()
-                future.set_exception(JobError(f"job {self.job_id} is not running; cannot take a snapshot now"))
+                why = ("has ended" if self._closed else
+                       "is starting or restarting (not all of its tasks run yet); try again in a moment")
+                future.set_exception(JobError(f"job {self.job_id} {why}; cannot take a snapshot now"))
                 return future
             if is_savepoint:
                 target_dir = target_dir or self.config.default_savepoint_dir

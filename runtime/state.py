@@ -56,18 +56,23 @@ class StateDescriptorBase:
         serializer: Name of the value serializer (``msgpack``, ``json``, ``utf8``, ``int64``,
             ``bytes``, ``pickle``).
         ttl_config: The state's time to live (keyed state only; see :meth:`enable_time_to_live`).
+        namespace_type: Declared type of the namespace of a namespaced keyed state (window
+            state: ``list<int>``); its handles are scoped to (current key, current namespace)
+            and have ``set_current_namespace``. ``None``: the void namespace.
     """
 
     name: str
     value_type: str | None = None
     serializer: str = "msgpack"
     ttl_config: StateTtlConfig | None = field(default=None, kw_only=True, compare=False, repr=False)
+    namespace_type: str | None = field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
         if not self.name:
             raise ValueError("a state descriptor needs a non-empty name")
         get_serializer(self.serializer, for_write=True)
         parse_value_type(self.value_type)
+        parse_value_type(self.namespace_type)
 
     @property
     def kind(self) -> StateKind:
@@ -90,6 +95,7 @@ class StateDescriptorBase:
             value_serializer=self.serializer,
             value_type=self.value_type,
             ttl_ms=self._ttl_ms(kind),
+            namespace_type=self.namespace_type if kind is None else None,
         )
 
 
@@ -141,6 +147,7 @@ class MapStateDescriptor(StateDescriptorBase):
             user_key_serializer=self.key_serializer,
             user_key_type=self.key_type,
             ttl_ms=self._ttl_ms(kind),
+            namespace_type=self.namespace_type if kind is None else None,
         )
 
 
@@ -190,6 +197,11 @@ class State(ABC):
     @abstractmethod
     def clear(self) -> None:
         """Remove the value (of the current key, for keyed state)."""
+
+    def set_current_namespace(self, namespace: Any) -> None:
+        """Scope the handle to ``namespace`` of the current key (namespaced keyed state only,
+        Flink's ``InternalKvState.setCurrentNamespace``; the window operator's windows)."""
+        raise TypeError(f"{type(self).__name__} has no namespace: declare the state with a namespace_type")
 
 
 class ValueState(State, Generic[T]):

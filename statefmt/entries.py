@@ -149,7 +149,7 @@ class StateCodec:
         if namespaces is None or all(ns is None for ns in namespaces):
             namespace_column = empty_namespaces(n)
         else:
-            namespace_column = pa.array([self.encode_namespace(ns) for ns in namespaces], pa.binary())
+            namespace_column = self._namespace_column(namespaces)
         if is_map:
             assert self.user_key is not None and user_keys is not None
             self._check_column(user_keys, user_key=True)
@@ -163,6 +163,19 @@ class StateCodec:
             [key_hash_column(key_column), key_column, namespace_column, user_key_column, value_column, expiry_column],
             schema=keyed_schema(value_type),
         )
+
+    def _namespace_column(self, namespaces: list[Any]) -> pa.Array:
+        """Serialized namespaces; one namespace object (a window many keys share) is serialized once."""
+        import pyarrow as pa
+
+        memo: dict[int, bytes] = {}  # by identity: every object stays alive in ``namespaces``
+        encoded = []
+        for namespace in namespaces:
+            data = memo.get(id(namespace))
+            if data is None:
+                data = memo[id(namespace)] = self.encode_namespace(namespace)
+            encoded.append(data)
+        return pa.array(encoded, pa.binary())
 
     def _value_column(self, values: list[Any], version: int) -> pa.Array:
         import pyarrow as pa
@@ -199,6 +212,19 @@ class StateCodec:
         if not is_map:
             try:  # the common shape: (key, value) pairs
                 return [k for k, _ in rows], None, None, [v for _, v in rows], None
+            except (TypeError, ValueError):
+                pass
+        if rows and rows[0].__class__ is tuple and is_map and len(rows[0]) == 3:
+            try:  # map state: (key, user key, value)
+                return [k for k, _, _ in rows], None, [u for _, u, _ in rows], [v for _, _, v in rows], None
+            except (TypeError, ValueError):
+                pass
+        if rows and rows[0].__class__ is tuple and len(rows[0]) == (4 if is_map else 3):
+            try:  # namespaced state: (key, namespace[, user key], value)
+                if is_map:
+                    return ([k for k, _, _, _ in rows], [n for _, n, _, _ in rows], [u for _, _, u, _ in rows],
+                            [v for _, _, _, v in rows], None)
+                return [k for k, _, _ in rows], [n for _, n, _ in rows], None, [v for _, _, v in rows], None
             except (TypeError, ValueError):
                 pass
         unpacked = [self._unpack_row(row, is_map) for row in rows]

@@ -85,10 +85,18 @@ class StateDescriptor:
     user_key_type: str | None = None
     namespace_serializer: str = "msgpack"
     ttl_ms: int | None = None
+    # declared type of the namespace; set only for namespaced keyed state (window state: the
+    # window as list<int> [start, end], [] for the global window), None for the void namespace
+    namespace_type: str | None = None
 
     @property
     def keyed(self) -> bool:
         return self.kind.keyed
+
+    @property
+    def namespaced(self) -> bool:
+        """Whether every entry has a (non-void) namespace: the state's ``namespace_type`` is declared."""
+        return self.namespace_type is not None
 
 
 @dataclass(frozen=True)
@@ -238,6 +246,7 @@ def _descriptor_json(d: StateDescriptor) -> dict[str, Any]:
         "user_key_type": d.user_key_type,
         "namespace_serializer": d.namespace_serializer,
         "ttl_ms": d.ttl_ms,
+        **({"namespace_type": d.namespace_type} if d.namespace_type is not None else {}),
     }
 
 
@@ -422,7 +431,7 @@ class _Parser:
                 raise self.fail(f"{where}: unknown serializer {value!r}")
             serializers[key] = value
         types = {}
-        for key in ("value_type", "user_key_type"):
+        for key in ("value_type", "user_key_type", "namespace_type"):
             value = self.get(raw, key, str, where, optional=True)
             if value is not None:
                 try:
@@ -433,15 +442,19 @@ class _Parser:
         ttl = self.get(raw, "ttl_ms", int, where, optional=True)
         if ttl is not None and ttl <= 0:
             raise self.fail(f"{where}: ttl_ms must be positive")
+        kind = self.enum(StateKind, self.get(raw, "kind", str, where), f"{where} kind")
+        if types["namespace_type"] is not None and (not kind.keyed or ttl is not None):
+            raise self.fail(f"{where}: only keyed state without a TTL has a namespace_type")
         return StateDescriptor(
             name=name,
-            kind=self.enum(StateKind, self.get(raw, "kind", str, where), f"{where} kind"),
+            kind=kind,
             value_serializer=serializers["value_serializer"] or "msgpack",
             value_type=types["value_type"],
             user_key_serializer=serializers["user_key_serializer"],
             user_key_type=types["user_key_type"],
             namespace_serializer=serializers["namespace_serializer"] or "msgpack",
             ttl_ms=ttl,
+            namespace_type=types["namespace_type"],
         )
 
     def subtask(self, raw: Any, where: str, states: set[str], shared: bool, keyed: set[str]) -> SubtaskState:

@@ -35,7 +35,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from statekit.statefmt import layout
-from statekit.statefmt.errors import BadInputError, UnsafePathError
+from statekit.statefmt.errors import BadInputError, CorruptStateError, UnsafePathError
 from statekit.statefmt.fileio import FileIO
 from statekit.statefmt.keygroups import key_hash
 from statekit.statefmt.metadata import (
@@ -48,6 +48,7 @@ from statekit.statefmt.metadata import (
     SubtaskState,
     serialize_metadata,
 )
+from statekit.statefmt.native_state import split_namespace
 from statekit.statefmt.native_store import ReadOnlyStore, StoreScratch, fetch_store_files
 from statekit.statefmt.serializers import decode_list, encode_list
 from statekit.statefmt.statefile import StateFileWriter
@@ -193,28 +194,38 @@ def _blocks(store: ReadOnlyStore, state_id: int, st: SubtaskState, descriptor: S
 
     is_map = descriptor.kind is StateKind.MAP
     ttl = descriptor.ttl_ms is not None
+    namespaced = descriptor.namespaced
     for key_group in st.key_group_range:
         keys: list[bytes] = []
+        namespaces: list[bytes] = []
         user_keys: list[bytes | None] = []
         values: list[bytes] = []
         expiries: list[int | None] = []
-        for key, user_key, value in store.entries(state_id, key_group):
+        for key, rest, value in store.entries(state_id, key_group):
             expiry = None
             if ttl:
                 value, expiry = _split_ttl(descriptor.kind, value)
+            if namespaced:
+                try:
+                    namespace, rest = split_namespace(rest)
+                except ValueError as exc:
+                    raise CorruptStateError(f"state {descriptor.name!r}: {exc}", path=store.where,
+                                            key_group=key_group) from None
+                namespaces.append(namespace)
             keys.append(key)
-            user_keys.append(user_key if is_map else None)
+            user_keys.append(rest if is_map else None)
             values.append(value)
             expiries.append(expiry)
         if not keys:
             continue
-        yield from group_by_key_group(serialized_keyed_table(keys, user_keys, values, expiries), max_parallelism)
+        table = serialized_keyed_table(keys, user_keys, values, expiries, namespaces if namespaced else None)
+        yield from group_by_key_group(table, max_parallelism)
 
 
 def serialized_keyed_table(keys: list[bytes], user_keys: list[bytes | None], values: list[bytes],
-                           expiries: list[int | None]) -> pa.Table:
-    """Keyed entries whose keys, user keys and values are already serialized, as a version 1
-    keyed table (no namespace), ready for ``group_by_key_group``."""
+                           expiries: list[int | None], namespaces: list[bytes] | None = None) -> pa.Table:
+    """Keyed entries whose keys, namespaces, user keys and values are already serialized, as a
+    keyed table ready for ``group_by_key_group`` (``namespaces`` None: the void namespace)."""
     import pyarrow as pa
 
     from statekit.statefmt.statefile import keyed_schema
@@ -222,7 +233,7 @@ def serialized_keyed_table(keys: list[bytes], user_keys: list[bytes | None], val
     return pa.table([
         pa.array([key_hash(k) for k in keys], pa.uint32()),
         pa.array(keys, pa.binary()),
-        pa.array([b""] * len(keys), pa.binary()),
+        pa.array(namespaces if namespaces is not None else [b""] * len(keys), pa.binary()),
         pa.array(user_keys, pa.binary()),
         pa.array(values, pa.binary()),
         pa.array(expiries, pa.int64()),

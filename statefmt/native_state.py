@@ -9,8 +9,10 @@ the checkpoint (``<encoded uid>/_native/<i>-of-<p>/<file>``). A native savepoint
 self-contained: every file is private.
 
 Format ``rocksdb-sst/1`` stores one entry per key-value pair under the key
-``state id (u16) | key group (u16) | key length (u32) | key bytes [| user key bytes]``
-(big-endian), so a key group's entries of one state are one contiguous key range; the value
+``state id (u16) | key group (u16) | key length (u32) | key bytes [| namespace length (u32) |
+namespace bytes] [| user key bytes]`` (big-endian; the namespace only for a state whose
+descriptor declares a ``namespace_type``, the user key only for map state), so a key group's
+entries of one state are one contiguous key range, and a key's entries one range in it; the value
 is the state's serialized value (list state: the framed element list of the state-file
 format). ``state_ids`` maps each keyed state name to its id.
 """
@@ -40,6 +42,9 @@ __all__ = [
     "state_prefix",
     "key_group_prefix",
     "KEY_PREFIX",
+    "NAMESPACE_LENGTH",
+    "namespace_bytes",
+    "split_namespace",
 ]
 
 NATIVE_ROCKSDB_FORMAT = "rocksdb-sst/1"
@@ -53,6 +58,7 @@ SHARED_FILE_PATTERN = re.compile(r"^[^/]+/(?:[0-9a-f]{32}\.sst|\.[0-9a-f]{32}\.s
 
 # state id u16 | key group u16 | key length u32
 KEY_PREFIX = struct.Struct(">HHI")
+NAMESPACE_LENGTH = struct.Struct(">I")
 _STATE = struct.Struct(">H")
 _STATE_GROUP = struct.Struct(">HH")
 
@@ -148,3 +154,23 @@ def decode_key(raw: bytes) -> tuple[int, int, bytes, bytes]:
     if len(raw) < start + length:
         raise ValueError("store key shorter than its key length")
     return state_id, key_group, raw[start:start + length], raw[start + length:]
+
+
+def namespace_bytes(namespace: bytes) -> bytes:
+    """The store-key part of a serialized namespace (after the key bytes)."""
+    return NAMESPACE_LENGTH.pack(len(namespace)) + namespace
+
+
+def split_namespace(rest: bytes) -> tuple[bytes, bytes]:
+    """(namespace bytes, user key bytes) of what follows the key bytes in a namespaced state's key.
+
+    Raises:
+        ValueError: ``rest`` is shorter than its namespace length says.
+    """
+    if len(rest) < NAMESPACE_LENGTH.size:
+        raise ValueError("store key has no namespace length")
+    (length,) = NAMESPACE_LENGTH.unpack_from(rest, 0)
+    end = NAMESPACE_LENGTH.size + length
+    if len(rest) < end:
+        raise ValueError("store key shorter than its namespace length")
+    return rest[NAMESPACE_LENGTH.size:end], rest[end:]

@@ -1,8 +1,8 @@
 """Window timers: per (key, window), persisted as keyed map state ``_window_timers``.
 
-The user key of a timer is ``[domain, timestamp, *window]`` (domain 0: event time, 1:
-processing time; the window as stored by :mod:`.windows`), so timers restore with the key
-groups that own them — at any parallelism. ``registered`` mirrors the state in memory
+The state's namespace is the window (as stored by :mod:`.windows`); a timer's user key is
+``[domain, timestamp]`` (domain 0: event time, 1: processing time), so timers restore with
+the key groups that own them — at any parallelism. ``registered`` mirrors the state in memory
 (what is in it is in the state, and the reverse), which keeps registration a set lookup;
 heap entries whose timer is no longer registered are skipped when popped.
 """
@@ -23,7 +23,8 @@ from statekit.runtime.windows.windows import Window, window_of
 
 __all__ = ["WINDOW_TIMERS", "EVENT_TIME", "PROCESSING_TIME", "WindowTimers"]
 
-WINDOW_TIMERS = MapStateDescriptor(WINDOW_TIMERS_STATE, value_type="bool", key_type="list<int>")
+WINDOW_TIMERS = MapStateDescriptor(WINDOW_TIMERS_STATE, value_type="bool", key_type="list<int>",
+                                   namespace_type="list<int>")
 EVENT_TIME = 0
 PROCESSING_TIME = 1
 
@@ -44,12 +45,14 @@ class WindowTimers:
 
     def restore(self) -> None:
         """Load the timers of every key this subtask restored."""
-        backend = self.backend
-        for key in list(backend.keys(WINDOW_TIMERS.name)):
+        backend, state = self.backend, self.state
+        for key, namespace in backend.namespaces(WINDOW_TIMERS.name):
             backend.current_key = key
-            for user_key in self.state.keys():  # noqa: SIM118 - MapState, not a dict
-                domain, timestamp, *window = user_key
-                self._push(int(domain), int(timestamp), key, window_of(window))
+            window = window_of(namespace)
+            state.set_current_namespace(window)
+            for user_key in state.keys():  # noqa: SIM118 - MapState, not a dict
+                domain, timestamp = user_key
+                self._push(int(domain), int(timestamp), key, window)
 
     def _push(self, domain: int, timestamp: int, key: Any, window: Window) -> None:
         self.registered.add((domain, timestamp, hashable(key), window))
@@ -60,14 +63,16 @@ class WindowTimers:
         key = self.backend.current_key
         if (domain, timestamp, hashable(key), window) in self.registered:
             return
-        self.state.put((domain, timestamp, *window), True)
+        self.state.set_current_namespace(window)
+        self.state.put((domain, timestamp), True)
         self._push(domain, timestamp, key, window)
 
     def delete(self, domain: int, timestamp: int, window: Window) -> None:
         entry = (domain, timestamp, hashable(self.backend.current_key), window)
         if entry in self.registered:
             self.registered.discard(entry)
-            self.state.remove((domain, timestamp, *window))
+            self.state.set_current_namespace(window)
+            self.state.remove((domain, timestamp))
 
     def _advance(self, domain: int, until: int) -> None:
         heap, backend = self.heaps[domain], self.backend
@@ -78,7 +83,8 @@ class WindowTimers:
                 continue
             self.registered.discard(entry)
             backend.current_key = key
-            self.state.remove((domain, timestamp, *window))
+            self.state.set_current_namespace(window)
+            self.state.remove((domain, timestamp))
             self.fire(key, window, timestamp, domain)
 
     # the operator-facing names of the runtime's timer services

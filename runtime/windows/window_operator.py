@@ -1,12 +1,15 @@
 """The window operator: assigns records to windows, keeps their contents, fires by trigger.
 
-State (all keyed, so it restores at any parallelism with the key groups that own it):
+State (all keyed, so it restores at any parallelism with the key groups that own it; the
+window is the state's *namespace*, stored as ``[start, end]`` — ``[]`` for the global window —
+with namespace type ``list<int>``, as in Flink's window operator):
 
-* ``window-contents``: map state, user key the window (``[start, end]``, ``[]`` for the
-  global window), value the window's contents: the reduced value (``reduce``), the
-  accumulator (``aggregate``) or the list of elements (``process``);
-* ``window-trigger``: map state, user key ``[name, *window]``: the trigger's values;
+* ``window-contents``: the window's contents: value state holding the reduced value
+  (``reduce``) or the accumulator (``aggregate``), list state of the elements (``process``);
+* ``window-trigger``: map state, user key the trigger's state name: the trigger's values;
 * ``_window_timers``: the window timers (:mod:`.timers`);
+* ``window-merging-set`` (merging assigners only): value state without namespace, the key's
+  windows (a session window is found by the windows it intersects);
 * operator state ``_watermark`` (union list): the subtask's last watermark before end of
   input. A restore starts from the least of them, so a record that was late for the
   snapshot's watermark stays late (and one on time stays on time: the watermark a record
@@ -29,7 +32,15 @@ from statekit.readers.window_state import WINDOW_CONTENTS_STATE, WINDOW_TRIGGER_
 from statekit.runtime.backend import hashable
 from statekit.runtime.channels import CheckpointOptions
 from statekit.runtime.operators import OperatorSnapshot, StreamOperator
-from statekit.runtime.state import ListStateDescriptor, MapState, MapStateDescriptor
+from statekit.runtime.state import (
+    ListState,
+    ListStateDescriptor,
+    MapState,
+    MapStateDescriptor,
+    StateDescriptorBase,
+    ValueState,
+    ValueStateDescriptor,
+)
 from statekit.runtime.watermarks import MAX_WATERMARK, MIN_WATERMARK
 from statekit.runtime.windows.assigners import WindowAssigner
 from statekit.runtime.windows.functions import WindowContext
@@ -38,13 +49,21 @@ from statekit.runtime.windows.triggers import EventTimeTrigger, Trigger, Trigger
 from statekit.runtime.windows.windows import GlobalWindow, TimeWindow, Window, window_of
 from statekit.statefmt.errors import BadInputError
 
-__all__ = ["WindowSpec", "WindowOperator", "WINDOW_CONTENTS", "WINDOW_TRIGGER"]
+__all__ = ["WindowSpec", "WindowOperator", "WINDOW_NAMESPACE_TYPE", "window_contents", "WINDOW_TRIGGER",
+           "WINDOW_MERGING_SET"]
 
-# the names statekit.readers.window_state recognises offline
-WINDOW_CONTENTS = MapStateDescriptor(WINDOW_CONTENTS_STATE, key_type="list<int>")
-WINDOW_TRIGGER = MapStateDescriptor(WINDOW_TRIGGER_STATE)
+# the names and namespace type statekit.readers.window_state recognises offline
+WINDOW_NAMESPACE_TYPE = "list<int>"
+WINDOW_TRIGGER = MapStateDescriptor(WINDOW_TRIGGER_STATE, key_type="string", namespace_type=WINDOW_NAMESPACE_TYPE)
+WINDOW_MERGING_SET = ValueStateDescriptor("window-merging-set", value_type="list<list<int>>")
 WINDOW_WATERMARK = ListStateDescriptor("_watermark", value_type="int")
-_MUTABLE = (list, dict, set, bytearray)
+
+
+def window_contents(kind: str) -> StateDescriptorBase:
+    """The contents state of a window function ``kind``: the elements (process) or one value."""
+    if kind == "process":
+        return ListStateDescriptor(WINDOW_CONTENTS_STATE, namespace_type=WINDOW_NAMESPACE_TYPE)
+    return ValueStateDescriptor(WINDOW_CONTENTS_STATE, namespace_type=WINDOW_NAMESPACE_TYPE)
 
 
 @dataclass
@@ -95,16 +114,24 @@ class _Contexts(TriggerContext, WindowContext):
         self.op.window_timers.delete(PROCESSING_TIME, timestamp, self.window_)
 
     def get_state(self, name: str) -> Any:
-        return self.op.trigger_state.get((name, *self.window_))
+        state = self.op.trigger_state
+        state.set_current_namespace(self.window_)
+        return state.get(name)
 
     def set_state(self, name: str, value: Any) -> None:
+        state = self.op.trigger_state
+        state.set_current_namespace(self.window_)
         if value is None:
-            self.op.trigger_state.remove((name, *self.window_))
+            state.remove(name)
         else:
-            self.op.trigger_state.put((name, *self.window_), value)
+            state.put(name, value)
 
     def merged_states(self, name: str) -> list[Any]:
-        return [self.op.trigger_state.get((name, *w)) for w in self.merged]
+        state, values = self.op.trigger_state, []
+        for window in self.merged:
+            state.set_current_namespace(window)
+            values.append(state.get(name))
+        return values
 
     # WindowContext
     def window(self) -> Any:
@@ -115,7 +142,7 @@ class _Contexts(TriggerContext, WindowContext):
 
 
 class WindowOperator(StreamOperator):
-    """Keyed windows: contents in keyed map state, window timers in timer state."""
+    """Keyed windows: contents in keyed state namespaced by window, window timers in timer state."""
 
     def __init__(self, spec: WindowSpec) -> None:
         super().__init__(spec.function)
@@ -135,8 +162,11 @@ class WindowOperator(StreamOperator):
         backend = self.keyed_backend
         if backend is None:
             raise BadInputError(f"operator {self.ctx.uid!r}: windows need a keyed stream (key_by(...).window(...))")
-        self.contents: MapState[Any] = backend.get_state(WINDOW_CONTENTS)  # type: ignore[assignment]
+        self.contents: ValueState[Any] | ListState[Any] = backend.get_state(  # type: ignore[assignment]
+            window_contents(self.spec.kind))
         self.trigger_state: MapState[Any] = backend.get_state(WINDOW_TRIGGER)  # type: ignore[assignment]
+        self.merging_set: ValueState[Any] | None = (
+            backend.get_state(WINDOW_MERGING_SET) if self.assigner.is_merging else None)  # type: ignore[assignment]
         self.window_timers = WindowTimers(backend, self._on_timer)
         self.window_timers.restore()
         self.watermark_state = self.operator_state.get_union_list_state(WINDOW_WATERMARK)
@@ -298,53 +328,73 @@ class WindowOperator(StreamOperator):
 
     def _adder(self) -> Callable[[Window, Any], None]:
         contents, spec = self.contents, self.spec
+        scope = contents.set_current_namespace
+        if isinstance(contents, ListState):
+            append = contents.add
+
+            def add_element(window: Window, value: Any) -> None:
+                scope(window)
+                append(value)
+
+            return add_element
+        get, update = contents.value, contents.update
         if spec.kind == "reduce":
             reduce = _callable(spec.function, "reduce")
 
             def add_reduce(window: Window, value: Any) -> None:
-                current = contents.get(window)
-                contents.put(window, value if current is None else reduce(current, value))
+                scope(window)
+                current = get()
+                update(value if current is None else reduce(current, value))
 
             return add_reduce
-        if spec.kind == "aggregate":
-            create, add, get, put = spec.function.create_accumulator, spec.function.add, contents.get, contents.put
+        create, add = spec.function.create_accumulator, spec.function.add
 
-            def add_aggregate(window: Window, value: Any) -> None:
-                accumulator = get(window)
-                if accumulator is None:
-                    accumulator = create()
-                elif accumulator.__class__ in _MUTABLE:
-                    accumulator = copy.deepcopy(accumulator)  # the stored one may be in a snapshot
-                put(window, add(value, accumulator))
+        def add_aggregate(window: Window, value: Any) -> None:
+            scope(window)
+            accumulator = get()  # the backend's own: a copy while a snapshot shares it
+            update(add(value, create() if accumulator is None else accumulator))
 
-            return add_aggregate
+        return add_aggregate
 
-        def add_element(window: Window, value: Any) -> None:
-            current = contents.get(window)
-            contents.put(window, [value] if current is None else [*current, value])
+    def _contents_of(self, window: Window) -> Any:
+        """The window's contents (None: none)."""
+        contents = self.contents
+        contents.set_current_namespace(window)
+        if isinstance(contents, ListState):
+            return contents.get() or None
+        return contents.value()
 
-        return add_element
+    def _set_contents(self, window: Window, value: Any) -> None:
+        self.contents.set_current_namespace(window)
+        self.contents.update(value)
+
+    def _remove_contents(self, window: Window) -> None:
+        self.contents.set_current_namespace(window)
+        self.contents.clear()
 
     # ------------------------------------------------------------ merging (session) windows
 
     def _merge_into(self, new: Window) -> Window | None:
         """The window ``new`` ends up in after merging with the current key's windows (None: late)."""
-        assert isinstance(new, TimeWindow)
-        existing = [window_of(w) for w in self.contents.keys()]  # noqa: SIM118 - MapState, not a dict
+        assert isinstance(new, TimeWindow) and self.merging_set is not None
+        existing = [window_of(w) for w in self.merging_set.value() or ()]
         group = [w for w in existing if isinstance(w, TimeWindow) and w.intersects(new)]
         merged = new
         for window in group:
             merged = merged.cover(window)
         if self._is_late(merged):
             return None
+        if group != [merged]:
+            kept = [w for w in existing if w not in group]
+            self.merging_set.update(sorted([*kept, merged]))
         if group == [merged] or not group:
             return merged
         self._merge_state(sorted(group), merged)
         return merged
 
     def _merge_state(self, group: list[TimeWindow], merged: TimeWindow) -> None:
-        contents, ctx = self.contents, self.contexts
-        parts = [contents.get(w) for w in group]
+        ctx = self.contexts
+        parts = [self._contents_of(w) for w in group]
         combined = None
         for part in parts:
             if part is not None:
@@ -357,23 +407,18 @@ class WindowOperator(StreamOperator):
                 continue
             ctx.window_ = window
             self.trigger.clear(window, ctx)
-            for name in self._trigger_names(window):
-                ctx.set_state(name, None)
+            self._clear_trigger_state(window)
             self.window_timers.delete(EVENT_TIME if self.assigner.is_event_time else PROCESSING_TIME,
                                       self._cleanup_time(window), window)
-            contents.remove(window)
+            self._remove_contents(window)
         ctx.merged = []
         ctx.window_ = merged
         if combined is not None:
-            contents.put(merged, combined)
+            self._set_contents(merged, combined)
 
-    def _trigger_names(self, window: Window) -> list[str]:
-        suffix = tuple(window)
-        names = []
-        for user_key in self.trigger_state.keys():  # noqa: SIM118 - MapState, not a dict
-            if tuple(user_key[1:]) == suffix:
-                names.append(str(user_key[0]))
-        return names
+    def _clear_trigger_state(self, window: Window) -> None:
+        self.trigger_state.set_current_namespace(window)
+        self.trigger_state.clear()
 
     def _combine(self, a: Any, b: Any) -> Any:
         kind, function = self.spec.kind, self.spec.function
@@ -401,11 +446,11 @@ class WindowOperator(StreamOperator):
         if result is TriggerResult.CONTINUE:
             return
         if result.is_fire:
-            contents = self.contents.get(window)
+            contents = self._contents_of(window)
             if contents is not None:
                 self._emit(key, window, contents)
         if result.is_purge:
-            self.contents.remove(window)
+            self._remove_contents(window)
 
     def _emit(self, key: Any, window: Window, contents: Any) -> None:
         spec, out, ctx = self.spec, self.output, self.contexts
@@ -423,10 +468,12 @@ class WindowOperator(StreamOperator):
     def _clear_window(self, window: Window) -> None:
         ctx = self.contexts
         ctx.window_ = window
-        self.contents.remove(window)
+        self._remove_contents(window)
         self.trigger.clear(window, ctx)
-        for name in self._trigger_names(window) if not self.trigger_state.is_empty() else ():
-            ctx.set_state(name, None)
+        self._clear_trigger_state(window)
+        if self.merging_set is not None:
+            windows = [w for w in (window_of(w) for w in self.merging_set.value() or ()) if w != window]
+            self.merging_set.update(windows or None)
         function = self.spec.function if self.spec.kind == "process" else self.spec.window_function
         clear = getattr(function, "clear", None)
         if callable(clear):

@@ -238,6 +238,18 @@ def test_ttl_and_map_key_changes(tmp_path: Path) -> None:
     assert report.reasons == ("state acc/spent: map key type changed from string to int; keys cannot change type",)
 
 
+def test_a_state_whose_namespace_changes_is_incompatible(tmp_path: Path) -> None:
+    # window state of an older layout (no namespace) cannot be restored as namespaced window state
+    plain = StateDescriptor("window-contents", StateKind.VALUE, value_type="int")
+    SavepointWriter.new_savepoint().with_operator("w", {plain: [("k", 3)]}).write(str(tmp_path / "sp"))
+    metadata = SavepointReader.read(str(tmp_path / "sp")).metadata
+    windowed = StateDescriptor("window-contents", StateKind.VALUE, value_type="int", namespace_type="list<int>")
+    report = compare(metadata, "SP", [_declared("w", windowed)])
+    assert report.reasons == ("state w/window-contents: namespace type changed from none to list<int>; "
+                              "a state's namespace cannot change",)
+    assert compare(metadata, "SP", [_declared("w", plain)]).compatible
+
+
 def test_keyed_state_on_an_operator_that_is_no_longer_keyed(tmp_path: Path) -> None:
     count = StateDescriptor("count", StateKind.VALUE, value_type="int")
     SavepointWriter.new_savepoint().with_operator("c", {count: [("k", 1)]}).write(str(tmp_path / "sp"))

@@ -247,6 +247,120 @@ class TestKeyedStateBackendContract:
         assert seen == {key: i for i, key in enumerate(keys)}
 
 
+@pytest.fixture(params=registered_backends())
+def namespaced_kind(request: pytest.FixtureRequest) -> str:
+    """A registered backend that keeps namespaced state (every built-in one does)."""
+    assert state_backend(request.param).backend_class().supports_namespaces
+    return str(request.param)
+
+
+class TestNamespacedStateContract:
+    """Namespaced keyed state (the window operator's): handles scoped to (key, namespace)."""
+
+    @staticmethod
+    def states(b: KeyedStateBackend[Any]) -> dict[str, Any]:
+        ns = {"namespace_type": "list<int>"}
+        return {
+            "v": b.get_state(ValueStateDescriptor("v", "int", **ns)),
+            "l": b.get_state(ListStateDescriptor("l", "int", **ns)),
+            "m": b.get_state(MapStateDescriptor("m", "int", key_type="string", **ns)),
+            "r": b.get_state(ReducingStateDescriptor("r", "int", reduce_function=lambda a, c: a + c, **ns)),
+            "a": b.get_state(AggregatingStateDescriptor("a", "list<int>", aggregate_function=Average(), **ns)),
+        }
+
+    def test_handles_are_scoped_to_the_current_key_and_namespace(self, kind: str) -> None:
+        b = backend(kind=kind)
+        if not b.supports_namespaces:
+            with pytest.raises(BadInputError, match="does not support"):
+                b.get_state(ValueStateDescriptor("v", namespace_type="list<int>"))
+            return
+        s = self.states(b)
+        for key, windows in (("x", [(0, 10), (10, 20)]), ("y", [(0, 10)])):
+            b.current_key = key
+            for start, end in windows:
+                for state in s.values():
+                    state.set_current_namespace((start, end))
+                s["v"].update(start + 1)
+                s["l"].add_all([start, end])
+                s["m"].put("s", start)
+                s["r"].add(end)
+                s["r"].add(1)
+                s["a"].add(start)
+        b.current_key = "x"
+        for state in s.values():
+            state.set_current_namespace((10, 20))
+        assert (s["v"].value(), s["l"].get(), s["m"].items(), s["r"].get(), s["a"].get()) == (
+            11, [10, 20], [("s", 10)], 21, 10.0)
+        for state in s.values():
+            state.clear()
+        assert (s["v"].value(), s["l"].get(), s["m"].items(), s["r"].get(), s["a"].get()) == (None, [], [], None, None)
+        for state in s.values():
+            state.set_current_namespace((0, 10))  # another namespace of the key: untouched by clear
+        assert (s["v"].value(), s["l"].get(), s["m"].get("s"), s["r"].get()) == (1, [0, 10], 0, 11)
+        assert sorted(b.keys("v")) == ["x", "y"]
+        assert sorted(b.namespaces("l")) == [("x", (0, 10)), ("y", (0, 10))]
+        with pytest.raises(TypeError, match="has no namespace"):
+            b.get_state(ValueStateDescriptor("plain")).set_current_namespace((0, 10))
+
+    def test_a_snapshot_keeps_namespaces_and_restores_them_at_another_parallelism(
+            self, tmp_path: Path, namespaced_kind: str) -> None:
+        kind = namespaced_kind
+        source = backend(kind=kind)
+        s = self.states(source)
+        expected: dict[tuple[str, tuple[int, int]], int] = {}
+        for i in range(200):
+            source.current_key = f"k{i}"
+            for window in ((0, 10), (10, 20)) if i % 2 else ((), ):
+                for state in s.values():
+                    state.set_current_namespace(window)
+                s["v"].update(i)
+                s["m"].put("n", i)
+                expected[(f"k{i}", tuple(window))] = i  # type: ignore[index]
+        io, directory = FileIO.for_path(str(tmp_path / "sp"))
+        snapshot = source.snapshot()
+        files = snapshot.write(CheckpointStorageLocation(io, directory, directory, 1, True))
+        snapshot.release()
+        commit_metadata(io, directory, _metadata(source, files))
+        reader = SavepointReader.read(directory)
+        assert reader.operator("op").state("v").namespace_type == "list<int>"
+        read = {(e.key, tuple(e.namespace)): e.value for e in reader.read_keyed_state("op", "v")}
+        assert read == expected
+        assert {(e.key, tuple(e.namespace), e.user_key): e.value for e in reader.read_keyed_state("op", "m")} == {
+            (k, w, "n"): v for (k, w), v in expected.items()}
+        plan = RestorePlan.open(directory)
+        restored: dict[tuple[str, tuple[int, int]], int] = {}
+        for subtask in range(2):
+            restore = plan.subtask("op", subtask, 2, M)
+            assert isinstance(restore, SubtaskRestore)
+            target = backend(subtask, 2, kind)
+            for descriptor, entries in restore.keyed_states():
+                target.restore_state(descriptor, entries)
+            handles = self.states(target)
+            for key, window in target.namespaces("v"):
+                target.current_key = key
+                handles["v"].set_current_namespace(window)
+                handles["m"].set_current_namespace(window)
+                assert handles["m"].get("n") == handles["v"].value()
+                restored[(key, tuple(window))] = handles["v"].value()
+        assert restored == expected
+
+    def test_a_restored_state_without_namespace_is_refused(self, namespaced_kind: str) -> None:
+        kind = namespaced_kind
+        b = backend(kind=kind)
+        b.restore_state(ValueStateDescriptor("v", "int").to_metadata(), [])
+        with pytest.raises(BadInputError, match="namespace type none but the job declares list<int>"):
+            b.get_state(ValueStateDescriptor("v", "int", namespace_type="list<int>"))
+
+    def test_namespaced_state_cannot_have_a_ttl(self, kind: str) -> None:
+        from statekit.runtime.ttl import StateTtlConfig
+
+        b = backend(kind=kind)
+        descriptor = ValueStateDescriptor("v", "int", namespace_type="list<int>")
+        descriptor.enable_time_to_live(StateTtlConfig.new_builder(1000).build())
+        with pytest.raises(BadInputError, match="namespace"):
+            b.get_state(descriptor)
+
+
 def test_hashmap_hands_out_a_private_copy_of_a_container_a_snapshot_shares(tmp_path: Path) -> None:
     """hashmap hands out its live containers; the first one changed while shared is copied first."""
     b = backend(kind="hashmap")

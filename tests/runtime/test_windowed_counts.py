@@ -206,3 +206,43 @@ def test_a_savepoint_mid_window_restores_at_another_parallelism(tmp_path: Path) 
     status = run_job_file(EXAMPLE, RunOptions(parallelism=3, restore_path=savepoint, job_args=args(tmp_path / "in", out)))
     assert status is JobStatus.FINISHED
     assert output(out) == truth(lines)
+
+
+def test_a_mid_window_savepoint_fires_the_same_after_a_max_parallelism_change(tmp_path: Path) -> None:
+    """Window contents and timers are keyed by their key group: `statekit rescale --max-parallelism`
+    regroups them; the restored job (on the other backend, at another parallelism) fires exactly
+    what an uninterrupted run fires."""
+    from click.testing import CliRunner
+
+    from statekit.cli.main import cli
+    from statekit.readers.savepoint_reader import SavepointReader
+
+    lines = make_input(tmp_path / "in", 4, 6_000)
+    out = tmp_path / "out"
+    listener = _Handles()
+    add_job_listener(listener)
+    try:
+        runner = threading.Thread(target=lambda: run_job_file(EXAMPLE, RunOptions(
+            parallelism=2, checkpoint_dir=str(tmp_path / "chk"), checkpoint_interval_ms=200,
+            job_args=args(tmp_path / "in", out))))
+        runner.start()
+        assert listener.started.wait(30)
+        time.sleep(0.6)
+        savepoint = listener.handles[0].trigger_savepoint(str(tmp_path / "sp"), stop=True).result(60)
+        runner.join(60)
+    finally:
+        remove_job_listener(listener)
+    before = SavepointReader.read(savepoint)
+    pending = {(e.key, tuple(e.namespace)): e.value for e in before.read_keyed_state("windows", "window-contents")}
+    assert pending, "the savepoint was not taken mid-window"
+    assert before.operator("windows").max_parallelism == 128
+    rescaled = tmp_path / "sp-256"
+    result = CliRunner().invoke(cli, ["rescale", savepoint, "--max-parallelism", "256", "-p", "3", "-o", str(rescaled)])
+    assert result.exit_code == 0, result.output
+    after = SavepointReader.read(str(rescaled))
+    assert after.operator("windows").max_parallelism == 256
+    assert {(e.key, tuple(e.namespace)): e.value for e in after.read_keyed_state("windows", "window-contents")} == pending
+    status = run_job_file(EXAMPLE, RunOptions(parallelism=3, restore_path=str(rescaled), state_backend="rocksdb",
+                                              job_args=args(tmp_path / "in", out)))
+    assert status is JobStatus.FINISHED
+    assert output(out) == truth(lines)

@@ -184,3 +184,22 @@ def test_radix_order_equals_a_full_sort(rows: list[tuple[int, bytes, bytes]], ma
     want = full.take(pc.sort_indices(full, sort_keys=[("__order", "ascending"), ("key", "ascending"),
                                                       ("namespace", "ascending")])).drop_columns(["__order"])
     assert got.equals(want)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.text(max_size=5), st.sampled_from([(), (0, 10), (10, 20)]), st.integers(0, 5),
+                          st.integers(-(1 << 63), (1 << 63) - 1)), max_size=30))
+def test_plain_tuple_rows_encode_as_the_entries_they_stand_for(rows: list[tuple[str, Any, int, int]]) -> None:
+    """The column-wise fast paths for (key, namespace, value), (key, user key, value) and
+    (key, namespace, user key, value) rows give the table the entry objects give."""
+    value = StateDescriptor("v", StateKind.VALUE, namespace_type="list<int>")
+    mapped = StateDescriptor("m", StateKind.MAP, user_key_serializer="msgpack", namespace_type="list<int>")
+    plain_map = StateDescriptor("p", StateKind.MAP, user_key_serializer="msgpack")
+    cases = [
+        (value, [(k, n, v) for k, n, _, v in rows], [KeyedStateEntry(k, n, v, None) for k, n, _, v in rows]),
+        (mapped, [(k, n, u, v) for k, n, u, v in rows], [MapStateEntry(k, u, v, n, None) for k, n, u, v in rows]),
+        (plain_map, [(k, u, v) for k, _, u, v in rows], [MapStateEntry(k, u, v, None, None) for k, _, u, v in rows]),
+    ]
+    for descriptor, tuples, entries in cases:
+        codec = StateCodec(descriptor, "msgpack", for_write=True)
+        assert codec.encode_keyed_rows(tuples).equals(codec.encode_keyed_rows(entries))

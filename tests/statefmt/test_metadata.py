@@ -77,6 +77,16 @@ def test_round_trip() -> None:
     assert [f.path for f in parsed.files()][:2] == ["a/count/00000-of-00002.sks", "a/attrs/00000-of-00002.sks"]
 
 
+def test_a_namespace_type_round_trips_and_is_written_only_when_declared() -> None:
+    window = StateDescriptor("window-contents", StateKind.LIST, namespace_type="list<int>")
+    md = make_metadata(make_operator("w", 2, 8, (window, StateDescriptor("plain", StateKind.VALUE))))
+    parsed = parse_metadata(serialize_metadata(md), source=SOURCE)
+    assert parsed == md and parsed.operator("w").state("window-contents").namespaced
+    assert not parsed.operator("w").state("plain").namespaced
+    states = body_of(md)["operators"][0]["states"]
+    assert states[0]["namespace_type"] == "list<int>" and "namespace_type" not in states[1]
+
+
 def test_layout_of_the_header() -> None:
     data = serialize_metadata(make_metadata())
     magic, version, length = struct.unpack_from("<8sIQ", data)
@@ -218,6 +228,10 @@ INVALID: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
     ("unknown value serializer", lambda b: _op(b)["states"][0].__setitem__("value_serializer", "xml"), "unknown serializer 'xml'"),
     ("bad value type", lambda b: _op(b)["states"][0].__setitem__("value_type", "list<"), "invalid value type 'list<'"),
     ("non-positive ttl", lambda b: _op(b)["states"][0].__setitem__("ttl_ms", 0), "ttl_ms must be positive"),
+    ("bad namespace type", lambda b: _op(b)["states"][0].__setitem__("namespace_type", "list<"),
+     "invalid value type 'list<'"),
+    ("namespace with a ttl", lambda b: _op(b)["states"][0].update(namespace_type="list<int>", ttl_ms=5),
+     "only keyed state without a TTL has a namespace_type"),
     ("file of undeclared state", _set(_file, "state", "ghost"), "file for undeclared state 'ghost'"),
     ("two files for one state", lambda b: _op(b)["subtasks"][0]["files"].append(_file(b)), "two files for one state"),
     ("negative size", _set(_file, "size", -1), "negative size or entry count"),
