@@ -73,6 +73,7 @@ __all__ = [
     "hashable",
     "check_compatible",
     "rows_of",
+    "stray_namespace",
 ]
 
 DEFAULT_STATE_BACKEND = "hashmap"
@@ -515,6 +516,14 @@ def write_keyed_rows(
         location.io, location.directory, relative, descriptor.name,
         group_by_key_group(table, scope.max_parallelism),
     )
+
+
+def stray_namespace(descriptor: StateDescriptor, uid: str) -> BadInputError:
+    """The error for a restored entry with a namespace in a state that declares none (its
+    namespaces would merge into one value per key)."""
+    return BadInputError(f"operator {uid!r}: state {descriptor.name!r} has entries with a namespace but its "
+                         "descriptor declares no namespace_type; rewrite the savepoint with the namespace type "
+                         "declared (statekit bootstrap --namespace-column does)")
 
 
 def hashable(value: Any) -> Any:

@@ -24,6 +24,7 @@ from statekit.runtime.backend import (
     SubtaskScope,
     hashable,
     rows_of,
+    stray_namespace,
     write_keyed_rows,
 )
 from statekit.runtime.checkpoint_storage import CheckpointStorageLocation
@@ -293,7 +294,11 @@ class HashMapKeyedStateBackend(KeyedStateBackend[_Table]):
 
         def table_key(entry: KeyedStateEntry | MapStateEntry) -> Any:
             key = hashable(entry.key)
-            return (key, hashable(entry.namespace)) if namespaced else key
+            if namespaced:
+                return key, hashable(entry.namespace)
+            if entry.namespace is not None:
+                raise stray_namespace(descriptor, self.scope.uid)
+            return key
 
         if descriptor.kind is StateKind.MAP:
             for entry in entries:

@@ -48,6 +48,7 @@ from statekit.runtime.backend import (
     StateHandles,
     SubtaskScope,
     hashable,
+    stray_namespace,
 )
 from statekit.runtime.checkpoint_storage import CheckpointStorageLocation
 from statekit.runtime.state import AggregatingState, ListState, MapState, ReducingState, ValueState
@@ -440,6 +441,8 @@ class RocksDBKeyedStateBackend(KeyedStateBackend[_StateInfo]):
             key = info.prefix + _GROUP_KEY_LENGTH.pack(key_group, len(data)) + data
             if namespaced:
                 key += namespace_bytes(info.namespace.serialize(entry.namespace))
+            elif entry.namespace is not None:
+                raise stray_namespace(descriptor, self.scope.uid)
             ttl = info.descriptor.ttl_ms is not None
             if isinstance(entry, MapStateEntry):
                 value = TtlValue(entry.value, entry.expiry) if ttl else entry.value

@@ -154,6 +154,8 @@ class BootstrapSpec:
             raise BadInputError(f"{kind.value} state is keyed: give --key-column")
         if not kind.keyed and (self.key_column or self.namespace_column):
             raise BadInputError(f"{kind.value} state is operator state (not keyed): drop --key-column/--namespace-column")
+        if self.namespace_column and self.ttl_ms is not None:
+            raise BadInputError("namespaced state (--namespace-column) cannot have a TTL: drop --ttl-ms")
         if kind.has_user_key and not self.user_key_column:
             raise BadInputError(f"{kind.value} state needs --user-key-column (the map key)")
         if not kind.has_user_key and self.user_key_column:

@@ -58,6 +58,8 @@ def plan_bootstrap(spec: BootstrapSpec, schema: pa.Schema, max_parallelism: int,
         value_type=_value_type(spec, schema, list_per_row),
         user_key_serializer=spec.user_key_serializer if spec.kind.has_user_key else None,
         user_key_type=user_key_type if spec.kind.has_user_key else None, ttl_ms=spec.ttl_ms,
+        namespace_type=(_infer_type(schema.field(spec.namespace_column).type, spec.namespace_column) or "json")
+        if spec.namespace_column else None,
     )
     return BootstrapPlan(spec, descriptor, max_parallelism, list_per_row)
 

@@ -351,6 +351,15 @@ class TestNamespacedStateContract:
         with pytest.raises(BadInputError, match="namespace type none but the job declares list<int>"):
             b.get_state(ValueStateDescriptor("v", "int", namespace_type="list<int>"))
 
+    def test_entries_with_a_namespace_in_a_state_declaring_none_are_refused(self, namespaced_kind: str) -> None:
+        from statekit.statefmt.entries import KeyedStateEntry, MapStateEntry
+
+        b = backend(kind=namespaced_kind)
+        with pytest.raises(BadInputError, match="declares no namespace_type"):
+            b.restore_state(ValueStateDescriptor("v", "int").to_metadata(), [KeyedStateEntry("k", [0, 10], 1, None)])
+        with pytest.raises(BadInputError, match="declares no namespace_type"):
+            b.restore_state(MapStateDescriptor("m", "int").to_metadata(), [MapStateEntry("k", "u", 1, "ns", None)])
+
     def test_namespaced_state_cannot_have_a_ttl(self, kind: str) -> None:
         from statekit.runtime.ttl import StateTtlConfig
 

@@ -87,8 +87,10 @@ def test_every_keyed_kind(inputs: dict[str, str], tmp_path: Path) -> None:
         got_struct = {e.key: e.value for e in reader.read_keyed_state("op", "s")}
         assert got_struct == {r["user"]: {"n": r["n"], "score": r["score"]} for r in ROWS}
     boot(output=str(tmp_path / "ns"), state="s", value_columns=["n"], namespace_column="day", **common)
-    got_ns = {(e.key, e.namespace): e.value for e in SavepointReader.read(str(tmp_path / "ns")).read_keyed_state("op", "s")}
+    namespaced = SavepointReader.read(str(tmp_path / "ns"))
+    got_ns = {(e.key, e.namespace): e.value for e in namespaced.read_keyed_state("op", "s")}
     assert got_ns == {(r["user"], r["day"]): r["n"] for r in ROWS}
+    assert namespaced.descriptor("op", "s").namespace_type == "int"  # from the namespace column
 
 
 def test_list_column_gives_the_whole_list(tmp_path: Path) -> None:

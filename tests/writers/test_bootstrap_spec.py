@@ -40,6 +40,7 @@ VALID: dict[str, Any] = dict(inputs=["/no/such/rows.csv"], output="/no/such/out"
     ({"value_type": "struct<a:int"}, "invalid value type 'struct<a:int'"),
     ({"user_key_type": "wat"}, "invalid value type 'wat'"),
     ({"ttl_ms": 0}, "--ttl-ms 0: a TTL must be positive (milliseconds)"),
+    ({"ttl_ms": 5, "namespace_column": "w"}, "namespaced state (--namespace-column) cannot have a TTL: drop --ttl-ms"),
     ({"parallelism": 0}, "operator 'op': parallelism must be at least 1, got 0"),
     ({"max_parallelism": 0}, "operator 'op': max parallelism must be in [1, 32768], got 0"),
     ({"parallelism": 200, "max_parallelism": 128}, "operator 'op': parallelism 200 is larger than max parallelism 128"),
