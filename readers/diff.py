@@ -3,7 +3,7 @@
 A is "before", B is "after": an operator or state only in B is *added*, only in A *removed*.
 Data is compared per state by entry identity — (key, namespace, user key) as stored bytes —
 and value bytes: an entry is *only in A*, *only in B*, *changed* or *unchanged*. Expiry is
-not part of the comparison (it moves on its own). A window state's user key is its window
+not part of the comparison (it moves on its own). A window state's namespace is its window
 (:mod:`statekit.readers.window_state`), so window state compares per (key, window) and each
 differing example names its ``window``. Identity does not depend on files or
 parallelism, so a savepoint and its rescaled copy compare equal.
@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from statekit.readers.progress import Advance, ProgressFactory, no_progress
 from statekit.readers.savepoint_reader import SavepointReader
 from statekit.readers.typed_columns import python_values, to_json_text
-from statekit.readers.window_state import window_of_user_key, window_state_role
+from statekit.readers.window_state import window_of_namespace, window_state_role
 from statekit.statefmt.encoding import is_serialized, keyed_schema
 from statekit.statefmt.entries import StateCodec
 from statekit.statefmt.errors import BadInputError, StateNotFoundError
@@ -87,7 +87,7 @@ BUCKET_BYTES = MEMORY_BUDGET // 6
 LAYOUT_CHANGES = ("parallelism_changed", "max_parallelism_changed", "name_changed")
 DIFF_COLUMNS = ("change", "key", "namespace", "user_key", "value_a", "value_b", "key_group")
 _DESCRIPTOR_FIELDS = ("kind", "value_serializer", "value_type", "user_key_serializer", "user_key_type",
-                      "namespace_serializer", "ttl_ms")
+                      "namespace_serializer", "namespace_type", "ttl_ms")
 _SERIALIZER_FIELDS = ("kind", "value_serializer", "user_key_serializer", "namespace_serializer")
 
 
@@ -167,7 +167,7 @@ class KeyDifference:
     user_key: Any
     value_a: Any
     value_b: Any
-    window: list[int] | None = None  # [start, end] of a window state's entry (readers.window_state)
+    window: list[int] | None = None  # [start, end] a window state's namespace holds (readers.window_state)
 
     def to_json(self) -> dict[str, Any]:
         return {"change": self.change, "key": self.key, "namespace": self.namespace, "user_key": self.user_key,
@@ -359,8 +359,8 @@ class DifferenceSink:
         self.writer = writer
         self.max_parallelism = max_parallelism
         self.examples: list[KeyDifference] = []
-        op = pair.op_a or pair.op_b
-        self.window_state = pair.name if op is not None and window_state_role(op, pair.name) else None
+        ops = [op for op in (pair.op_a, pair.op_b) if op is not None]
+        self.window_state = pair.name if ops and all(window_state_role(op, pair.name) for op in ops) else None
 
     @property
     def wanted(self) -> bool:
@@ -389,10 +389,11 @@ class DifferenceSink:
                  "key_group": key_group.cast(pa.int32())}))
 
     def _with_window(self, example: KeyDifference) -> KeyDifference:
-        """A window state's entry is one (key, window): name its window."""
+        """A window state's entry belongs to one (key, window): name the window its namespace holds."""
         if self.window_state is None:
             return example
-        window = window_of_user_key(self.window_state, example.user_key)
+        codec = self.codec_a if example.change == "only_in_a" else self.codec_b or self.codec_a
+        window = window_of_namespace(self.window_state, example.namespace, codec.source if codec else None)
         return dataclasses.replace(example, window=None if window is None else list(window))
 
     def _json_columns(self, rows: pa.Table) -> dict[str, list[Any]]:

@@ -47,6 +47,7 @@ class StateInspection:
     entries: int
     per_subtask: list[dict[str, int]]
     skew: SkewView | None
+    namespace_type: str | None = None  # declared for namespaced (window) state
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -161,6 +162,7 @@ def _inspect_state(reader: SavepointReader, uid: str, descriptor: StateDescripto
         entries=sum(p["entries"] for p in per_subtask),
         per_subtask=per_subtask,
         skew=_skew(group_bytes, op.max_parallelism) if descriptor.keyed and skew else None,
+        namespace_type=descriptor.namespace_type,
     )
 
 

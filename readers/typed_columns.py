@@ -2,13 +2,16 @@
 
 Which type a column gets (:func:`column_type`):
 
-1. a type the reader was told (``keyType``/``userKeyType``/``valueType`` options);
+1. a type the reader was told (``keyType``/``userKeyType``/``valueType``/``namespaceType`` options);
 2. the ``bytes`` serializer: always ``bytes`` (binary), whatever else is declared;
-3. a declared type (``value_type``/``user_key_type`` of the descriptor);
+3. a declared type (``value_type``/``user_key_type``/``namespace_type`` of the descriptor);
 4. a serializer that only makes one type: ``int64`` -> int, ``utf8`` -> string;
 5. for keys and user keys of the self-describing serializers (msgpack, json, pickle): the
    type of a sample when every sampled key is a string (string) or an integer (int);
 6. otherwise ``json``: a string column holding each value as JSON text.
+
+The namespace column follows rules 1-3 only (:func:`namespace_type`): without a declared
+``namespace_type`` (or ``namespaceType`` option) it is ``json``; the void namespace is null.
 
 The ``json`` rendering (:func:`to_json_text`) is canonical — compact separators, keys in
 their stored order, bytes as ``{"$bytes": "<base64>"}`` — so two readers (the local and the
@@ -46,6 +49,7 @@ __all__ = [
     "ColumnTypes",
     "TypedDecoder",
     "column_type",
+    "namespace_type",
     "infer_type",
     "decode_values",
     "decode_list_values",
@@ -246,7 +250,7 @@ def _to_arrow(values: list[Any], value_type: ValueType, arrow_type: Any, *, what
 
 
 def what_option(what: str) -> str:
-    return {"key": "keyType", "user key": "userKeyType"}.get(what, "valueType")
+    return {"key": "keyType", "user key": "userKeyType", "namespace": "namespaceType"}.get(what, "valueType")
 
 
 def decode_list_values(
@@ -279,23 +283,36 @@ def decode_list_values(
 
 @dataclass(frozen=True)
 class ColumnTypes:
-    """The resolved types of the key, user key and value columns of one state."""
+    """The resolved types of the key, user key, value and namespace columns of one state.
+
+    ``namespace``: the declared ``namespace_type`` of a namespaced state
+    (:func:`namespace_type`), else ``json`` (JSON text)."""
 
     key: ValueType
     user_key: ValueType
     value: ValueType
+    namespace: ValueType = ANY
 
     def to_json(self) -> dict[str, str]:
-        return {"key": str(self.key), "user_key": str(self.user_key), "value": str(self.value)}
+        return {"key": str(self.key), "user_key": str(self.user_key), "value": str(self.value),
+                "namespace": str(self.namespace)}
+
+
+def namespace_type(descriptor: StateDescriptor, override: str | None = None) -> ValueType:
+    """The type of a state's namespace column: ``override``, else its declared ``namespace_type``
+    (the rules of :func:`column_type`), else ``json`` — JSON text, as for any undeclared namespace."""
+    if descriptor.namespace_type is None and not override:
+        return ANY
+    return column_type(descriptor.namespace_serializer, descriptor.namespace_type, override=override)
 
 
 class TypedDecoder:
     """Decodes raw blocks of one state into batches of :data:`TYPED_COLUMNS`.
 
-    Columns: ``key`` (key type; null for operator state), ``namespace`` (JSON text; null for
-    the void namespace), ``user_key`` (map and broadcast state; else null), ``value`` (list
-    state: a list of the element type), ``expiry`` (timestamp, UTC), ``key_group`` and
-    ``subtask`` (int32).
+    Columns: ``key`` (key type; null for operator state), ``namespace`` (the namespace type
+    of :class:`ColumnTypes`; null for the void namespace), ``user_key`` (map and broadcast
+    state; else null), ``value`` (list state: a list of the element type), ``expiry``
+    (timestamp, UTC), ``key_group`` and ``subtask`` (int32).
     """
 
     def __init__(self, descriptor: StateDescriptor, key_serializer: str | None, types: ColumnTypes, *,
@@ -320,13 +337,25 @@ class TypedDecoder:
             value = pa.list_(value)
         return pa.schema([
             pa.field("key", to_arrow_type(self.types.key) if self.descriptor.keyed else pa.string()),
-            pa.field("namespace", pa.string()),
+            pa.field("namespace", to_arrow_type(self.types.namespace) if self.descriptor.keyed else pa.string()),
             pa.field("user_key", to_arrow_type(self.types.user_key) if self.has_user_key else pa.string()),
             pa.field("value", value),
             pa.field("expiry", pa.timestamp("ms", tz="UTC")),
             pa.field("key_group", pa.int32()),
             pa.field("subtask", pa.int32()),
         ])
+
+    def _namespace_column(self, column: pa.Array) -> pa.Array:
+        """Namespaces as the namespace type; the void namespace (empty bytes) is null."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        void = pc.equal(pc.binary_length(column), 0)
+        if pc.all(void).as_py() is not False:
+            return pa.nulls(len(column), to_arrow_type(self.types.namespace))
+        present = pc.if_else(void, pa.scalar(None, column.type), column)
+        return decode_values(present, self.codec.namespace, self.types.namespace, what="namespace",
+                             state=self.descriptor.name, source=self.source)
 
     def _value_column(self, column: pa.Array) -> pa.Array:
         name = self.descriptor.name
@@ -338,19 +367,12 @@ class TypedDecoder:
     def decode_keyed(self, batch: pa.RecordBatch | pa.Table, key_groups: pa.Array, subtasks: pa.Array) -> pa.RecordBatch:
         """Typed columns of raw keyed rows (keyed schema) with their key groups and subtasks."""
         import pyarrow as pa
-        import pyarrow.compute as pc
 
         assert self.key_serializer is not None
         name = self.descriptor.name
         key = decode_values(_chunk(batch.column("key")), self.key_serializer, self.types.key, what="key",
                             state=name, source=self.source)
-        namespaces = _chunk(batch.column("namespace"))
-        if pc.all(pc.equal(pc.binary_length(namespaces), 0)).as_py() is not False:
-            namespace = pa.nulls(len(namespaces), pa.string())
-        else:
-            decoded = python_values(namespaces, self.codec.namespace, "namespace", self.source)
-            raw = namespaces.to_pylist()
-            namespace = pa.array([None if not b else to_json_text(v) for b, v in zip(raw, decoded)], pa.string())
+        namespace = self._namespace_column(_chunk(batch.column("namespace")))
         if self.has_user_key:
             user_key = decode_values(_chunk(batch.column("user_key")), self.user_key_serializer, self.types.user_key,
                                      what="user key", state=name, source=self.source)

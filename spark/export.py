@@ -9,11 +9,13 @@ Columns: ``key``, ``namespace``, ``user_key``, ``value``, ``expiry``, ``key_grou
 (:mod:`statekit.readers.typed_columns`); each state directory has its own schema.
 Operator state exports with null key, namespace and key group (broadcast state: one copy,
 its keys in ``user_key``). How each format holds the types: :mod:`statekit.spark.formats`.
-The window states of a window operator (:mod:`statekit.readers.window_state`) get typed
-columns read from their user key: ``window_start`` and ``window_end`` (timestamps, null for
-the global window); ``window-trigger`` also ``trigger_state`` (the value's name); the timer
-table ``_window_timers`` also ``timer_domain`` (``event_time``/``processing_time``) and
-``timer_timestamp`` (a timestamp).
+A namespaced state's ``namespace`` column has its declared ``namespace_type`` (a window:
+``array<bigint>``). The window states of a window operator (:mod:`statekit.readers.window_state`)
+also get ``window_start`` and ``window_end`` from their namespace (timestamps, null for the
+global window); ``window-trigger`` also ``trigger_state`` (its user key: the trigger value's
+name); the timer table ``_window_timers`` also ``timer_domain`` (``event_time``/
+``processing_time``) and ``timer_timestamp`` (a timestamp) from its user key. A namespace
+or timer user key of another shape fails the export with :class:`CorruptStateError`.
 
 This module exports statekit snapshots (:func:`export_statekit`);
 :mod:`statekit.spark.flink_export` exports Apache Flink savepoints; both write through
@@ -35,15 +37,24 @@ from typing import TYPE_CHECKING, Any
 
 from statekit.readers.progress import ProgressFactory
 from statekit.readers.savepoint_reader import SavepointReader
-from statekit.readers.window_state import window_state_role
+from statekit.readers.window_state import (
+    WINDOW_CONTENTS_STATE,
+    WINDOW_TIMERS_STATE,
+    WINDOW_TRIGGER_STATE,
+    window_state_role,
+)
 from statekit.spark.formats import DEFAULT_FORMAT, check_format, write_table
 from statekit.spark.progress import spark_start_progress, task_progress
 from statekit.spark.session import OutputDir, SparkSettings, spark_errors
-from statekit.statefmt.errors import BadInputError, StateNotFoundError
+from statekit.statefmt.errors import BadInputError, CorruptStateError, StateNotFoundError
 from statekit.statefmt.layout import hive_partition_dir
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+# how an error raised inside a Spark job names its statekit class (spark.session.spark_errors)
+_ERROR_CLASS = f"{CorruptStateError.__module__}.{CorruptStateError.__name__}"
+_STATES = {"contents": WINDOW_CONTENTS_STATE, "trigger": WINDOW_TRIGGER_STATE, "timers": WINDOW_TIMERS_STATE}
 
 __all__ = ["ExportSpec", "ExportTable", "ExportedState", "ExportResult", "export_statekit", "export_tables",
            "selected_states"]
@@ -157,48 +168,75 @@ def export_statekit(spec: ExportSpec, progress: ProgressFactory | None = None) -
     if view is not reader:
         source, read_spec = view.snapshot.directory, replace(spec, storage_options=None)
     tables = [_statekit_table(read_spec, source, uid, name, kind, options,
-                              window_state_role(reader.operator(uid), name))
+                              _WindowColumns.of(reader, uid, name))
               for uid, name, kind in selected_states(reader, spec.operator, spec.state)]
     return export_tables(spec, reader.path, tables, progress)
 
 
 def _statekit_table(spec: ExportSpec, source: str, uid: str, name: str, kind: str,
-                    options: dict[str, str], window_role: str | None = None) -> ExportTable:
+                    options: dict[str, str], window: _WindowColumns | None = None) -> ExportTable:
     def frame(spark: SparkSession) -> DataFrame:
         from statekit.spark.source import read_state
 
         df = read_state(spark, source, uid, name, storage_options=spec.storage_options, options=options)
-        return df if window_role is None else with_window_columns(df, window_role)
+        return df if window is None else with_window_columns(df, window.role, window.path)
 
     return ExportTable(uid, name, kind, frame)
 
 
-def with_window_columns(df: DataFrame, role: str) -> DataFrame:
+@dataclass(frozen=True)
+class _WindowColumns:
+    """A window state to export with its window columns: its role and the snapshot (for errors)."""
+
+    role: str
+    path: str
+
+    @classmethod
+    def of(cls, reader: SavepointReader, uid: str, name: str) -> _WindowColumns | None:
+        role = window_state_role(reader.operator(uid), name)
+        return None if role is None else cls(role, reader.path)
+
+
+def with_window_columns(df: DataFrame, role: str, path: str | None = None) -> DataFrame:
     """``df`` of a window state (``role``: contents, trigger, timers) with its typed window columns.
 
-    The user key is ``[*window]``, ``[name, *window]`` or ``[domain, timestamp, *window]``
-    (a window is ``[start, end]`` epoch ms, ``[]`` the global window); the contents and timer
-    states type it ``array<bigint>``, the trigger state holds it as JSON text."""
+    The ``namespace`` column (``array<bigint>``) is the window: ``[start, end]`` epoch ms, ``[]``
+    the global window; the trigger state's ``user_key`` is the trigger value's name, the timer
+    state's ``[domain, timestamp]``. A row of another shape fails the Spark job with a
+    :class:`CorruptStateError` naming ``path`` (:func:`statekit.spark.session.spark_errors`)."""
     from pyspark.sql import functions as F
 
-    parts = F.from_json(F.col("user_key"), "array<string>") if role == "trigger" else F.col("user_key")
-    offset = {"trigger": 1, "timers": 2}.get(role, 0)
-
-    def at(i: int) -> Any:
-        item = parts.getItem(i)
-        return item.cast("bigint") if role == "trigger" else item
-
-    in_window = F.size(parts) == offset + 2
-
-    def millis(column: Any) -> Any:
-        return F.when(in_window, F.timestamp_millis(column))
-
+    window = F.col("namespace")
+    is_window = F.coalesce((F.size(window) == 2) & (F.get(window, 0) < F.get(window, 1)), F.lit(False))
+    checked = F.when(is_window | (F.size(window) == 0), window).otherwise(
+        _corrupt(path, F.format_string("window state %s: namespace %s is not a window ([start, end] epoch ms "
+                                       "with start < end, or [] for the global window)", F.lit(repr(_STATES[role])),
+                                       F.coalesce(F.to_json(window), F.lit("null")))))
+    df = df.withColumn("namespace", checked)
     if role == "trigger":
-        df = df.withColumn("trigger_state", parts.getItem(0))
+        df = df.withColumn("trigger_state", F.col("user_key"))
     if role == "timers":
-        df = (df.withColumn("timer_domain", F.when(at(0) == 0, "event_time").when(at(0) == 1, "processing_time"))
-                .withColumn("timer_timestamp", F.timestamp_millis(at(1))))
-    return df.withColumn("window_start", millis(at(offset))).withColumn("window_end", millis(at(offset + 1)))
+        timer = F.col("user_key")
+        domain, stamp = F.get(timer, 0), F.get(timer, 1)
+        valid = F.coalesce((F.size(timer) == 2) & domain.isin(0, 1) & stamp.isNotNull(), F.lit(False))
+        named = F.when(domain == 0, "event_time").otherwise("processing_time")
+        df = (df.withColumn("timer_domain", F.when(valid, named).otherwise(_corrupt(path, F.format_string(
+                  f"window state {WINDOW_TIMERS_STATE!r}: user key %s is not a timer ([domain, timestamp], domain 0 "
+                  "event time or 1 processing time)", F.coalesce(F.to_json(timer), F.lit("null"))))))
+                .withColumn("timer_timestamp", F.timestamp_millis(stamp)))
+    return (df.withColumn("window_start", F.when(is_window, F.timestamp_millis(F.get(window, 0))))
+              .withColumn("window_end", F.when(is_window, F.timestamp_millis(F.get(window, 1)))))
+
+
+def _corrupt(path: str | None, message: Any) -> Any:
+    """A Spark expression that fails the job as ``CorruptStateError(message)`` naming ``path``.
+
+    The error line ends at a newline so that :func:`~statekit.spark.session.spark_errors`
+    reads back exactly the message (Spark appends its SQLSTATE after it)."""
+    from pyspark.sql import functions as F
+
+    prefix = f"{_ERROR_CLASS}: {path}: " if path else f"{_ERROR_CLASS}: "
+    return F.raise_error(F.concat(F.lit(prefix), message, F.lit("\n")))
 
 
 def export_tables(spec: ExportSpec, source: str, tables: Sequence[ExportTable], progress: ProgressFactory | None,

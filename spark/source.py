@@ -19,15 +19,16 @@ Options (all optional):
   (``{"client_kwargs": {"endpoint_url": ...}}`` for an S3-compatible server).
 * ``numPartitions`` — how many read tasks; ``minPartitions`` — at least this many (default:
   from the state size, at least 8; :func:`read_state` asks for two per core).
-* ``keyType``, ``userKeyType``, ``valueType`` — read a column as this declared type
-  (``json`` turns any value into JSON text).
+* ``keyType``, ``userKeyType``, ``valueType``, ``namespaceType`` — read a column as this
+  declared type (``json`` turns any value into JSON text).
 * ``raw`` — ``true``: serialized bytes instead of typed columns (the diff engine joins on them);
   a typed value column (state file format version 2) is serialized with the state's value
   serializer, giving the bytes a version 1 file holds for the same values.
 
-Typed columns: ``key``, ``namespace`` (JSON text, null for the void namespace), ``user_key``
-(map and broadcast state), ``value``, ``expiry`` (timestamp), ``key_group``, ``subtask``; the
-types follow :mod:`statekit.readers.typed_columns`.
+Typed columns: ``key``, ``namespace`` (a namespaced state's declared ``namespace_type``,
+e.g. ``array<bigint>`` for a window ``list<int>``; JSON text when none is declared; null for
+the void namespace), ``user_key`` (map and broadcast state), ``value``, ``expiry``
+(timestamp), ``key_group``, ``subtask``; the types follow :mod:`statekit.readers.typed_columns`.
 
 Work is split by key-group ranges: each subtask file is cut into contiguous key-group slices,
 more slices for bigger files, so all cores read. Executors open the files themselves through
@@ -74,7 +75,7 @@ from pyspark.sql.types import (
 
 from statekit.readers.savepoint_reader import SavepointReader
 from statekit.readers.snapshot import Snapshot
-from statekit.readers.typed_columns import ColumnTypes, TypedDecoder, column_type, python_values
+from statekit.readers.typed_columns import ColumnTypes, TypedDecoder, column_type, namespace_type, python_values
 from statekit.statefmt.entries import StateCodec
 from statekit.statefmt.errors import BadInputError, StateNotFoundError
 from statekit.statefmt.fileio import FileIO
@@ -163,7 +164,7 @@ def _typed_schema(descriptor: StateDescriptor, types: ColumnTypes) -> StructType
         value = ArrayType(value, containsNull=True)
     return StructType([
         StructField("key", spark_type(types.key) if descriptor.keyed else StringType(), True),
-        StructField("namespace", StringType(), True),
+        StructField("namespace", spark_type(types.namespace) if descriptor.keyed else StringType(), True),
         StructField("user_key", spark_type(types.user_key) if descriptor.kind.has_user_key else StringType(), True),
         StructField("value", value, True),
         StructField("expiry", TimestampType(), True),
@@ -335,6 +336,7 @@ def _column_types(reader: SavepointReader, op: OperatorMetadata, descriptor: Sta
         user_key=column_type(descriptor.user_key_serializer or "msgpack", descriptor.user_key_type,
                              override=user_key_override, sample=user_key_sample),
         value=column_type(descriptor.value_serializer, descriptor.value_type, override=options.get("valueType")),
+        namespace=namespace_type(descriptor, options.get("namespaceType")),
     )
 
 

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from statekit.readers.window_state import WINDOW_TIMERS_STATE
+from statekit.readers.window_state import WINDOW_NAMESPACE_TYPE, WINDOW_TIMERS_STATE
 from statekit.runtime.backend import KeyedStateBackend, hashable
 from statekit.runtime.state import MapState, MapStateDescriptor
 from statekit.runtime.watermarks import MIN_WATERMARK
@@ -24,7 +24,7 @@ from statekit.runtime.windows.windows import Window, window_of
 __all__ = ["WINDOW_TIMERS", "EVENT_TIME", "PROCESSING_TIME", "WindowTimers"]
 
 WINDOW_TIMERS = MapStateDescriptor(WINDOW_TIMERS_STATE, value_type="bool", key_type="list<int>",
-                                   namespace_type="list<int>")
+                                   namespace_type=WINDOW_NAMESPACE_TYPE)
 EVENT_TIME = 0
 PROCESSING_TIME = 1
 

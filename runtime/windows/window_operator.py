@@ -28,7 +28,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
-from statekit.readers.window_state import WINDOW_CONTENTS_STATE, WINDOW_TRIGGER_STATE
+from statekit.readers.window_state import (
+    WINDOW_CONTENTS_STATE,
+    WINDOW_MERGING_SET_STATE,
+    WINDOW_NAMESPACE_TYPE,
+    WINDOW_TRIGGER_STATE,
+)
 from statekit.runtime.backend import hashable
 from statekit.runtime.channels import CheckpointOptions
 from statekit.runtime.operators import OperatorSnapshot, StreamOperator
@@ -53,9 +58,8 @@ __all__ = ["WindowSpec", "WindowOperator", "WINDOW_NAMESPACE_TYPE", "window_cont
            "WINDOW_MERGING_SET"]
 
 # the names and namespace type statekit.readers.window_state recognises offline
-WINDOW_NAMESPACE_TYPE = "list<int>"
 WINDOW_TRIGGER = MapStateDescriptor(WINDOW_TRIGGER_STATE, key_type="string", namespace_type=WINDOW_NAMESPACE_TYPE)
-WINDOW_MERGING_SET = ValueStateDescriptor("window-merging-set", value_type="list<list<int>>")
+WINDOW_MERGING_SET = ValueStateDescriptor(WINDOW_MERGING_SET_STATE, value_type="list<list<int>>")
 WINDOW_WATERMARK = ListStateDescriptor("_watermark", value_type="int")
 
 
