@@ -8,6 +8,8 @@ passes its end and writes one line ``WINDOW_START_MS<TAB>WORD<TAB>COUNT`` per wo
 the exactly-once file sink to ``--output DIR`` (again for records that arrive within
 ``--allowed-lateness``, with the updated count). A line whose window was already dropped
 (later than watermark + lateness) goes, as it was read, to ``--late-output DIR`` if given.
+With ``--watch`` the job keeps reading new files and appended lines of ``--input`` (an
+unbounded job: stop it with ``statekit stop``, with ``--drain`` to fire every window).
 
 Window contents and timers are keyed state of the operator ``windows``; the source's
 offsets and watermark state are operator state of ``source``. Operator uids: ``source``,
@@ -56,8 +58,8 @@ def records_of(line: str) -> list[Record]:
 class WordRecords(Source):
     """The words of the lines of a FileSource (whose offsets stay the source's state)."""
 
-    def __init__(self, directory: str) -> None:
-        self.files = FileSource(directory)
+    def __init__(self, directory: str, *, watch: bool = False) -> None:
+        self.files = FileSource(directory, watch=watch)
 
     @property
     def bounded(self) -> bool:
@@ -137,6 +139,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--allowed-lateness", default="0s", type=parse_duration_ms,
                         help="how long windows are kept after they fired (default 0s)")
     parser.add_argument("--late-output", help="directory for lines later than watermark + lateness")
+    parser.add_argument("--watch", action="store_true",
+                        help="keep reading new files and appended lines (the job runs until stopped)")
     args = parser.parse_args(argv)
     if args.window <= 0:
         parser.error(f"--window must be positive, got {args.window} ms")
@@ -144,7 +148,7 @@ def main(argv: list[str] | None = None) -> None:
     env = get_execution_environment()
     strategy = WatermarkStrategy.for_bounded_out_of_orderness(args.out_of_orderness).with_timestamp_assigner(event_time)
     windowed = (
-        env.from_source(WordRecords(args.input), "lines", strategy).uid("source")
+        env.from_source(WordRecords(args.input, watch=args.watch), "lines", strategy).uid("source")
         .key_by(lambda record: record[0])
         .window(TumblingEventTimeWindows.of(args.window))
         .allowed_lateness(args.allowed_lateness)

@@ -124,6 +124,19 @@ def _metadata(b: KeyedStateBackend[Any], files: list) -> CheckpointMetadata:  # 
                               CheckpointMetadata.now_ms(), (op,))
 
 
+def restored_backends(directory: str, parallelism: int, kind: str) -> Iterator[KeyedStateBackend[Any]]:
+    """A backend per subtask of ``parallelism``, each holding the keyed state of operator ``op``
+    that the snapshot at ``directory`` hands that subtask."""
+    plan = RestorePlan.open(directory)
+    for subtask in range(parallelism):
+        restore = plan.subtask("op", subtask, parallelism, M)
+        assert isinstance(restore, SubtaskRestore)
+        target = backend(subtask, parallelism, kind)
+        for descriptor, entries in restore.keyed_states():
+            target.restore_state(descriptor, entries)
+        yield target
+
+
 class TestKeyedStateBackendContract:
     """What every keyed state backend must do (``kind`` is each registered backend)."""
 
@@ -229,15 +242,9 @@ class TestKeyedStateBackendContract:
         snapshot = source.snapshot()
         files = snapshot.write(CheckpointStorageLocation(io, directory, directory, 1, True))
         commit_metadata(io, directory, _metadata(source, files))
-        plan = RestorePlan.open(directory)
         key_bytes = get_serializer("msgpack").serialize
         seen: dict[str, int] = {}
-        for subtask in range(3):
-            restore = plan.subtask("op", subtask, 3, M)
-            assert isinstance(restore, SubtaskRestore)
-            target = backend(subtask, 3, kind)
-            for descriptor, restored in restore.keyed_states():
-                target.restore_state(descriptor, restored)
+        for subtask, target in enumerate(restored_backends(directory, 3, kind)):
             kg_range = compute_key_group_range_for_operator_index(M, 3, subtask)
             handle = target.get_state(ValueStateDescriptor("count", "int"))
             for key in target.keys("count"):
@@ -327,14 +334,8 @@ class TestNamespacedStateContract:
         assert read == expected
         assert {(e.key, tuple(e.namespace), e.user_key): e.value for e in reader.read_keyed_state("op", "m")} == {
             (k, w, "n"): v for (k, w), v in expected.items()}
-        plan = RestorePlan.open(directory)
         restored: dict[tuple[str, tuple[int, int]], int] = {}
-        for subtask in range(2):
-            restore = plan.subtask("op", subtask, 2, M)
-            assert isinstance(restore, SubtaskRestore)
-            target = backend(subtask, 2, kind)
-            for descriptor, entries in restore.keyed_states():
-                target.restore_state(descriptor, entries)
+        for target in restored_backends(directory, 2, kind):
             handles = self.states(target)
             for key, window in target.namespaces("v"):
                 target.current_key = key

@@ -16,7 +16,6 @@ import threading
 import time
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
 import pytest
 
@@ -38,13 +37,14 @@ def _example() -> ModuleType:
     return module
 
 
-def make_input(directory: Path, files: int, lines: int, seed: int = 5) -> list[str]:
-    """Files covering consecutive time ranges; timestamps jitter by less than the out-of-orderness."""
+def make_input(directory: Path, files: int, lines: int, seed: int = 5, first: int = 0) -> list[str]:
+    """Files covering consecutive time ranges; timestamps jitter by less than the out-of-orderness.
+    ``first``: the number of files written before (their names and time ranges come first)."""
     rng = random.Random(seed)
-    directory.mkdir(parents=True)
+    directory.mkdir(parents=True, exist_ok=True)
     everything: list[str] = []
-    t = 0
-    for f in range(files):
+    t = first * lines * 37
+    for f in range(first, first + files):
         rows = []
         for _ in range(lines):
             t += 37
@@ -178,23 +178,33 @@ class _Handles:
         self.started.set()
 
 
-def test_a_savepoint_mid_window_restores_at_another_parallelism(tmp_path: Path) -> None:
-    lines = make_input(tmp_path / "in", 6, 8_000)
-    out = tmp_path / "out"
+def stop_with_savepoint(tmp_path: Path, out: Path) -> str:
+    """Run windowed_counts at parallelism 2 watching its input, and stop it with a savepoint after
+    two completed checkpoints: its last windows are then still open (the watermark trails the
+    latest timestamp), whatever the machine's speed."""
     listener = _Handles()
     add_job_listener(listener)
-    result: dict[str, Any] = {}
     try:
-        runner = threading.Thread(target=lambda: result.update(status=run_job_file(EXAMPLE, RunOptions(
+        runner = threading.Thread(target=lambda: run_job_file(EXAMPLE, RunOptions(
             parallelism=2, checkpoint_dir=str(tmp_path / "chk"), checkpoint_interval_ms=200,
-            job_args=args(tmp_path / "in", out)))))
+            job_args=args(tmp_path / "in", out, "--watch"))))
         runner.start()
         assert listener.started.wait(30)
-        time.sleep(0.8)
-        savepoint = listener.handles[0].trigger_savepoint(str(tmp_path / "sp"), stop=True).result(60)
+        handle, deadline = listener.handles[0], time.monotonic() + 60
+        while int(handle.checkpoint_stats()["counts"]["completed"]) < 2:
+            assert time.monotonic() < deadline and not handle.status.is_terminal, handle.describe()
+            time.sleep(0.01)
+        savepoint = handle.trigger_savepoint(str(tmp_path / "sp"), stop=True).result(60)
         runner.join(60)
     finally:
         remove_job_listener(listener)
+    return savepoint
+
+
+def test_a_savepoint_mid_window_restores_at_another_parallelism(tmp_path: Path) -> None:
+    lines = make_input(tmp_path / "in", 3, 4_000)
+    out = tmp_path / "out"
+    savepoint = stop_with_savepoint(tmp_path, out)
     from statekit.readers.savepoint_reader import SavepointReader
 
     reader = SavepointReader.read(savepoint)
@@ -202,7 +212,8 @@ def test_a_savepoint_mid_window_restores_at_another_parallelism(tmp_path: Path) 
     timers = list(reader.read_keyed_state("windows", "_window_timers"))
     assert contents and timers, "the savepoint was not taken mid-window"
     consumed = sum(e["offset"] for e in reader.read_union_state("source", "offsets"))
-    assert 0 < consumed < sum(p.stat().st_size for p in (tmp_path / "in").iterdir())
+    assert 0 < consumed <= sum(p.stat().st_size for p in (tmp_path / "in").iterdir())
+    lines += make_input(tmp_path / "in", 3, 4_000, first=3)  # later files: read only after the restore
     status = run_job_file(EXAMPLE, RunOptions(parallelism=3, restore_path=savepoint, job_args=args(tmp_path / "in", out)))
     assert status is JobStatus.FINISHED
     assert output(out) == truth(lines)
@@ -217,21 +228,10 @@ def test_a_mid_window_savepoint_fires_the_same_after_a_max_parallelism_change(tm
     from statekit.cli.main import cli
     from statekit.readers.savepoint_reader import SavepointReader
 
-    lines = make_input(tmp_path / "in", 4, 6_000)
+    lines = make_input(tmp_path / "in", 3, 4_000)
     out = tmp_path / "out"
-    listener = _Handles()
-    add_job_listener(listener)
-    try:
-        runner = threading.Thread(target=lambda: run_job_file(EXAMPLE, RunOptions(
-            parallelism=2, checkpoint_dir=str(tmp_path / "chk"), checkpoint_interval_ms=200,
-            job_args=args(tmp_path / "in", out))))
-        runner.start()
-        assert listener.started.wait(30)
-        time.sleep(0.6)
-        savepoint = listener.handles[0].trigger_savepoint(str(tmp_path / "sp"), stop=True).result(60)
-        runner.join(60)
-    finally:
-        remove_job_listener(listener)
+    savepoint = stop_with_savepoint(tmp_path, out)
+    lines += make_input(tmp_path / "in", 3, 4_000, first=3)
     before = SavepointReader.read(savepoint)
     pending = {(e.key, tuple(e.namespace)): e.value for e in before.read_keyed_state("windows", "window-contents")}
     assert pending, "the savepoint was not taken mid-window"
