@@ -165,17 +165,12 @@ class StateCodec:
         )
 
     def _namespace_column(self, namespaces: list[Any]) -> pa.Array:
-        """Serialized namespaces; one namespace object (a window many keys share) is serialized once."""
+        """Serialized namespaces, a column at a time (the void namespace: empty bytes)."""
         import pyarrow as pa
 
-        memo: dict[int, bytes] = {}  # by identity: every object stays alive in ``namespaces``
-        encoded = []
-        for namespace in namespaces:
-            data = memo.get(id(namespace))
-            if data is None:
-                data = memo[id(namespace)] = self.encode_namespace(namespace)
-            encoded.append(data)
-        return pa.array(encoded, pa.binary())
+        if any(namespace is None for namespace in namespaces):
+            return pa.array([self.encode_namespace(namespace) for namespace in namespaces], pa.binary())
+        return pa.array(serialize_many(self.namespace, namespaces, "namespace"), pa.binary())
 
     def _value_column(self, values: list[Any], version: int) -> pa.Array:
         import pyarrow as pa

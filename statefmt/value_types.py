@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any
 
 from statekit.statefmt.errors import BadInputError
@@ -58,6 +59,11 @@ class ValueType:
         exact = _EXACT_TYPES.get(self.name)
         if exact is not None and set(map(type, values)).issubset(exact):
             return None
+        if self.name == "list" and set(map(type, values)).issubset(_LIST_TYPES):
+            element = _EXACT_TYPES.get(self.args[0].name)  # lists of simple elements: by type alone
+            if element is not None and set(map(type, chain.from_iterable(v for v in values if v is not None))).issubset(
+                    element):
+                return None
         for value in values:
             reason = self.check(value)
             if reason:
@@ -108,6 +114,7 @@ _SIMPLE_CHECKS = {
     "timestamp": _is_int,
 }
 
+_LIST_TYPES = (list, tuple, type(None))
 _EXACT_TYPES: dict[str, tuple[type, ...]] = {
     "int": (int, type(None)),
     "timestamp": (int, type(None)),

@@ -120,3 +120,18 @@ def test_arrow_types() -> None:
     assert to_arrow_type(parse_value_type("struct<a:int,b:bytes>")) == pa.struct(
         [pa.field("a", pa.int64()), pa.field("b", pa.binary())]
     )
+
+
+_ELEMENTS = st.one_of(st.none(), st.integers(-5, 5), st.booleans(), st.floats(allow_nan=False), st.text(max_size=2),
+                      st.binary(max_size=2))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(["list<int>", "list<float>", "list<string>", "list<bool>", "list<bytes>", "list<timestamp>"]),
+       st.lists(st.one_of(st.none(), st.lists(_ELEMENTS, max_size=4), st.lists(_ELEMENTS, max_size=4).map(tuple),
+                          _ELEMENTS), max_size=6))
+def test_check_many_of_lists_agrees_with_checking_one_by_one(declared: str, values: list[Any]) -> None:
+    """The by-type fast path for lists of simple elements finds a misfit exactly when some value misfits."""
+    value_type = parse_value_type(declared)
+    one_by_one = next((r for r in map(value_type.check, values) if r), None)
+    assert (value_type.check_many(values) is None) == (one_by_one is None)
