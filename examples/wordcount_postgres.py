@@ -6,12 +6,14 @@ the same tokenizer and the same running count, imported from it) with a
 update becomes one row ``(word text, count bigint)`` of ``--table`` (created if missing),
 committed by two-phase commit when its checkpoint completes. After any number of crashes
 and restores each word has exactly the rows 1..N. Needs ``statekit[postgres]`` and a
-server with ``max_prepared_transactions`` > 0.
+server with ``max_prepared_transactions`` > 0. With ``--watch`` the job keeps reading new
+files and appended lines (it runs until stopped).
 
 Run it::
 
     statekit run [-p N] [-s SNAPSHOT] --checkpoint-dir /tmp/chk --checkpoint-interval 1s \\
-        examples/wordcount_postgres.py --input texts/ --dsn "host=127.0.0.1 dbname=demo" [--table word_counts]
+        examples/wordcount_postgres.py --input texts/ --dsn "host=127.0.0.1 dbname=demo" [--table word_counts] \\
+        [--watch]
 """
 
 from __future__ import annotations
@@ -43,12 +45,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--input", required=True, help="directory of UTF-8 text files")
     parser.add_argument("--dsn", required=True, help="libpq connection string or postgresql:// URL")
     parser.add_argument("--table", default="word_counts", help="target table (default: word_counts)")
+    parser.add_argument("--watch", action="store_true",
+                        help="keep reading new files and appended lines (the job runs until stopped)")
     args = parser.parse_args(argv)
     wc = wordcount()
 
     env = get_execution_environment()
     (
-        env.from_source(FileSource(args.input), "files").uid("source")
+        env.from_source(FileSource(args.input, watch=args.watch), "files").uid("source")
         .flat_map(wc.tokenize, "tokenize").uid("tokenize")
         .key_by(lambda word: word)
         .process(wc.CountWords(), "count words").uid("counter")

@@ -147,7 +147,7 @@ def state_json(name: str, kind: str, serializer: str, value_type: str | None, us
             "user_key_serializer": user_key, "ttl_ms": ttl, "bytes": sum(b for b, _ in per_subtask),
             "entries": sum(e for _, e in per_subtask),
             "per_subtask": [{"subtask": i, "bytes": b, "entries": e} for i, (b, e) in enumerate(per_subtask)],
-            "skew": skew}
+            "skew": skew, "namespace_type": None}
 
 
 def skew(groups: int, max_bytes: int, mean: float, histogram: list[int]) -> dict[str, Any]:

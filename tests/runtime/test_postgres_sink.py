@@ -103,8 +103,10 @@ def launcher(job_file: str, checkpoints: Path, job_id: str, *, parallelism: int,
     return [*args, job_file]
 
 
-def wordcount_args(inputs: Path, dsn: str) -> list[str]:
-    return ["--input", str(inputs), "--dsn", dsn]
+def wordcount_args(inputs: Path, dsn: str, *, watch: bool = False) -> list[str]:
+    """The job's arguments; ``watch``: it never ends on its own (an attempt the test kills must
+    not finish its input first, however fast the machine)."""
+    return ["--input", str(inputs), "--dsn", dsn, *(["--watch"] if watch else [])]
 
 
 def wait_for(condition: Any, process: subprocess.Popen[bytes], what: str, timeout: float = 30) -> None:
@@ -143,7 +145,8 @@ def test_wordcount_postgres_is_exactly_once_under_sigkill(tmp_path: Path, postgr
         restored.append(done[-1] if done else 0)
         command = launcher(WORDCOUNT_POSTGRES, checkpoints, job, parallelism=2, restore=job_dir if done else None,
                            interval="50ms")
-        process = subprocess.Popen([*command, *wordcount_args(tmp_path / "in", postgres_dsn)], stderr=subprocess.PIPE)
+        process = subprocess.Popen([*command, *wordcount_args(tmp_path / "in", postgres_dsn, watch=True)],
+                                   stderr=subprocess.PIPE)
         # one checkpoint of its own, so every attempt makes progress; then a kill at a random moment,
         # every other time while a checkpoint is being taken (between PREPARE and completion)
         wait_for(lambda: latest_checkpoint(job_dir) > restored[-1], process, "a checkpoint")
@@ -233,7 +236,8 @@ def test_restores_at_other_parallelisms_stay_exactly_once(tmp_path: Path, postgr
         done = completed_checkpoints(job_dir)
         command = launcher(WORDCOUNT_POSTGRES, checkpoints, job, parallelism=parallelism,
                            restore=job_dir if done else None, interval="50ms")
-        process = subprocess.Popen([*command, *wordcount_args(tmp_path / "in", postgres_dsn)], stderr=subprocess.PIPE)
+        process = subprocess.Popen([*command, *wordcount_args(tmp_path / "in", postgres_dsn, watch=True)],
+                                   stderr=subprocess.PIPE)
         first = (done[-1] if done else 0) + 2
         wait_for(lambda first=first: latest_checkpoint(job_dir) >= first, process, "two checkpoints")
         wait_for(lambda: checkpoint_in_progress(job_dir), process, "a checkpoint in progress", timeout=5)
@@ -286,7 +290,8 @@ def test_soak_sigkills_rescales_and_server_crashes(
         start = done[-1] if done else 0
         command = launcher(WORDCOUNT_POSTGRES, checkpoints, job, parallelism=(2, 3, 1, 4)[attempt % 4],
                            restore=job_dir if done else None, interval="50ms")
-        process = subprocess.Popen([*command, *wordcount_args(tmp_path / "in", postgres_dsn)], stderr=subprocess.PIPE)
+        process = subprocess.Popen([*command, *wordcount_args(tmp_path / "in", postgres_dsn, watch=True)],
+                                   stderr=subprocess.PIPE)
         wait_for(lambda start=start: latest_checkpoint(job_dir) > start, process, "a checkpoint", timeout=60)
         if attempt % 4 == 3:
             postgres_server.stop("immediate")
