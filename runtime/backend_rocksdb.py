@@ -52,7 +52,7 @@ from statekit.runtime.backend import (
 )
 from statekit.runtime.checkpoint_storage import CheckpointStorageLocation
 from statekit.runtime.state import AggregatingState, ListState, MapState, ReducingState, ValueState
-from statekit.runtime.ttl import TtlValue, strip_native_value, ttl_serializer, wrap_restored
+from statekit.runtime.ttl import TtlValue, ttl_serializer, wrap_restored
 from statekit.statefmt import layout
 from statekit.statefmt.checksum import Crc32
 from statekit.statefmt.entries import KeyedStateEntry, MapStateEntry, group_by_key_group
@@ -69,7 +69,7 @@ from statekit.statefmt.native_state import (
     split_namespace,
     state_prefix,
 )
-from statekit.statefmt.native_store import StoreScratch, fetch_store_files, open_store, scan_prefix
+from statekit.statefmt.native_store import StoreScratch, fetch_store_files, open_store, scan_prefix, store_entries
 from statekit.statefmt.paths import SHARED_PREFIX
 from statekit.statefmt.serializers import decode_list, encode_list, get_serializer
 from statekit.writers.state_writer import write_keyed_file
@@ -133,47 +133,15 @@ class _Snapshot(KeyedSnapshot):
 
     def _blocks(self, db: Any, info: _StateInfo) -> Generator[tuple[int, Any], None, None]:
         """(key group, sorted batch) of one state, one key group at a time."""
-        from statekit.statefmt.native_canonical import serialized_keyed_table
+        from statekit.statefmt.native_canonical import native_keyed_table
 
-        scope = self.backend.scope
-        is_map = info.descriptor.kind is StateKind.MAP
-        namespaced = info.descriptor.namespaced
-        start = KEY_PREFIX.size
+        scope, descriptor = self.backend.scope, info.descriptor
+        drop_at = self.drop_at[descriptor.name]
         for key_group in scope.key_group_range:
-            keys: list[bytes] = []
-            namespaces: list[bytes] = []
-            user_keys: list[bytes | None] = []
-            values: list[bytes] = []
-            for raw, value in scan_prefix(db, key_group_prefix(info.state_id, key_group)):
-                length = KEY_PREFIX.unpack_from(raw, 0)[2]
-                keys.append(raw[start:start + length])
-                rest = raw[start + length:]
-                if namespaced:
-                    namespace, rest = split_namespace(rest)
-                    namespaces.append(namespace)
-                user_keys.append(rest if is_map else None)
-                values.append(value)
-            expiries: list[int | None] = [None] * len(keys)
-            if info.descriptor.ttl_ms is not None:  # never namespaced (metadata and get_state refuse it)
-                keys, user_keys, values, expiries = self._unwrap_ttl(info, keys, user_keys, values)
-            if not keys:
-                continue
-            table = serialized_keyed_table(keys, user_keys, values, expiries, namespaces if namespaced else None)
-            yield from group_by_key_group(table, scope.max_parallelism)
-
-    def _unwrap_ttl(self, info: _StateInfo, keys: list[bytes], user_keys: list[bytes | None], values: list[bytes],
-                    ) -> tuple[list[bytes], list[bytes | None], list[bytes], list[int | None]]:
-        """A TTL state's rows with the expiry split off the values, expired ones dropped if asked."""
-        drop_at, kind = self.drop_at[info.descriptor.name], info.descriptor.kind
-        kept: tuple[list[bytes], list[bytes | None], list[bytes], list[int | None]] = ([], [], [], [])
-        for key, user_key, value in zip(keys, user_keys, values):
-            stripped = strip_native_value(kind, value, drop_at)
-            if stripped is not None:
-                kept[0].append(key)
-                kept[1].append(user_key)
-                kept[2].append(stripped[0])
-                kept[3].append(stripped[1])
-        return kept
+            entries = store_entries(db, info.state_id, key_group, self.path)
+            table = native_keyed_table(entries, descriptor, drop_at, self.path)
+            if table is not None:
+                yield from group_by_key_group(table, scope.max_parallelism)
 
     def release(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)

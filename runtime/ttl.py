@@ -18,13 +18,13 @@ Invariants:
   one expiry for all its elements: the latest of its elements' (the entry is live while
   one element is); a restore gives each element that expiry.
 * A RocksDB value of a TTL state is ``expiry (i64 big-endian, NO_EXPIRY for none) | value
-  bytes`` (per element for list state).
+  bytes`` (per element for list state): :mod:`statekit.statefmt.native_state`; a snapshot splits
+  it with :func:`statekit.statefmt.native_canonical.strip_ttl_value`.
 """
 
 from __future__ import annotations
 
 import copy
-import struct
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from statekit.runtime.state import AggregatingState, ListState, MapState, ReducingState, ValueState
 from statekit.statefmt.entries import KeyedStateEntry, MapStateEntry
 from statekit.statefmt.metadata import StateKind
-from statekit.statefmt.serializers import Serializer, decode_list, encode_list
+from statekit.statefmt.native_state import NO_EXPIRY, TTL_EXPIRY
+from statekit.statefmt.serializers import Serializer
 
 if TYPE_CHECKING:
     from statekit.runtime.backend import KeyedStateBackend
@@ -51,13 +52,10 @@ __all__ = [
     "ttl_rows",
     "wrap_restored",
     "ttl_serializer",
-    "strip_native_value",
     "NO_EXPIRY",
 ]
 
 Clock = Callable[[], int]
-NO_EXPIRY = (1 << 63) - 1  # a stored RocksDB expiry meaning "never"
-_EXPIRY = struct.Struct(">q")
 _MUTABLE = (list, dict, set, bytearray)
 
 
@@ -246,7 +244,7 @@ def wrap_restored(kind: StateKind, value: Any, expiry: int | None) -> Any:
 
 def ttl_serializer(inner: Serializer) -> Serializer:
     """The RocksDB value serializer of a TTL state: ``expiry | inner bytes`` of a TtlValue."""
-    pack, unpack_from, size = _EXPIRY.pack, _EXPIRY.unpack_from, _EXPIRY.size
+    pack, unpack_from, size = TTL_EXPIRY.pack, TTL_EXPIRY.unpack_from, TTL_EXPIRY.size
     dumps, loads = inner.serialize, inner.deserialize
 
     def serialize(tv: TtlValue) -> bytes:
@@ -257,23 +255,6 @@ def ttl_serializer(inner: Serializer) -> Serializer:
         return TtlValue(loads(data[size:]), None if expiry == NO_EXPIRY else expiry)
 
     return Serializer(f"ttl+{inner.name}", serialize, deserialize, inner.safe)
-
-
-def _split(data: bytes) -> tuple[int | None, bytes]:
-    (expiry,) = _EXPIRY.unpack_from(data, 0)
-    return (None if expiry == NO_EXPIRY else expiry), data[_EXPIRY.size:]
-
-
-def strip_native_value(kind: StateKind, data: bytes, drop_at: int | None) -> tuple[bytes, int | None] | None:
-    """A TTL state's RocksDB value as the state file stores it: (value bytes, expiry), or None
-    when it expired at ``drop_at`` (list state: its live elements, framed)."""
-    if kind is not StateKind.LIST:
-        expiry, value = _split(data)
-        return None if _expired(expiry, drop_at) else (value, expiry)
-    live = [split for split in map(_split, decode_list(data)) if not _expired(split[0], drop_at)]
-    if not live:
-        return None
-    return encode_list([value for _, value in live]), _latest(expiry for expiry, _ in live)
 
 
 # -- handles ------------------------------------------------------------------------------------

@@ -28,9 +28,8 @@ collected or the interpreter exits.
 from __future__ import annotations
 
 import os
-import struct
 import weakref
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -48,7 +47,7 @@ from statekit.statefmt.metadata import (
     SubtaskState,
     serialize_metadata,
 )
-from statekit.statefmt.native_state import split_namespace
+from statekit.statefmt.native_state import NO_EXPIRY, TTL_EXPIRY, split_namespace
 from statekit.statefmt.native_store import ReadOnlyStore, StoreScratch, fetch_store_files
 from statekit.statefmt.serializers import decode_list, encode_list
 from statekit.statefmt.statefile import StateFileWriter
@@ -56,11 +55,9 @@ from statekit.statefmt.statefile import StateFileWriter
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["CanonicalCopy", "canonical_copy", "serialized_keyed_table"]
+__all__ = ["CanonicalCopy", "canonical_copy", "native_keyed_table", "serialized_keyed_table", "strip_ttl_value"]
 
 _CHUNK = 8 << 20
-_EXPIRY = struct.Struct(">q")  # a TTL value's expiry in the native layout (runtime.ttl)
-_NO_EXPIRY = (1 << 63) - 1
 
 
 class CanonicalCopy:
@@ -192,34 +189,49 @@ def _blocks(store: ReadOnlyStore, state_id: int, st: SubtaskState, descriptor: S
 
     from statekit.statefmt.entries import group_by_key_group
 
-    is_map = descriptor.kind is StateKind.MAP
-    ttl = descriptor.ttl_ms is not None
-    namespaced = descriptor.namespaced
     for key_group in st.key_group_range:
-        keys: list[bytes] = []
-        namespaces: list[bytes] = []
-        user_keys: list[bytes | None] = []
-        values: list[bytes] = []
-        expiries: list[int | None] = []
-        for key, rest, value in store.entries(state_id, key_group):
-            expiry = None
-            if ttl:
-                value, expiry = _split_ttl(descriptor.kind, value)
-            if namespaced:
-                try:
-                    namespace, rest = split_namespace(rest)
-                except ValueError as exc:
-                    raise CorruptStateError(f"state {descriptor.name!r}: {exc}", path=store.where,
-                                            key_group=key_group) from None
-                namespaces.append(namespace)
-            keys.append(key)
-            user_keys.append(rest if is_map else None)
-            values.append(value)
-            expiries.append(expiry)
-        if not keys:
-            continue
-        table = serialized_keyed_table(keys, user_keys, values, expiries, namespaces if namespaced else None)
-        yield from group_by_key_group(table, max_parallelism)
+        table = native_keyed_table(store.entries(state_id, key_group), descriptor, None, store.where)
+        if table is not None:
+            yield from group_by_key_group(table, max_parallelism)
+
+
+def native_keyed_table(entries: Iterable[tuple[bytes, bytes, bytes]], descriptor: StateDescriptor,
+                       drop_at: int | None, where: str) -> pa.Table | None:
+    """The keyed table (ready for ``group_by_key_group``) of one state's store entries
+    (:func:`~statekit.statefmt.native_store.store_entries`), None when none is left: the namespace
+    split off the rest of a namespaced state's store key, the user key of map state, a TTL
+    value split into its bytes and expiry — entries expired at ``drop_at`` left out (None: none).
+
+    Raises:
+        CorruptStateError: A namespaced state's store key without a whole namespace (naming ``where``).
+    """
+    is_map, namespaced = descriptor.kind is StateKind.MAP, descriptor.namespaced
+    ttl = descriptor.ttl_ms is not None
+    keys: list[bytes] = []
+    namespaces: list[bytes] = []
+    user_keys: list[bytes | None] = []
+    values: list[bytes] = []
+    expiries: list[int | None] = []
+    for key, rest, value in entries:
+        expiry = None
+        if ttl:
+            stripped = strip_ttl_value(descriptor.kind, value, drop_at)
+            if stripped is None:
+                continue
+            value, expiry = stripped
+        if namespaced:
+            try:
+                namespace, rest = split_namespace(rest)
+            except ValueError as exc:
+                raise CorruptStateError(f"state {descriptor.name!r}: {exc}", path=where) from None
+            namespaces.append(namespace)
+        keys.append(key)
+        user_keys.append(rest if is_map else None)
+        values.append(value)
+        expiries.append(expiry)
+    if not keys:
+        return None
+    return serialized_keyed_table(keys, user_keys, values, expiries, namespaces if namespaced else None)
 
 
 def serialized_keyed_table(keys: list[bytes], user_keys: list[bytes | None], values: list[bytes],
@@ -240,17 +252,22 @@ def serialized_keyed_table(keys: list[bytes], user_keys: list[bytes | None], val
     ], schema=keyed_schema())
 
 
-def _split_one(data: bytes) -> tuple[int | None, bytes]:
-    (expiry,) = _EXPIRY.unpack_from(data, 0)
-    return (None if expiry == _NO_EXPIRY else expiry), data[_EXPIRY.size:]
+def _split_expiry(data: bytes) -> tuple[int | None, bytes]:
+    (expiry,) = TTL_EXPIRY.unpack_from(data, 0)
+    return (None if expiry == NO_EXPIRY else expiry), data[TTL_EXPIRY.size:]
 
 
-def _split_ttl(kind: StateKind, data: bytes) -> tuple[bytes, int | None]:
-    """A TTL value as a state file stores it: (value bytes, expiry; list state: the latest)."""
+def strip_ttl_value(kind: StateKind, data: bytes, drop_at: int | None) -> tuple[bytes, int | None] | None:
+    """A TTL state's stored value as a state file holds it: (value bytes, expiry), or None when it
+    expired at ``drop_at`` (None: nothing is dropped). List state: its live elements, framed,
+    and the latest of their expiries (None when one never expires)."""
     if kind is not StateKind.LIST:
-        expiry, value = _split_one(data)
-        return value, expiry
-    parts = [_split_one(element) for element in decode_list(data)]
-    expiries = [e for e, _ in parts]
-    latest = None if not parts or any(e is None for e in expiries) else max(e for e in expiries if e is not None)
-    return encode_list([value for _, value in parts]), latest
+        expiry, value = _split_expiry(data)
+        return None if drop_at is not None and expiry is not None and expiry <= drop_at else (value, expiry)
+    live = [(expiry, value) for expiry, value in map(_split_expiry, decode_list(data))
+            if drop_at is None or expiry is None or expiry > drop_at]
+    if not live:
+        return None
+    expiries = [expiry for expiry, _ in live]
+    latest = None if any(e is None for e in expiries) else max(e for e in expiries if e is not None)
+    return encode_list([value for _, value in live]), latest

@@ -14,7 +14,8 @@ namespace bytes] [| user key bytes]`` (big-endian; the namespace only for a stat
 descriptor declares a ``namespace_type``, the user key only for map state), so a key group's
 entries of one state are one contiguous key range, and a key's entries one range in it; the value
 is the state's serialized value (list state: the framed element list of the state-file
-format). ``state_ids`` maps each keyed state name to its id.
+format). ``state_ids`` maps each keyed state name to its id. A TTL state's value is
+``expiry (i64 big-endian, NO_EXPIRY for none) | value bytes`` (list state: each element).
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ __all__ = [
     "key_group_prefix",
     "KEY_PREFIX",
     "NAMESPACE_LENGTH",
+    "TTL_EXPIRY",
+    "NO_EXPIRY",
     "namespace_bytes",
     "split_namespace",
 ]
@@ -59,6 +62,8 @@ SHARED_FILE_PATTERN = re.compile(r"^[^/]+/(?:[0-9a-f]{32}\.sst|\.[0-9a-f]{32}\.s
 # state id u16 | key group u16 | key length u32
 KEY_PREFIX = struct.Struct(">HHI")
 NAMESPACE_LENGTH = struct.Struct(">I")
+TTL_EXPIRY = struct.Struct(">q")  # before a TTL state's value (or each list element)
+NO_EXPIRY = (1 << 63) - 1  # a stored expiry meaning "never"
 _STATE = struct.Struct(">H")
 _STATE_GROUP = struct.Struct(">HH")
 

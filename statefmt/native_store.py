@@ -127,6 +127,29 @@ def scan_prefix(db: Any, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
         it.next()
 
 
+def store_entries(db: Any, state_id: int, key_group: int, where: str) -> Iterator[tuple[bytes, bytes, bytes]]:
+    """(key bytes, the rest of the store key — namespace, user key —, value bytes) of one state in
+    one key group of the store ``db``, in store order.
+
+    Raises:
+        CorruptStateError: A key shorter than its key length, or a failing read (naming ``where``).
+    """
+    prefix = key_group_prefix(state_id, key_group)
+    start = KEY_PREFIX.size
+    try:
+        for raw, value in scan_prefix(db, prefix):
+            (length,) = KEY_PREFIX.unpack_from(raw, 0)[2:]
+            if len(raw) < start + length:
+                raise CorruptStateError("a store key is shorter than its key length", path=where,
+                                        key_group=key_group)
+            yield raw[start:start + length], raw[start + length:], value
+    except CorruptStateError:
+        raise
+    except Exception as exc:
+        raise CorruptStateError(f"reading the store failed: {' '.join(str(exc).split())}", path=where,
+                                key_group=key_group) from exc
+
+
 class ReadOnlyStore:
     """One subtask's store, opened read-only: its entries by state and key group."""
 
@@ -139,21 +162,8 @@ class ReadOnlyStore:
             raise CorruptStateError(f"the store does not open: {' '.join(str(exc).split())}", path=where) from exc
 
     def entries(self, state_id: int, key_group: int) -> Iterator[tuple[bytes, bytes, bytes]]:
-        """(key bytes, user key bytes, value bytes) of one state in one key group, in store order."""
-        prefix = key_group_prefix(state_id, key_group)
-        start = KEY_PREFIX.size
-        try:
-            for raw, value in scan_prefix(self.db, prefix):
-                (length,) = KEY_PREFIX.unpack_from(raw, 0)[2:]
-                if len(raw) < start + length:
-                    raise CorruptStateError("a store key is shorter than its key length", path=self.where,
-                                            key_group=key_group)
-                yield raw[start:start + length], raw[start + length:], value
-        except CorruptStateError:
-            raise
-        except Exception as exc:
-            raise CorruptStateError(f"reading the store failed: {' '.join(str(exc).split())}", path=self.where,
-                                    key_group=key_group) from exc
+        """:func:`store_entries` of this store."""
+        return store_entries(self.db, state_id, key_group, self.where)
 
     def key_groups(self, state_id: int, key_groups: KeyGroupRange) -> Iterator[int]:
         """The key groups of ``key_groups`` in which ``state_id`` has entries."""
