@@ -140,7 +140,14 @@ def test_cancel_retains_or_deletes_checkpoints(tmp_path: Path) -> None:
 
 def test_processing_time_timers_fire(tmp_path: Path) -> None:
     class Later(KeyedProcessFunction):
+        # one timer per key: two records of a key in different milliseconds would register two
+        def open(self, ctx: RuntimeContext) -> None:
+            self.armed = ctx.get_state(ValueStateDescriptor("armed", "bool"))
+
         def process_element(self, value: str, ctx: Any, out: Any) -> None:
+            if self.armed.value():
+                return
+            self.armed.update(True)
             service = ctx.timer_service()
             service.register_processing_time_timer(service.current_processing_time() + 20)
 
