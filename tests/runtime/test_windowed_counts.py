@@ -131,12 +131,12 @@ def checkpoint_state(job_dir: Path) -> tuple[int | None, bool]:
     return latest, in_progress
 
 
-def command(checkpoints: Path, inputs: Path, out: Path, parallelism: int) -> list[str]:
+def command(checkpoints: Path, inputs: Path, out: Path, parallelism: int, *extra: str) -> list[str]:
     cmd = [sys.executable, "-m", "statekit.runtime.launcher", "-p", str(parallelism), "--checkpoint-dir",
            str(checkpoints), "--checkpoint-interval", "100ms", "--job-id", JOB_ID]
     if checkpoint_state(checkpoints / JOB_ID)[0] is not None:
         cmd += ["-s", str(checkpoints / JOB_ID)]
-    return [*cmd, EXAMPLE, *args(inputs, out)]
+    return [*cmd, EXAMPLE, *args(inputs, out, *extra)]
 
 
 def test_windowed_counts_are_exactly_once_under_sigkill(tmp_path: Path) -> None:
@@ -150,7 +150,9 @@ def test_windowed_counts_are_exactly_once_under_sigkill(tmp_path: Path) -> None:
     for attempt in range(kills):
         restored = checkpoint_state(job_dir)[0]
         restored_ids.append(restored)
-        process = subprocess.Popen(command(checkpoints, tmp_path / "in", out, 2 + attempt % 2), stderr=subprocess.PIPE)
+        # an attempt to be killed watches its input: it cannot end on its own first, however fast
+        process = subprocess.Popen(command(checkpoints, tmp_path / "in", out, 2 + attempt % 2, "--watch"),
+                                   stderr=subprocess.PIPE)
         deadline = time.monotonic() + 30
         while (checkpoint_state(job_dir)[0] or 0) <= (restored or 0) and time.monotonic() < deadline:
             assert process.poll() is None, f"attempt {attempt} ended: {process.stderr.read()!r}"  # type: ignore[union-attr]
