@@ -6,6 +6,8 @@ import threading
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from statekit.runtime.channels import (
     MAIL,
@@ -79,6 +81,31 @@ def test_keyed_exchange_routes_by_key_group_in_buffers() -> None:
         expected = [r for r in records
                     if compute_operator_index_for_key_group(128, 3, assign_to_key_group(pack(r[0]), 128)) == index]
         assert received == expected
+
+
+_KEYS = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats(allow_nan=False)
+    | st.text() | st.binary(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=6,
+)
+
+
+@given(keys=st.lists(_KEYS, min_size=1, max_size=20), max_parallelism=st.sampled_from([1, 7, 128, 32768]))
+@settings(max_examples=150, deadline=None)
+def test_the_keyed_exchange_routes_every_key_where_the_snapshot_format_puts_it(
+        keys: list[object], max_parallelism: int) -> None:
+    """The writer's own msgpack Packer gives the key bytes of the key serializer, so a record
+    goes to the subtask whose state file holds its key group (also after a packing error)."""
+    writer = RecordWriter([ChannelTarget(InputGate(10), 0) for _ in range(3)], Partitioning.HASH,
+                          key_selector=lambda r: r, max_parallelism=max_parallelism)
+    pack = get_serializer("msgpack").serialize
+    for key in keys:
+        with pytest.raises(TypeError):
+            writer.channel_for_key(object())  # a failed pack leaves nothing behind in the buffer
+        expected = compute_operator_index_for_key_group(
+            max_parallelism, 3, assign_to_key_group(pack(key), max_parallelism))
+        assert writer.channel_for_key(key) == expected
 
 
 @pytest.mark.parametrize("partitioning", [Partitioning.REBALANCE, Partitioning.BROADCAST])
