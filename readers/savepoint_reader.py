@@ -155,10 +155,19 @@ class SavepointReader:
         self, uid: str, state: str, key_groups: Iterable[int] | None = None
     ) -> Iterator[KeyedStateEntry | MapStateEntry]:
         """Decoded entries: (key, namespace, value[, expiry]) or, for map state,
-        (key, user_key, value[, namespace, expiry])."""
+        (key, user_key, value[, namespace, expiry]).
+
+        Lazy like a generator (nothing is read, and no error raised, before the first
+        entry is asked for), but the entries of a block pass through C iterators only: no
+        Python frame resumes per entry."""
+        return chain.from_iterable(self._decoded_blocks(uid, state, key_groups))
+
+    def _decoded_blocks(
+        self, uid: str, state: str, key_groups: Iterable[int] | None
+    ) -> Iterator[Iterator[KeyedStateEntry | MapStateEntry]]:
         codec = self.codec(uid, state)
-        batches = self.read_keyed_batches(uid, state, key_groups)
-        yield from chain.from_iterable(codec.decode_keyed_batch(batch) for _, _, batch in batches)
+        for _, _, batch in self.read_keyed_batches(uid, state, key_groups):
+            yield codec.decode_keyed_batch(batch)
 
     def read_keyed_columns(
         self, uid: str, state: str, key_groups: Iterable[int] | None = None

@@ -28,6 +28,7 @@ pyarrow is imported lazily.
 
 from __future__ import annotations
 
+import array
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -233,6 +234,10 @@ class TypedValues:
         if reason:
             raise SerializationError(f"state {self.state!r}: a value does not match the declared type: {reason}")
         try:
+            if _physical(self.arrow_type) == pa.int64():
+                ints = _int64_array(values)  # checked above: ints (no bool) and None only
+                if ints is not None:
+                    return ints if self.arrow_type == pa.int64() else ints.cast(self.arrow_type)
             return typed_column(values, self.arrow_type)
         except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError) as exc:
             raise SerializationError(
@@ -247,6 +252,21 @@ def typed_column(values: list[Any], arrow_type: pa.DataType) -> pa.Array:
     physical = _physical(arrow_type)
     column = pa.array(values, physical)
     return column if physical == arrow_type else column.cast(arrow_type)
+
+
+def _int64_array(values: list[Any]) -> pa.Array | None:
+    """A null-free int64 column of Python ints, through ``array.array`` (a tighter loop than
+    ``pa.array``); None when a value is None (or does not fit 64 bits: ``pa.array`` then
+    names it). The caller has checked that every value is an ``int`` and none a ``bool``."""
+    import pyarrow as pa
+
+    if not values or sys.byteorder != "little":
+        return None
+    try:
+        data = array.array("q", values)
+    except (TypeError, OverflowError):
+        return None
+    return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(data)])
 
 
 def python_values(column: Any) -> list[Any]:
@@ -394,12 +414,17 @@ class BlockCodec:
 
     def encode(self, batch: pa.RecordBatch) -> bytes:
         """The block bytes of ``batch`` (of :attr:`schema`)."""
+        return b"".join(self.encode_parts(batch))
+
+    def encode_parts(self, batch: pa.RecordBatch) -> tuple[bytes | pa.Buffer, ...]:
+        """The block bytes of ``batch`` as consecutive pieces, for a writer that writes
+        them one after another (no copy joins them)."""
         if not batch.schema.equals(self.schema):
             raise ValueError(f"batch schema {batch.schema} is not the file's {self.schema}")
         if self.version == 1:
-            return batch.serialize().to_pybytes()  # type: ignore[no-any-return]
+            return (batch.serialize(),)
         flags, present = self._present(batch)
-        return layout.BLOCK_PREFIX.pack(flags) + self._message(_compacted(batch.select(present)), flags)
+        return layout.BLOCK_PREFIX.pack(flags), self._message(_compacted(batch.select(present)), flags)
 
     def overhead(self, batch: pa.RecordBatch) -> tuple[int, int]:
         """(bytes a block of ``batch`` takes beyond its entries' data, bytes of that data
@@ -412,27 +437,24 @@ class BlockCodec:
         return layout.BLOCK_PREFIX.size + len(stored.slice(0, 0).serialize()), stored.nbytes
 
     def _present(self, batch: pa.RecordBatch) -> tuple[int, list[str]]:
-        import pyarrow.compute as pc
-
         flags, present = 0, []
         for name in batch.schema.names:
             bit = self._optional.get(name)
             column = batch.column(name)
             if bit is not None:
-                empty = (pc.max(pc.binary_length(column)).as_py() or 0) == 0 if name == "namespace" \
-                    else column.null_count == len(column)
+                empty = _all_empty(column) if name == "namespace" else column.null_count == len(column)
                 if empty:
                     continue
                 flags |= bit
             present.append(name)
         return flags, present
 
-    def _message(self, batch: pa.RecordBatch, flags: int) -> bytes:
+    def _message(self, batch: pa.RecordBatch, flags: int) -> bytes | pa.Buffer:
         """One record-batch message: compressed (through an IPC stream writer) when that is
         smaller, else plain — a block records its own compression, so both decode alike."""
         import pyarrow as pa
 
-        plain: bytes = batch.serialize().to_pybytes()
+        plain: pa.Buffer = batch.serialize()
         if self.compression == "none":
             return plain
         sink = pa.BufferOutputStream()
@@ -440,8 +462,8 @@ class BlockCodec:
             stream.write_batch(batch)
         data = sink.getvalue()
         start = self._schema_message_size(flags)
-        compressed: bytes = data.slice(start, data.size - start - 8).to_pybytes()
-        return compressed if len(compressed) < len(plain) else plain
+        compressed: pa.Buffer = data.slice(start, data.size - start - 8)
+        return compressed if compressed.size < plain.size else plain
 
     @cached_property
     def _options(self) -> Any:
@@ -530,6 +552,9 @@ def _canonical(array: pa.Array) -> pa.Array:
     import pyarrow.compute as pc
     import pyarrow.types as t
 
+    flat = _flat_canonical(array)
+    if flat is not None:
+        return flat
     array = pa.concat_arrays([array])  # offset 0, children cut to what it references
     n, kind = len(array), array.type
     buffers = array.buffers()
@@ -555,12 +580,51 @@ def _canonical(array: pa.Array) -> pa.Array:
     raise ValueError(f"no canonical encoding for type {kind}")
 
 
-def _exact(buffer: Any, size: int) -> pa.Buffer:
-    """The first ``size`` bytes of ``buffer`` in memory of their own, zero-padded to 8."""
+def _flat_canonical(array: pa.Array) -> pa.Array | None:
+    """:func:`_canonical` of a non-empty, null-free fixed-width (not boolean) or binary/string
+    array, straight from its (possibly sliced) buffers — the same buffers with one copy of
+    the bytes instead of three; None for any other array."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.types as t
+
+    n, kind, offset = len(array), array.type, array.offset
+    if not n or array.null_count:
+        return None
+    if t.is_primitive(kind) and not t.is_boolean(kind):
+        width = kind.byte_width
+        return pa.Array.from_buffers(kind, n, [None, _exact(array.buffers()[1], n * width, offset * width)])
+    if not (t.is_binary(kind) or t.is_string(kind)):
+        return None
+    _, offsets, data = array.buffers()
+    positions = memoryview(offsets).cast("i")
+    first, last = positions[offset], positions[offset + n]
+    if first:  # offsets rebased to start at 0, as concatenating the slice does
+        rebased = pc.subtract(pa.Array.from_buffers(pa.int32(), n + 1, [None, offsets], offset=offset),
+                              pa.scalar(first, pa.int32()))
+        offsets, offset = rebased.buffers()[1], rebased.offset
+    return pa.Array.from_buffers(kind, n, [None, _exact(offsets, 4 * (n + 1), 4 * offset), _exact(data, last - first, first)])
+
+
+def _all_empty(column: pa.Array) -> bool:
+    """Whether every value of a binary column is empty (or null): its offsets never advance."""
+    if not len(column):
+        return True
+    positions = memoryview(column.buffers()[1]).cast("i")
+    return bool(positions[column.offset] == positions[column.offset + len(column)])
+
+
+def _exact(buffer: Any, size: int, start: int = 0) -> pa.Buffer:
+    """Bytes ``start .. start + size`` of ``buffer`` in memory of their own, zero-padded to 8."""
     import pyarrow as pa
 
-    data = buffer.slice(0, size).to_pybytes() if buffer is not None and size else b""
-    return pa.py_buffer(data + bytes(-len(data) % 8)).slice(0, size)
+    data = bytearray(size + -size % 8)
+    if buffer is not None and size:
+        part = memoryview(buffer)[start:start + size]
+        if len(part) != size:
+            raise ValueError(f"buffer of {len(memoryview(buffer))} bytes has no bytes {start}..{start + size}")
+        data[:size] = part
+    return pa.py_buffer(data).slice(0, size)
 
 
 def _bits(buffer: Any, n: int) -> pa.Buffer:

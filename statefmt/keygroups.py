@@ -136,6 +136,9 @@ class _Murmur3:
     def hashes(self) -> pa.Array:
         import pyarrow.compute as pc
 
+        bounds = pc.min_max(self.lengths).as_py()
+        if self.n and bounds["min"] == bounds["max"] >= 8:
+            return self._fixed_width(bounds["min"])
         h = pc.multiply(self.lengths, self._u32(0))  # seed 0
         blocks = pc.shift_right(self.lengths, self._u32(2))
         most = pc.max(blocks).as_py() or 0
@@ -150,6 +153,44 @@ class _Murmur3:
         h = self._tail(h)
         h = pc.bit_wise_xor(h, self.lengths)
         return self._fmix(h)
+
+    def _fixed_width(self, width: int) -> Any:
+        """Every key ``width`` (>= 8) bytes long: the words and the tail are read from 8-byte
+        lanes (one ``binary_slice`` per 8 bytes, the last one overlapping its neighbour),
+        not one slice per word."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        starts = list(range(0, width - 7, 8)) + ([width - 8] if width % 8 else [])
+        lanes = {s: self._lane(s) for s in starts}
+
+        def little_endian(position: int, count: int) -> Any:
+            """Bytes ``position .. position + count`` (count <= 4) of every key, as uint32."""
+            start = max(s for s in starts if s <= position and position + count <= s + 8)
+            value = lanes[start]
+            if position > start:
+                value = pc.shift_right(value, pa.scalar(8 * (position - start), pa.uint64()))
+            if count < 4:
+                value = pc.bit_wise_and(value, pa.scalar((1 << 8 * count) - 1, pa.uint64()))
+            return value.cast(pa.uint32(), safe=False)  # the low 32 bits
+
+        h = None
+        for j in range(width // 4):
+            k = self._scramble(little_endian(4 * j, 4))
+            h = k if h is None else pc.bit_wise_xor(h, k)  # seed 0: the first word meets h = 0
+            h = pc.add(pc.multiply(self._rotl(h, 13), self._u32(5)), self._u32(0xE6546B64))
+        tail = width & 3
+        if tail:
+            h = pc.bit_wise_xor(h, self._scramble(little_endian(width - tail, tail)))
+        return self._fmix(pc.bit_wise_xor(h, self._u32(width)))
+
+    def _lane(self, start: int) -> Any:
+        """Bytes ``start .. start + 8`` of every key as one little-endian uint64 per row."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        sliced = pc.binary_slice(self.keys, start, start + 8)
+        return pa.Array.from_buffers(pa.uint64(), self.n, [None, sliced.buffers()[2]], offset=0)
 
     def _tail(self, h: Any) -> Any:
         import pyarrow.compute as pc

@@ -204,18 +204,68 @@ def serialize_column(serializer: Serializer, values: list[Any], what: str) -> pa
     without a Python call per value; anything else goes value by value."""
     import pyarrow as pa
 
-    if serializer.name in ("msgpack", "utf8") and values and set(map(type, values)) == {str}:
-        try:
-            text = pa.array(values, pa.string())
-        except (pa.ArrowException, UnicodeError):
-            text = None  # lone surrogates: serialize_many names the value
-        if text is not None:
+    if serializer.name in ("msgpack", "utf8") and values and isinstance(values[0], str):
+        try:  # inferred: string only when every value is a str (bytes make it binary, None a null)
+            text = pa.array(values)
+        except (pa.ArrowException, UnicodeError, OverflowError):
+            text = None  # mixed types, or lone surrogates: serialize_many names the value
+        if text is not None and text.type == pa.string() and not text.null_count:
             if serializer.name == "utf8":
                 return text.cast(pa.binary())
             framed = _msgpack_strings(text)
             if framed is not None:
                 return framed
+    if serializer.name == "msgpack" and values and values[0].__class__ is int:
+        ints = _msgpack_ints(values)
+        if ints is not None:
+            return ints
     return pa.array(serialize_many(serializer, values, what), pa.binary())
+
+
+# msgpack's header of an array of n elements, and its size: fixarray, array 16, array 32.
+def _msgpack_array_header(n: int) -> bytes:
+    if n < 16:
+        return bytes([0x90 | n])
+    return b"\xdc" + n.to_bytes(2, "big") if n < 1 << 16 else b"\xdd" + n.to_bytes(4, "big")
+
+
+def _msgpack_ints(values: list[Any]) -> pa.Array | None:
+    """msgpack framing of a column of Python ints (no bool, each within int64), the bytes
+    ``packb`` gives value by value: the whole list packed by one ``packb`` call with its
+    array header cut off, each value's length known from its magnitude. None for any other
+    column."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if set(map(type, values)) != {int}:
+        return None
+    try:
+        ints = pa.array(values, pa.int64())
+    except (pa.ArrowException, OverflowError):
+        return None  # beyond int64: value by value
+    lengths = _msgpack_int_lengths(ints)
+    offsets = pa.concat_arrays([pa.array([0], pa.int32()), pc.cumulative_sum(lengths)])
+    packed = msgpack.packb(values, use_bin_type=True)
+    header = len(_msgpack_array_header(len(values)))
+    if len(packed) - header != offsets[-1].as_py():
+        return None  # lengths disagree with the packer: value by value
+    return pa.Array.from_buffers(pa.binary(), len(values), [None, offsets.buffers()[1],
+                                                            pa.py_buffer(packed).slice(header)])
+
+
+def _msgpack_int_lengths(ints: pa.Array) -> pa.Array:
+    """The bytes msgpack packs each int64 into (int32): 1 (fixint, -32..127), else a type
+    byte and the smallest of 1, 2, 4, 8 bytes that holds it (unsigned when non-negative)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    total: Any = None
+    for extra, (upper, lower) in ((1, (1 << 7, -(1 << 5))), (1, (1 << 8, -(1 << 7))), (2, (1 << 16, -(1 << 15))),
+                                  (4, (1 << 32, -(1 << 31)))):
+        beyond = pc.or_(pc.greater_equal(ints, pa.scalar(upper, pa.int64())), pc.less(ints, pa.scalar(lower, pa.int64())))
+        step = pc.multiply(beyond.cast(pa.int32()), pa.scalar(extra, pa.int32()))
+        total = step if total is None else pc.add(total, step)
+    return pc.add(total, pa.scalar(1, pa.int32()))
 
 
 def _msgpack_strings(text: pa.Array) -> pa.Array | None:
@@ -245,7 +295,9 @@ def deserialize_column(serializer: Serializer, column: Any, what: str, source: s
     if not column.null_count and len(column):
         view = _data_view(column)
         if serializer.name == "msgpack":
-            values = _msgpack_fixstr_values(column)
+            values: list[Any] | None = _msgpack_fixstr_values(column)
+            if values is None:
+                values = _msgpack_int_values(view, column)
             if values is None:
                 values = _unpack_all(view, column)
             if values is not None:
@@ -280,6 +332,34 @@ def _msgpack_fixstr_values(column: Any) -> list[str] | None:
         return pc.binary_slice(column, 1, 33).cast(pa.string()).to_pylist()  # type: ignore[no-any-return]
     except pa.ArrowInvalid:
         return None  # not UTF-8: the unpacker names the value
+
+
+def _msgpack_int_values(view: memoryview, column: Any) -> list[int] | None:
+    """The ints of a column whose every value is one msgpack int exactly as long as its type
+    byte says (checked by Arrow kernels, so no value can run into its neighbour), unpacked
+    by one ``unpackb`` of the data buffer behind an array header; None for any other column."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = len(column)
+    if (pc.min(pc.binary_length(column)).as_py() or 0) < 1:
+        return None
+    first = pa.Array.from_buffers(pa.uint8(), n, [None, pc.binary_slice(column, 0, 1).buffers()[2]])
+    fixint = pc.or_(pc.less(first, pa.scalar(0x80, pa.uint8())), pc.greater_equal(first, pa.scalar(0xE0, pa.uint8())))
+    typed = pc.and_(pc.greater_equal(first, pa.scalar(0xCC, pa.uint8())), pc.less_equal(first, pa.scalar(0xD3, pa.uint8())))
+    if not pc.all(pc.or_(fixint, typed)).as_py():
+        return None
+    # 0xcc..0xcf (uint 8..64) and 0xd0..0xd3 (int 8..64): 1 + (1 << (type byte & 3)) bytes
+    sized = pc.add(pc.shift_left(pa.scalar(1, pa.int32()), pc.bit_wise_and(first, pa.scalar(3, pa.uint8())).cast(pa.int32())),
+                   pa.scalar(1, pa.int32()))
+    expected = pc.if_else(fixint, pa.scalar(1, pa.int32()), sized)
+    if not pc.all(pc.equal(expected, pc.binary_length(column))).as_py():
+        return None
+    try:
+        values = msgpack.unpackb(_msgpack_array_header(n) + view, raw=False, strict_map_key=False)
+    except Exception:  # noqa: BLE001 - any failure: decode value by value
+        return None
+    return values if isinstance(values, list) and len(values) == n else None
 
 
 def _unpack_all(view: memoryview, column: Any) -> list[Any] | None:

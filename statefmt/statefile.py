@@ -118,7 +118,7 @@ class StateFileWriter:
         self.codec = codec
         self._write(codec.header)
 
-    def _write(self, data: bytes | memoryview) -> None:
+    def _write(self, data: bytes | memoryview | pa.Buffer) -> None:
         self._out.write(data)
         self._crc.update(data)
 
@@ -138,8 +138,13 @@ class StateFileWriter:
         if self.codec is None:
             self._start(BlockCodec.for_writing(self._kind, batch.schema, self._fmt or current_write_format()))
         assert self.codec is not None
-        data = self.codec.encode(batch)
-        self.write_raw_block(key_group, data, batch.num_rows, crc32(data))
+        parts = self.codec.encode_parts(batch)
+        checksum = 0
+        for part in parts:
+            checksum = crc32(part, checksum)
+        self._append(key_group, self._crc.size, sum(len(part) for part in parts), batch.num_rows, checksum)
+        for part in parts:
+            self._write(part)
 
     def write_raw_block(self, key_group: int, data: bytes | memoryview, entries: int, checksum: int) -> None:
         """Append a block copied whole from another file with this file's header (its

@@ -38,3 +38,23 @@ def test_columns_are_the_entries(tmp_path: Path, values: dict[str, int], key_gro
     map_entries = list(reader.read_keyed_state("op", "m", key_groups))
     names = ("key", "user_key", "value", "namespace", "expiry")
     assert [r for c in map_columns for r in rows_of(c, names)] == [tuple(e) for e in map_entries]
+
+
+def test_read_keyed_state_reads_lazily_and_yields_entry_objects(tmp_path: Path) -> None:
+    """Like a generator: nothing is looked up before the first entry is asked for (a bad uid
+    fails then, not at the call); entries are the named tuples, field by field."""
+    import pytest
+
+    from statekit.statefmt.entries import KeyedStateEntry, MapStateEntry
+    from statekit.statefmt.errors import StateNotFoundError
+
+    path = str(tmp_path / "sp")
+    SavepointWriter.new_savepoint(16).with_operator("op", {VALUE: [("a", 1)], MAP: [("a", "u", "x")]}).write(path)
+    reader = SavepointReader.read(path)
+    entries = reader.read_keyed_state("no-such-operator", "v")
+    with pytest.raises(StateNotFoundError):
+        next(entries)
+    [entry] = reader.read_keyed_state("op", "v")
+    assert type(entry) is KeyedStateEntry and entry == KeyedStateEntry("a", None, 1, None) and entry.value == 1
+    [mapped] = reader.read_keyed_state("op", "m")
+    assert type(mapped) is MapStateEntry and (mapped.user_key, mapped.value, mapped.namespace) == ("u", "x", None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pyarrow as pa
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -93,3 +94,98 @@ def test_decoded_columns_of_map_state() -> None:
         assert decoded[-batch.num_rows:] == [tuple(e) for e in codec.decode_keyed_batch(batch)]
     assert sorted(decoded, key=repr) == sorted(
         [("a", "x", 1, None, None), ("a", "y", 2, "ns", None), ("b", "z", 3, None, 99)], key=repr)
+
+
+# ---------------------------------------------------------------- msgpack int columns
+
+INT_BOUNDS = [0, 1, 127, 128, 255, 256, 65535, 65536, 2**32 - 1, 2**32, 2**63 - 1,
+              -1, -32, -33, -128, -129, -32768, -32769, -(2**31), -(2**31) - 1, -(2**63)]
+INTS = st.one_of(st.sampled_from(INT_BOUNDS), st.integers(-(2**63), 2**63 - 1), st.integers(-300, 300))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(INTS, min_size=1, max_size=40), st.integers(0, 5))
+def test_msgpack_int_columns_equal_value_by_value(values: list[int], cut: int) -> None:
+    """One ``packb`` of the whole list, cut at lengths computed from the ints, gives the
+    bytes of packing each int; decoding them (also sliced) gives the ints back."""
+    from statekit.statefmt.serializers import deserialize_column
+
+    msgpack_ = get_serializer("msgpack")
+    column = serialize_column(msgpack_, values, "value")
+    assert column.to_pylist() == serialize_many(msgpack_, values, "value")
+    column.validate(full=True)
+    start = min(cut, len(values) - 1)
+    assert deserialize_column(msgpack_, column.slice(start), "value") == values[start:]
+
+
+@pytest.mark.parametrize("values", [[1, True], [True, 1], [1, 2**64 - 1], [2**64 - 1], [1, 1.5], [1, None],
+                                    [1, "a"], list(range(70_000))])
+def test_msgpack_int_fast_path_falls_back_for_other_columns(values: list[Any]) -> None:
+    msgpack_ = get_serializer("msgpack")
+    assert serialize_column(msgpack_, values, "value").to_pylist() == serialize_many(msgpack_, values, "value")
+
+
+@pytest.mark.parametrize("rows", [[b"\xcc", b"\x05\x01"], [b"\xcd\x00", b"\x05"], [b"\x05\x06"], [b"\xcc"]])
+def test_msgpack_int_rows_cut_in_the_wrong_place_are_refused(rows: list[bytes]) -> None:
+    """Every row must be one int exactly as long as its type byte says: the bytes of two
+    rows that unpack together as ints are damage, named value by value."""
+    from statekit.statefmt.errors import SerializationError
+    from statekit.statefmt.serializers import deserialize_column
+
+    with pytest.raises(SerializationError, match="cannot decode value with 'msgpack'"):
+        deserialize_column(get_serializer("msgpack"), pa.array(rows, pa.binary()), "value")
+
+
+# ---------------------------------------------------------------- keys of one width
+
+
+@pytest.mark.parametrize("width", [8, 9, 11, 12, 13, 16, 17, 23, 31, 40])
+def test_murmur3_of_fixed_width_keys_equals_mmh3(width: int) -> None:
+    """Keys of one width >= 8 are hashed from 8-byte lanes: equal to mmh3 key by key."""
+    import random
+
+    import mmh3
+
+    from statekit.statefmt.keygroups import key_hash_column
+
+    rng = random.Random(width)
+    keys = [rng.randbytes(width) for _ in range(500)] + [b"\xff" * width, b"\x00" * width]
+    for column in (pa.array(keys, pa.binary()), pa.array(keys, pa.binary()).slice(3)):
+        expected = [mmh3.hash(k, 0, signed=False) for k in column.to_pylist()]
+        assert key_hash_column(column).to_pylist() == expected
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.one_of(fixed_width_strings(), st.lists(st.text(max_size=5), min_size=1, max_size=30)), st.data())
+def test_take_column_equals_take(values: list[str], data: Any) -> None:
+    from statekit.statefmt.entries import take_column
+
+    column = pa.array([v.encode() for v in values], pa.binary())
+    start = data.draw(st.integers(0, len(values) - 1))
+    for array in (column, column.slice(start)):
+        indices = pa.array(data.draw(st.lists(st.integers(0, len(array) - 1), max_size=2 * len(array))), pa.int64())
+        taken = take_column(array, indices)
+        taken.validate(full=True)
+        assert taken.equals(array.take(indices))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 10**6), st.sampled_from([b"a", b"b", b"c"]), st.integers(0, 9)), min_size=1,
+                max_size=60), st.sampled_from([1, 4, 6, 128]), st.sampled_from([3, 40, 10**6]))
+def test_entries_of_colliding_key_hashes_keep_the_last_write(rows: list[tuple[int, bytes, int]], max_p: int,
+                                                             spread: int) -> None:
+    """Rows of equal key hash but different keys (murmur3 collisions), and duplicates among
+    them — many or few: one entry per key remains, the last written, in (key group, hash,
+    key) order."""
+    from statekit.statefmt.encoding import empty_namespaces, keyed_schema
+
+    n = len(rows)
+    hashes = [h % spread * 2_654_435_761 % 2**32 for h, _, _ in rows]
+    table = pa.Table.from_arrays([
+        pa.array(hashes, pa.uint32()), pa.array([k for _, k, _ in rows], pa.binary()), empty_namespaces(n),
+        pa.nulls(n, pa.binary()), pa.array([v.to_bytes(1, "big") for _, _, v in rows], pa.binary()),
+        pa.nulls(n, pa.int64())], schema=keyed_schema())
+    got = [(kg, h, k, v) for kg, batch in group_by_key_group(table, max_p, version=2)
+           for h, k, v in zip(*(batch.column(c).to_pylist() for c in ("key_hash", "key", "value")))]
+    last = {(h, k): v for h, (_, k, _), v in zip(hashes, rows, (r[2].to_bytes(1, "big") for r in rows))}
+    assert got == sorted((h % max_p, h, k, v) for (h, k), v in last.items())
