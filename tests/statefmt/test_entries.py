@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from statekit.statefmt.entries import KeyedStateEntry, MapStateEntry, StateCodec, group_by_key_group
+from statekit.statefmt.entries import KeyedColumns, KeyedStateEntry, MapStateEntry, StateCodec, group_by_key_group
 from statekit.statefmt.errors import BadInputError, SerializationError, UntrustedSerializerError
 from statekit.statefmt.keygroups import assign_to_key_group
 from statekit.statefmt.metadata import StateDescriptor, StateKind
@@ -203,3 +203,31 @@ def test_plain_tuple_rows_encode_as_the_entries_they_stand_for(rows: list[tuple[
     for descriptor, tuples, entries in cases:
         codec = StateCodec(descriptor, "msgpack", for_write=True)
         assert codec.encode_keyed_rows(tuples).equals(codec.encode_keyed_rows(entries))
+
+
+@given(pairs=st.dictionaries(st.text(max_size=8) | st.integers(-(2**63), 2**63 - 1), st.integers(-(2**63), 2**63 - 1), max_size=40),
+       map_values=st.booleans())
+@settings(max_examples=60, deadline=None)
+def test_keyed_columns_encode_the_table_their_rows_encode(pairs: dict[Any, int], map_values: bool) -> None:
+    """A heap table's key and value columns (KeyedColumns) are the same rows as its (key,
+    value) tuples: the same table, so the same state file."""
+    kind = StateKind.MAP if map_values else StateKind.VALUE
+    codec = StateCodec(StateDescriptor("s", kind, value_type=None if map_values else "int"), "msgpack")
+    keys, values = list(pairs), list(pairs.values())
+    if map_values:
+        rows: list[Any] = [(k, f"u{i}", v) for i, (k, v) in enumerate(pairs.items())]
+        columns = KeyedColumns(keys, values, user_keys=[f"u{i}" for i in range(len(keys))])
+    else:
+        rows = list(pairs.items())
+        columns = KeyedColumns(keys, values)
+    assert codec.encode_keyed_rows(columns).equals(codec.encode_keyed_rows(rows))
+    assert len(columns) == len(rows) and bool(columns) == bool(rows)
+
+
+def test_keyed_columns_of_different_lengths_are_refused() -> None:
+    codec = StateCodec(StateDescriptor("s", StateKind.VALUE), "msgpack")
+    with pytest.raises(BadInputError, match="different lengths"):
+        codec.encode_keyed_rows(KeyedColumns(["a", "b"], [1]))
+    map_codec = StateCodec(StateDescriptor("m", StateKind.MAP), "msgpack")
+    with pytest.raises(BadInputError, match="without user keys"):
+        map_codec.encode_keyed_rows(KeyedColumns(["a"], [1]))
