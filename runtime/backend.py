@@ -29,11 +29,11 @@ from statekit.runtime.ttl import (
     TtlListState,
     TtlMapState,
     TtlReducingState,
-    TtlValueState,
     system_clock,
+    ttl_value_state,
 )
 from statekit.statefmt import layout
-from statekit.statefmt.entries import StateCodec, group_by_key_group
+from statekit.statefmt.entries import KeyedColumns, StateCodec, group_by_key_group
 from statekit.statefmt.errors import BadInputError
 from statekit.statefmt.keygroups import KeyGroupRange
 from statekit.statefmt.metadata import StateDescriptor, StateFile, StateKind
@@ -235,12 +235,18 @@ class KeyedStateBackend(ABC, Generic[SlotT]):
         raw = types.value_state(self, slot, None)
         if kind is StateKind.VALUE:
             assert isinstance(descriptor, ValueStateDescriptor)
-            return TtlValueState(self, name, config, raw, descriptor.default)
+            return ttl_value_state(self, name, config, raw, descriptor.default, self.heap_table(slot))
         if kind is StateKind.REDUCING:
             assert isinstance(descriptor, ReducingStateDescriptor) and descriptor.reduce_function
             return TtlReducingState(self, name, config, raw, descriptor.reduce_function)
         assert isinstance(descriptor, AggregatingStateDescriptor)
         return TtlAggregatingState(self, name, config, raw, descriptor.aggregate_function)
+
+    def heap_table(self, slot: SlotT) -> dict[Any, Any] | None:
+        """The live ``key -> stored value`` dict of a slot without namespace when the backend keeps
+        it on the heap, replaces stored values rather than changing them in place, and copies the
+        dict in a snapshot's synchronous part (TTL value handles then use it directly), else None."""
+        return None
 
     def ttl_snapshot_time(self, state: str) -> int | None:
         """The time entries of ``state`` expired at are left out of a canonical snapshot taken now
@@ -501,7 +507,7 @@ def write_keyed_rows(
     location: CheckpointStorageLocation,
     scope: SubtaskScope,
     descriptor: StateDescriptor,
-    rows: list[Any],
+    rows: list[Any] | KeyedColumns,
 ) -> StateFile | None:
     """Encode rows of one state, group them by key group, write one file (None if no rows)."""
     # imported here, not at the top: the CLI reads the registry and must not load the IO stack
@@ -535,9 +541,10 @@ def hashable(value: Any) -> Any:
     return value
 
 
-def rows_of(kind: StateKind, data: dict[Any, Any], *, namespaced: bool = False) -> list[Any]:
+def rows_of(kind: StateKind, data: dict[Any, Any], *, namespaced: bool = False) -> list[Any] | KeyedColumns:
     """Rows for ``StateCodec.encode_keyed_rows`` from a key -> value (or user-key map) dict;
-    ``namespaced``: the dict's keys are ``(key, namespace)`` pairs."""
+    ``namespaced``: the dict's keys are ``(key, namespace)`` pairs. A plain key -> value dict
+    becomes its key and value columns directly (no tuple per entry)."""
     if namespaced:
         if kind is StateKind.MAP:
             return [(key, namespace, user_key, value) for (key, namespace), entries in data.items()
@@ -545,5 +552,5 @@ def rows_of(kind: StateKind, data: dict[Any, Any], *, namespaced: bool = False) 
         return [(key, namespace, value) for (key, namespace), value in data.items()]
     if kind is StateKind.MAP:
         return [(key, user_key, value) for key, entries in data.items() for user_key, value in entries.items()]
-    return list(data.items())
+    return KeyedColumns(list(data), list(data.values()))
 

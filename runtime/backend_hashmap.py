@@ -33,7 +33,7 @@ from statekit.runtime.ttl import TtlValue, ttl_rows, wrap_restored
 from statekit.statefmt.entries import KeyedStateEntry, MapStateEntry
 from statekit.statefmt.metadata import StateDescriptor, StateFile, StateKind
 
-__all__ = ["HashMapKeyedStateBackend"]
+__all__ = ["HashMapKeyedStateBackend", "ValuesByPair", "MapsByPair"]
 
 _MUTABLE = (list, dict, set, bytearray)
 _MISSING: Any = object()
@@ -105,6 +105,74 @@ class _NamespaceScope:
         return self._backend.current_key, self.namespace
 
 
+class ValuesByPair:
+    """A namespaced value (or reducing/aggregating) state's table addressed by explicit
+    ``(key, namespace)`` pairs — the table's own keys — instead of the current key and namespace:
+    the window operator's per-record path, which builds the pair once for several states.
+
+    The copy-on-write invariant of the module holds: a mutable value a snapshot shares is
+    copied before it is handed out.
+    """
+
+    __slots__ = ("_data", "_table")
+
+    def __init__(self, table: _Table) -> None:
+        self._table = table
+        self._data = table.data
+
+    def get(self, pair: tuple[Any, Any]) -> Any:
+        """The value of ``pair`` (None: none), safe to change in place."""
+        value = self._data.get(pair)
+        if value is not None and self._table.sharing and value.__class__ in _MUTABLE:
+            return self._table.own(pair, value)
+        return value
+
+    def put(self, pair: tuple[Any, Any], value: Any) -> None:
+        """Set the value of ``pair`` (None: remove it)."""
+        if value is None:
+            self._data.pop(pair, None)
+        else:
+            self._data[pair] = value
+
+    def pop(self, pair: tuple[Any, Any]) -> Any:
+        """Remove the value of ``pair`` and return it (None: none). A snapshot keeps its own view:
+        the value leaves the live table, which the snapshot does not share."""
+        return self._data.pop(pair, None)
+
+
+class MapsByPair:
+    """A namespaced map state's table addressed by explicit ``(key, namespace)`` pairs (see
+    :class:`ValuesByPair`)."""
+
+    __slots__ = ("_data", "_table")
+
+    def __init__(self, table: _Table) -> None:
+        self._table = table
+        self._data = table.data
+
+    def put(self, pair: tuple[Any, Any], user_key: Any, value: Any) -> None:
+        """Set ``user_key`` of the map of ``pair``."""
+        current = self._data.get(pair)
+        if current is None:
+            self._data[pair] = {user_key: value}
+        else:
+            self._table.own(pair, current)[user_key] = value
+
+    def remove(self, pair: tuple[Any, Any], user_key: Any) -> None:
+        """Remove ``user_key`` of the map of ``pair`` (no-op when absent); an emptied map goes."""
+        current = self._data.get(pair)
+        if current is None or user_key not in current:
+            return
+        if len(current) == 1:
+            del self._data[pair]  # the live table lets go of the map; a snapshot's copy keeps it whole
+        else:
+            del self._table.own(pair, current)[user_key]
+
+    def clear(self, pair: tuple[Any, Any]) -> None:
+        """Remove the map of ``pair``."""
+        self._data.pop(pair, None)
+
+
 class _KeyedHandle:
     __slots__ = ("_backend", "_data", "_table")
 
@@ -121,6 +189,11 @@ class _KeyedHandle:
         if not isinstance(scope, _NamespaceScope):
             raise TypeError(f"state {self._table.descriptor.name!r} has no namespace")
         scope.namespace = hashable(namespace)
+
+    def _namespaced_table(self) -> _Table:
+        if not isinstance(self._backend, _NamespaceScope):
+            raise TypeError(f"state {self._table.descriptor.name!r} has no namespace")
+        return self._table
 
 
 class _ValueState(_KeyedHandle, ValueState[Any]):
@@ -145,6 +218,10 @@ class _ValueState(_KeyedHandle, ValueState[Any]):
             self._data.pop(self._backend.current_key, None)
         else:
             self._data[self._backend.current_key] = value
+
+    def by_pair(self) -> ValuesByPair:
+        """This namespaced state's table by explicit ``(key, namespace)`` pairs."""
+        return ValuesByPair(self._namespaced_table())
 
 
 class _ListState(_KeyedHandle, ListState[Any]):
@@ -230,6 +307,10 @@ class _MapState(_KeyedHandle, MapState[Any]):
 
     def is_empty(self) -> bool:
         return not self._map(False)
+
+    def by_pair(self) -> MapsByPair:
+        """This namespaced state's table by explicit ``(key, namespace)`` pairs."""
+        return MapsByPair(self._namespaced_table())
 
 
 class _ReducingState(_KeyedHandle, ReducingState[Any]):
@@ -319,6 +400,9 @@ class HashMapKeyedStateBackend(KeyedStateBackend[_Table]):
                 table.sharing += 1
                 table.owned = set()
         return _Snapshot(self, copies)
+
+    def heap_table(self, slot: _Table) -> dict[Any, Any] | None:
+        return None if slot.descriptor.namespaced else slot.data
 
     def keys(self, state: str) -> Iterator[Any]:
         table = self.slot(state)

@@ -218,10 +218,9 @@ class Task:
         if not self.is_source:
             head = self.operators[0]
             second = head.element_handler2() if 2 in self.channel_inputs else None
-            first = handlers[0] = self.time.unwrapping(handlers[0])  # type: ignore[arg-type]
-            second = self.time.unwrapping(second) if second is not None else None
             self.second_handler = second
-            self.channel_handlers = [first if index == 1 else second for index in self.channel_inputs]
+            self.channel_handlers = self.time.channel_handlers(
+                self.channel_inputs, handlers[0], second)  # type: ignore[arg-type]
         self.timer_ops = [op for op in self.operators if op.timers is not None]
 
     # ------------------------------------------------------------ checkpoints (BarrierCallbacks)

@@ -1,9 +1,10 @@
 """State time-to-live: Flink's ``StateTtlConfig`` for the runtime's keyed state.
 
 A state descriptor with TTL (``descriptor.enable_time_to_live(config)``) stores every value
-as a :class:`TtlValue` ``(value, expiry)``: per entry for value, reducing and aggregating
+as a pair ``(value, expiry)`` (:data:`Stored`): per entry for value, reducing and aggregating
 state, per element for list state, per user key for map state. The TTL handles of this
-module wrap the backend's own handles of such a state; they check expiry against the
+module wrap the backend's own handles of such a state (or, for a heap backend's value state
+with the default update type and visibility, read its table directly); they check expiry against the
 backend's TTL clock (:attr:`statekit.runtime.backend.KeyedStateBackend.ttl_clock`, epoch
 milliseconds, or the config's own ``clock``) and refresh it on create and write (and on
 read with ``ON_READ_AND_WRITE``).
@@ -12,6 +13,12 @@ Invariants:
 
 * ``expiry`` is epoch milliseconds; an entry is expired when ``expiry <= now``; ``None``
   means it never expires (an entry restored without one).
+* A stored entry is a 2-tuple ``(value, expiry)``: a :class:`TtlValue` or a plain tuple (the
+  handles write plain tuples, which cost a fraction of a NamedTuple); code here reads it by
+  index, never by attribute.
+* ``now`` is read from the clock by the access that compares or stamps with it, at most once
+  per access, and never kept beyond that access: no cached time can make an expired entry
+  readable, and every write's expiry is its own access's ``now + ttl``.
 * An expired entry found by an access is removed by that access, whatever the visibility;
   ``RETURN_EXPIRED_IF_NOT_CLEANED_UP`` only makes that access still return it.
 * In a snapshot the expiry goes to the entry's ``expiry`` column. A list-state entry holds
@@ -46,7 +53,11 @@ __all__ = [
     "StateTtlConfig",
     "StateTtlConfigBuilder",
     "TtlValue",
+    "Stored",
     "TtlState",
+    "HeapTtlValueState",
+    "SystemClockHeapTtlValueState",
+    "ttl_value_state",
     "ManualClock",
     "system_clock",
     "ttl_rows",
@@ -56,12 +67,16 @@ __all__ = [
 ]
 
 Clock = Callable[[], int]
-_MUTABLE = (list, dict, set, bytearray)
+_MUTABLE = (list, dict, set, bytearray)  # handed out as copies; a tuple: a class need not be hashable
+
+
+_time = time.time
 
 
 def system_clock() -> int:
-    """Wall-clock epoch milliseconds."""
-    return time.time_ns() // 1_000_000
+    """Wall-clock epoch milliseconds: ``floor(time.time() * 1000)`` (the heap value handle on this
+    clock compares and stamps with exactly this value, see :class:`SystemClockHeapTtlValueState`)."""
+    return int(_time() * 1000.0)
 
 
 class ManualClock:
@@ -200,10 +215,15 @@ class TtlValue(NamedTuple):
     expiry: int | None
 
 
+# What a TTL state stores per entry (per element, per user key): a TtlValue or a plain tuple.
+Stored = tuple[Any, "int | None"]
+
+
 # -- snapshot and restore ---------------------------------------------------------------------
 
 
 def _expired(expiry: int | None, now: int | None) -> bool:
+    """Whether an entry of ``expiry`` is expired at ``now`` (None: nothing is)."""
     return now is not None and expiry is not None and expiry <= now
 
 
@@ -217,42 +237,43 @@ def _latest(expiries: Iterable[int | None]) -> int | None:
 
 
 def ttl_rows(kind: StateKind, data: dict[Any, Any], drop_at: int | None) -> list[Any]:
-    """Snapshot entries (with expiry) of a TTL state's ``key -> TtlValue`` data (list: a list of
-    them; map: a dict of them); entries expired at ``drop_at`` are left out (None: none are)."""
+    """Snapshot entries (with expiry) of a TTL state's ``key -> stored pair`` data (list: a list
+    of them; map: a dict of them); entries expired at ``drop_at`` are left out (None: none are)."""
     rows: list[Any] = []
     if kind is StateKind.MAP:
         for key, entries in data.items():
-            rows.extend(MapStateEntry(key, user_key, tv.value, None, tv.expiry)
-                        for user_key, tv in entries.items() if not _expired(tv.expiry, drop_at))
+            rows.extend(MapStateEntry(key, user_key, tv[0], None, tv[1])
+                        for user_key, tv in entries.items() if not _expired(tv[1], drop_at))
     elif kind is StateKind.LIST:
         for key, elements in data.items():
-            live = [tv for tv in elements if not _expired(tv.expiry, drop_at)]
+            live = [tv for tv in elements if not _expired(tv[1], drop_at)]
             if live:
-                rows.append(KeyedStateEntry(key, None, [tv.value for tv in live], _latest(tv.expiry for tv in live)))
+                rows.append(KeyedStateEntry(key, None, [tv[0] for tv in live], _latest(tv[1] for tv in live)))
     else:
-        rows.extend(KeyedStateEntry(key, None, tv.value, tv.expiry)
-                    for key, tv in data.items() if not _expired(tv.expiry, drop_at))
+        rows.extend(KeyedStateEntry(key, None, tv[0], tv[1])
+                    for key, tv in data.items() if not _expired(tv[1], drop_at))
     return rows
 
 
-def wrap_restored(kind: StateKind, value: Any, expiry: int | None) -> Any:
+def wrap_restored(kind: StateKind, value: Any, expiry: int | None) -> Stored | list[Stored]:
     """A restored entry's value as a TTL state stores it (list: every element gets ``expiry``)."""
     if kind is StateKind.LIST:
-        return [TtlValue(element, expiry) for element in value]
-    return TtlValue(value, expiry)
+        return [(element, expiry) for element in value]
+    return value, expiry
 
 
 def ttl_serializer(inner: Serializer) -> Serializer:
-    """The RocksDB value serializer of a TTL state: ``expiry | inner bytes`` of a TtlValue."""
+    """The RocksDB value serializer of a TTL state: ``expiry | inner bytes`` of a stored pair."""
     pack, unpack_from, size = TTL_EXPIRY.pack, TTL_EXPIRY.unpack_from, TTL_EXPIRY.size
     dumps, loads = inner.serialize, inner.deserialize
 
-    def serialize(tv: TtlValue) -> bytes:
-        return pack(NO_EXPIRY if tv.expiry is None else tv.expiry) + dumps(tv.value)
+    def serialize(tv: Stored) -> bytes:
+        expiry = tv[1]
+        return pack(NO_EXPIRY if expiry is None else expiry) + dumps(tv[0])
 
-    def deserialize(data: bytes) -> TtlValue:
+    def deserialize(data: bytes) -> Stored:
         (expiry,) = unpack_from(data, 0)
-        return TtlValue(loads(data[size:]), None if expiry == NO_EXPIRY else expiry)
+        return loads(data[size:]), None if expiry == NO_EXPIRY else expiry
 
     return Serializer(f"ttl+{inner.name}", serialize, deserialize, inner.safe)
 
@@ -307,11 +328,13 @@ class _Cleanup:
 
 
 _END: Any = object()
-_new_ttl_value = tuple.__new__  # TtlValue without the Python-level NamedTuple constructor (hot path)
+_MISSING: Any = object()
+_ABSENT: Stored = (_MISSING, None)  # what a heap handle reads for a key without an entry
 
 
 class TtlState:
-    """What every TTL handle shares: the config, the clock, expiry checks and cleanup.
+    """What every TTL handle over a backend's own handle shares: the config, the clock, expiry
+    checks and cleanup.
 
     The clock is bound when the handle is made: the config's, else the backend's ``ttl_clock``
     at that time (set it before the first ``get_state``).
@@ -331,8 +354,8 @@ class TtlState:
             self._cleanup.on_access()
         return self._clock()
 
-    def _stamp(self, value: Any, now: int) -> TtlValue:
-        return _new_ttl_value(TtlValue, (value, now + self._ttl))
+    def _stamp(self, value: Any, now: int) -> Stored:
+        return value, now + self._ttl
 
     def purge(self) -> None:
         """Remove what expired of the current key."""
@@ -340,7 +363,7 @@ class TtlState:
 
 
 class TtlValueState(TtlState, ValueState[Any]):
-    """Value state with TTL over the backend's value handle of TtlValues."""
+    """Value state with TTL over the backend's value handle of stored ``(value, expiry)`` pairs."""
 
     def __init__(self, backend: KeyedStateBackend[Any], state: str, config: StateTtlConfig,
                  raw: ValueState[Any], default: Any) -> None:
@@ -348,34 +371,32 @@ class TtlValueState(TtlState, ValueState[Any]):
         self._raw = raw
         self._default = default
 
-    def _live(self, now: int) -> TtlValue | None:
-        """The current key's TtlValue, None when absent; an expired one is removed (and returned
-        only under RETURN_EXPIRED_IF_NOT_CLEANED_UP)."""
-        tv: TtlValue | None = self._raw.value()
+    def _live(self, now: int) -> Stored | None:
+        """The current key's stored pair, None when absent; an expired one is removed (and
+        returned only under RETURN_EXPIRED_IF_NOT_CLEANED_UP)."""
+        tv: Stored | None = self._raw.value()
         if tv is None:
             return None
-        if _expired(tv.expiry, now):
+        if _expired(tv[1], now):
             self._raw.clear()
             return tv if self._return_expired else None
         if self._update_on_read:
-            self._raw.update(self._stamp(tv.value, now))
+            self._raw.update(self._stamp(tv[0], now))
         return tv
 
     def value(self) -> Any:
         if self._cleanup is not None:
             self._cleanup.on_access()
-        tv = self._raw.value()
+        tv: Stored | None = self._raw.value()
         if tv is not None:
             now = self._clock()
-            expiry = tv[1]
-            if expiry is not None and expiry <= now:
+            if _expired(tv[1], now):
                 self._raw.clear()
                 if not self._return_expired:
                     tv = None
             elif self._update_on_read:
-                self._raw.update(_new_ttl_value(TtlValue, (tv[0], now + self._ttl)))
-        value = self._default if tv is None else tv[0]
-        return copy.deepcopy(value) if value.__class__ in _MUTABLE else value
+                self._raw.update(self._stamp(tv[0], now))
+        return _detached(self._default if tv is None else tv[0])
 
     def update(self, value: Any) -> None:
         if self._cleanup is not None:
@@ -383,19 +404,121 @@ class TtlValueState(TtlState, ValueState[Any]):
         if value is None:
             self._raw.clear()
         else:
-            self._raw.update(_new_ttl_value(TtlValue, (value, self._clock() + self._ttl)))
+            self._raw.update(self._stamp(value, self._clock()))
 
     def clear(self) -> None:
         self._raw.clear()
 
     def purge(self) -> None:
-        tv = self._raw.value()
-        if tv is not None and _expired(tv.expiry, self._clock()):
+        tv: Stored | None = self._raw.value()
+        if tv is not None and _expired(tv[1], self._clock()):
             self._raw.clear()
 
 
+class HeapTtlValueState(ValueState[Any]):
+    """Value state with TTL read and written straight in a heap backend's table.
+
+    The common config only (:func:`ttl_value_state` chooses it): ON_CREATE_AND_WRITE,
+    NEVER_RETURN_EXPIRED, no background cleanup; it behaves as :class:`TtlValueState` with
+    that config, without its second handle layer and per-access config checks.
+
+    Invariant: ``table`` maps each key to a stored ``(value, expiry)`` pair, which is replaced,
+    never changed in place, so a snapshot's shallow copy of the table stays as it was; a
+    mutable value is handed out as a copy for the same reason.
+    """
+
+    __slots__ = ("_backend", "_clock", "_default", "_get", "_table", "_ttl")
+
+    def __init__(self, backend: KeyedStateBackend[Any], table: dict[Any, Stored], ttl_ms: int,
+                 clock: Clock, default: Any) -> None:
+        self._backend = backend
+        self._table = table
+        self._get = table.get
+        self._ttl = ttl_ms
+        self._clock = clock
+        self._default = default
+
+    def value(self) -> Any:
+        key = self._backend.current_key
+        value, expiry = self._get(key, _ABSENT)
+        if expiry is not None and expiry <= self._clock():
+            del self._table[key]  # expired: this read removes it
+            value = _MISSING
+        if value is _MISSING:
+            value = self._default
+        return copy.deepcopy(value) if value.__class__ in _MUTABLE else value
+
+    def update(self, value: Any) -> None:
+        if value is None:
+            self._table.pop(self._backend.current_key, None)
+        else:
+            self._table[self._backend.current_key] = value, self._clock() + self._ttl
+
+    def clear(self) -> None:
+        self._table.pop(self._backend.current_key, None)
+
+
+class SystemClockHeapTtlValueState(HeapTtlValueState):
+    """:class:`HeapTtlValueState` on :func:`system_clock`, read inline (the clock is most of a TTL
+    access's cost).
+
+    Every access still reads the clock; ``now`` is ``floor(m)`` for ``m = time.time() * 1000``, as
+    :func:`system_clock` returns it. A read finds an entry expired when ``m >= expiry``, which for an
+    integer expiry is ``floor(m) >= expiry``. A write stamps ``floor(m) + ttl``, computed once per millisecond:
+    ``_expiry`` belongs to the window ``[_lo, _hi)`` of the last write, and is reused only while
+    ``m`` falls inside it (one shared int for the writes of a millisecond; no division per write).
+    """
+
+    __slots__ = ("_expiry", "_hi", "_lo")
+
+    def __init__(self, backend: KeyedStateBackend[Any], table: dict[Any, Stored], ttl_ms: int,
+                 clock: Clock, default: Any) -> None:
+        super().__init__(backend, table, ttl_ms, clock, default)
+        self._lo = self._hi = 0.0  # an empty window: the first write computes its expiry
+        self._expiry = 0
+
+    def value(self) -> Any:
+        key = self._backend.current_key
+        value, expiry = self._get(key, _ABSENT)
+        if expiry is not None and _time() * 1000.0 >= expiry:
+            del self._table[key]  # expired: this read removes it
+            value = _MISSING
+        if value is _MISSING:
+            value = self._default
+        return copy.deepcopy(value) if value.__class__ in _MUTABLE else value
+
+    def update(self, value: Any) -> None:
+        if value is None:
+            self._table.pop(self._backend.current_key, None)
+            return
+        now = _time() * 1000.0
+        if now >= self._hi or now < self._lo:
+            self._tick(now)
+        self._table[self._backend.current_key] = value, self._expiry
+
+    def _tick(self, now: float) -> None:
+        """Make ``[_lo, _hi)`` the millisecond of ``now`` and ``_expiry`` its stamp."""
+        ms = int(now)
+        self._lo, self._hi = float(ms), float(ms + 1)  # exact: epoch ms are far below 2**53
+        self._expiry = ms + self._ttl
+
+
+def ttl_value_state(backend: KeyedStateBackend[Any], state: str, config: StateTtlConfig,
+                    raw: ValueState[Any], default: Any, table: dict[Any, Stored] | None) -> ValueState[Any]:
+    """The TTL handle of a value state: straight on ``table`` (the backend's heap table of the
+    state, or None) when the config allows, else over the backend's handle ``raw``."""
+    plain = (config.update_type is UpdateType.ON_CREATE_AND_WRITE and not config.return_expired
+             and not config.incremental_cleanup_size and not config.sweep_after_entries)
+    if table is None or not plain:
+        return TtlValueState(backend, state, config, raw, default)
+    clock = config.clock or backend.ttl_clock
+    if clock is system_clock:
+        return SystemClockHeapTtlValueState(backend, table, config.ttl_ms, clock, default)
+    return HeapTtlValueState(backend, table, config.ttl_ms, clock, default)
+
+
 class TtlReducingState(TtlValueState, ReducingState[Any]):
-    """Reducing state with TTL: the reduced value is one TtlValue, refreshed by every add."""
+    """Reducing state with TTL: the reduced value is one stored pair, refreshed by every add."""
 
     def __init__(self, backend: KeyedStateBackend[Any], state: str, config: StateTtlConfig,
                  raw: ValueState[Any], reduce: Callable[[Any, Any], Any]) -> None:
@@ -408,12 +531,12 @@ class TtlReducingState(TtlValueState, ReducingState[Any]):
     def add(self, value: Any) -> None:
         now = self._now()
         tv = self._live(now)
-        current = None if tv is None or _expired(tv.expiry, now) else tv.value
+        current = None if tv is None or _expired(tv[1], now) else tv[0]
         self._raw.update(self._stamp(value if current is None else self._reduce(current, value), now))
 
 
 class TtlAggregatingState(TtlValueState, AggregatingState[Any]):
-    """Aggregating state with TTL: the accumulator is one TtlValue, refreshed by every add."""
+    """Aggregating state with TTL: the accumulator is one stored pair, refreshed by every add."""
 
     def __init__(self, backend: KeyedStateBackend[Any], state: str, config: StateTtlConfig,
                  raw: ValueState[Any], function: Any) -> None:
@@ -422,20 +545,20 @@ class TtlAggregatingState(TtlValueState, AggregatingState[Any]):
 
     def get(self) -> Any:
         tv = self._live(self._now())
-        return None if tv is None else self._function.get_result(_detached(tv.value))
+        return None if tv is None else self._function.get_result(_detached(tv[0]))
 
     def add(self, value: Any) -> None:
         now = self._now()
         tv = self._live(now)
-        if tv is None or _expired(tv.expiry, now):
+        if tv is None or _expired(tv[1], now):
             accumulator = self._function.create_accumulator()
         else:
-            accumulator = _detached(tv.value)
+            accumulator = _detached(tv[0])
         self._raw.update(self._stamp(self._function.add(value, accumulator), now))
 
 
 class TtlListState(TtlState, ListState[Any]):
-    """List state with TTL per element over the backend's list handle of TtlValues."""
+    """List state with TTL per element over the backend's list handle of stored pairs."""
 
     def __init__(self, backend: KeyedStateBackend[Any], state: str, config: StateTtlConfig,
                  raw: ListState[Any]) -> None:
@@ -444,13 +567,13 @@ class TtlListState(TtlState, ListState[Any]):
 
     def get(self) -> list[Any]:
         now = self._now()
-        elements: list[TtlValue] = list(self._raw.get())
-        live = [tv for tv in elements if not _expired(tv.expiry, now)]
+        elements: list[Stored] = list(self._raw.get())
+        live = [tv for tv in elements if not _expired(tv[1], now)]
         if self._update_on_read and live:
-            self._raw.update([self._stamp(tv.value, now) for tv in live])
+            self._raw.update([self._stamp(tv[0], now) for tv in live])
         elif len(live) != len(elements):
             self._raw.update(live)
-        return [tv.value for tv in (elements if self._return_expired else live)]
+        return [tv[0] for tv in (elements if self._return_expired else live)]
 
     def add(self, value: Any) -> None:
         self._raw.add(self._stamp(value, self._now()))
@@ -467,15 +590,15 @@ class TtlListState(TtlState, ListState[Any]):
         self._raw.clear()
 
     def purge(self) -> None:
-        elements: list[TtlValue] = list(self._raw.get())
+        elements: list[Stored] = list(self._raw.get())
         now = self._clock()
-        live = [tv for tv in elements if not _expired(tv.expiry, now)]
+        live = [tv for tv in elements if not _expired(tv[1], now)]
         if len(live) != len(elements):
             self._raw.update(live)
 
 
 class TtlMapState(TtlState, MapState[Any]):
-    """Map state with TTL per user key over the backend's map handle of TtlValues."""
+    """Map state with TTL per user key over the backend's map handle of stored pairs."""
 
     def __init__(self, backend: KeyedStateBackend[Any], state: str, config: StateTtlConfig,
                  raw: MapState[Any]) -> None:
@@ -484,15 +607,15 @@ class TtlMapState(TtlState, MapState[Any]):
 
     def get(self, user_key: Any) -> Any:
         now = self._now()
-        tv: TtlValue | None = self._raw.get(user_key)
+        tv: Stored | None = self._raw.get(user_key)
         if tv is None:
             return None
-        if _expired(tv.expiry, now):
+        if _expired(tv[1], now):
             self._raw.remove(user_key)
-            return tv.value if self._return_expired else None
+            return tv[0] if self._return_expired else None
         if self._update_on_read:
-            self._raw.put(user_key, self._stamp(tv.value, now))
-        return tv.value
+            self._raw.put(user_key, self._stamp(tv[0], now))
+        return tv[0]
 
     def put(self, user_key: Any, value: Any) -> None:
         self._raw.put(user_key, self._stamp(value, self._now()))
@@ -507,10 +630,10 @@ class TtlMapState(TtlState, MapState[Any]):
 
     def contains(self, user_key: Any) -> bool:
         now = self._now()
-        tv: TtlValue | None = self._raw.get(user_key)
+        tv: Stored | None = self._raw.get(user_key)
         if tv is None:
             return False
-        if _expired(tv.expiry, now):
+        if _expired(tv[1], now):
             self._raw.remove(user_key)
             return self._return_expired
         return True
@@ -519,13 +642,13 @@ class TtlMapState(TtlState, MapState[Any]):
         now = self._now()
         result = []
         for user_key, tv in self._raw.items():
-            if _expired(tv.expiry, now):
+            if _expired(tv[1], now):
                 self._raw.remove(user_key)
                 if not self._return_expired:
                     continue
             elif self._update_on_read:
-                self._raw.put(user_key, self._stamp(tv.value, now))
-            result.append((user_key, tv.value))
+                self._raw.put(user_key, self._stamp(tv[0], now))
+            result.append((user_key, tv[0]))
         return result
 
     def is_empty(self) -> bool:
@@ -537,5 +660,5 @@ class TtlMapState(TtlState, MapState[Any]):
     def purge(self) -> None:
         now = self._clock()
         for user_key, tv in self._raw.items():
-            if _expired(tv.expiry, now):
+            if _expired(tv[1], now):
                 self._raw.remove(user_key)

@@ -6,10 +6,12 @@ generator's watermark is emitted periodically (every ``interval_ms`` of wall-clo
 after every poll) when it advanced. A watermark ``W`` promises that no more records with a
 timestamp ``<= W`` follow (late records may still come; operators decide what to do).
 
-Records travel between tasks as :class:`Timestamped` on edges downstream of a timestamp
-assigner; watermarks and idleness as :class:`Watermark` and :class:`WatermarkStatus`
-events in the channels' data lane, in order with the records (nothing is shared between
-tasks). A task's watermark is the minimum over its live, active input channels
+Records travel between tasks as ``(value, timestamp)`` pairs on edges downstream of a timestamp
+assigner (a plain tuple: the consuming task knows per input channel whether its records carry
+timestamps, and a tuple of untracked objects leaves the garbage collector's lists at its first
+collection, so records in flight do not grow the old generations); watermarks and idleness as
+:class:`Watermark` and :class:`WatermarkStatus` events in the channels' data lane, in order with
+the records (nothing is shared between tasks). A task's watermark is the minimum over its live, active input channels
 (:class:`WatermarkValve`); it only moves forward. End of input sends ``MAX_WATERMARK``.
 """
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 from statekit.statefmt.errors import BadInputError
@@ -28,13 +31,15 @@ __all__ = [
     "DEFAULT_WATERMARK_INTERVAL_MS",
     "Watermark",
     "WatermarkStatus",
-    "Timestamped",
     "ElementTime",
     "WatermarkGenerator",
     "BoundedOutOfOrdernessWatermarks",
     "WatermarkStrategy",
     "WatermarkValve",
     "SourceWatermarks",
+    "emit_timestamped",
+    "timestamped_writer_emit",
+    "with_timestamped_handler",
 ]
 
 MIN_WATERMARK = -(1 << 63)
@@ -54,24 +59,6 @@ class WatermarkStatus:
     """The channel went idle (``idle``: excluded from the minimum) or active again."""
 
     idle: bool
-
-
-class Timestamped(tuple):  # type: ignore[type-arg]
-    """A record and its event timestamp, as it travels in a channel: ``Timestamped((value, ts))``
-    (a tuple, so making one is a single C-level call on the hot path)."""
-
-    __slots__ = ()
-
-    @property
-    def value(self) -> Any:
-        return self[0]
-
-    @property
-    def timestamp(self) -> int | None:
-        return self[1]  # type: ignore[no-any-return]
-
-    def __repr__(self) -> str:
-        return f"Timestamped({self[0]!r}, {self[1]})"
 
 
 class ElementTime:
@@ -230,15 +217,7 @@ class SourceWatermarks:
                   forward: Callable[[Any], None] | None = None) -> Callable[[Any], None]:
         """``collect`` with timestamps assigned; with interval 0 and ``forward``, the due
         watermark events go to ``forward`` after every record."""
-        assign, on_event = self.assigner, self.generator.on_event
-
-        def emit(value: Any) -> None:
-            timestamp = int(assign(value, element.timestamp))
-            element.timestamp = timestamp
-            on_event(value, timestamp)
-            self._records = True
-            collect(value)
-
+        emit = self._assigning(collect, element)
         if forward is None or self.strategy.interval_ms:
             return emit
         tick = self.tick
@@ -249,6 +228,39 @@ class SourceWatermarks:
                 forward(event)
 
         return emit_and_tick
+
+    def _assigning(self, collect: Callable[[Any], None], element: ElementTime) -> Callable[[Any], None]:
+        """``collect`` with each record's timestamp assigned (into ``element``) and fed to the generator."""
+        assign, generator = self.assigner, self.generator
+        writer_emit = timestamped_writer_emit(collect)
+        if type(generator) is not BoundedOutOfOrdernessWatermarks or writer_emit is None:
+            on_event = generator.on_event
+
+            def emit(value: Any) -> None:
+                timestamp = assign(value, element.timestamp)
+                if timestamp.__class__ is not int:
+                    timestamp = int(timestamp)
+                element.timestamp = timestamp
+                on_event(value, timestamp)
+                self._records = True
+                collect(value)
+
+            return emit
+        bounded = generator
+
+        def emit_timestamped(value: Any) -> None:
+            """The common case inlined: the bounded generator's ``on_event`` and the wrapping of the
+            record for the timestamped writer it goes to."""
+            timestamp = assign(value, element.timestamp)
+            if timestamp.__class__ is not int:
+                timestamp = int(timestamp)
+            element.timestamp = timestamp
+            if timestamp > bounded._max:
+                bounded._max = timestamp
+            self._records = True
+            writer_emit((value, timestamp))
+
+        return emit_timestamped
 
     def tick(self, force: bool = False) -> list[Any]:
         """The events due now (in order); ``force``: the watermark whatever the interval."""
@@ -347,7 +359,7 @@ class TaskTime:
     how records and watermarks leave it. Owned by the task thread (nothing is shared).
 
     Attributes:
-        timestamped_channels: Per input channel, whether its records are :class:`Timestamped`.
+        timestamped_channels: Per input channel, whether its records are ``(value, timestamp)`` pairs.
         enabled: The job uses event time (the task forwards watermarks and, at end of input,
             ``MAX_WATERMARK``).
     """
@@ -372,26 +384,46 @@ class TaskTime:
         return lambda event: self.forward(event, start)
 
     def emitter(self, writer: Any) -> Callable[[Any], None]:
-        """What an operator calls to hand a record to ``writer`` (timestamped when its edge is)."""
+        """What an operator calls to hand a record to ``writer`` (timestamped when its edge is:
+        ``partial(emit_timestamped, writer.emit, element)``, see :func:`timestamped_writer_emit`)."""
         emit: Callable[[Any], None] = writer.emit
         if not getattr(writer, "timestamped", False):
             return emit
+        return partial(emit_timestamped, emit, self.element)
+
+    def channel_handlers(self, inputs: list[int], first: Callable[[Any], None],
+                         second: Callable[[Any], None] | None) -> list[Callable[[Any], None] | None]:
+        """Per input channel (``inputs``: its input index, 1 or 2), the record handler: ``first``
+        or ``second``, taking the ``(value, timestamp)`` pairs of a channel that carries them (and,
+        in a task with such channels, clearing the element time for a record of one that does not)."""
+        plain = {1: first, 2: second}
+        if not any(self.timestamped_channels):
+            return [plain[index] for index in inputs]
+        paired = {index: self.unwrapping(handle) for index, handle in plain.items() if handle is not None}
+        untimed = {index: self._untimed(handle) for index, handle in plain.items() if handle is not None}
+        return [(paired if timestamped else untimed).get(index)
+                for index, timestamped in zip(inputs, self.timestamped_channels, strict=True)]
+
+    def _untimed(self, handle: Callable[[Any], None]) -> Callable[[Any], None]:
         element = self.element
-        return lambda value: emit(Timestamped((value, element.timestamp)))
+
+        def untimed(record: Any) -> None:
+            element.timestamp = None
+            handle(record)
+
+        return untimed
 
     def unwrapping(self, handle: Callable[[Any], None]) -> Callable[[Any], None]:
-        """The input handler of a task whose input records may be :class:`Timestamped`."""
-        if not any(self.timestamped_channels):
-            return handle
+        """``handle`` for ``(value, timestamp)`` records: its own variant for them (see
+        :func:`with_timestamped_handler`), else one that sets the task's element time first."""
+        own = getattr(handle, TIMESTAMPED_HANDLER, None)
+        if own is not None:
+            return own  # type: ignore[no-any-return]
         element = self.element
 
         def unwrap(record: Any) -> None:
-            if record.__class__ is Timestamped:
-                element.timestamp = record[1]
-                handle(record[0])
-            else:
-                element.timestamp = None
-                handle(record)
+            element.timestamp = record[1]
+            handle(record[0])
 
         return unwrap
 
@@ -438,8 +470,35 @@ class TaskTime:
                 writer.broadcast_event(Watermark(MAX_WATERMARK))
 
 
+def emit_timestamped(emit: Callable[[Any], None], element: ElementTime, value: Any) -> None:
+    """Hand ``value`` with the current record timestamp to a timestamped writer's ``emit``."""
+    emit((value, element.timestamp))
+
+
+def timestamped_writer_emit(collect: Callable[[Any], None]) -> Callable[[Any], None] | None:
+    """The writer's ``emit`` when ``collect`` is a :meth:`TaskTime.emitter` of a timestamped
+    writer (so a caller that knows the timestamp may wrap the record itself), else None."""
+    if isinstance(collect, partial) and collect.func is emit_timestamped:
+        return collect.args[0]  # type: ignore[no-any-return]
+    return None
+
+
+# the attribute of a record handler naming its variant for (value, timestamp) records
+TIMESTAMPED_HANDLER = "timestamped_handler"
+
+
+def with_timestamped_handler(handle: Callable[[Any], None],
+                             timestamped: Callable[[Any], None]) -> Callable[[Any], None]:
+    """``handle`` (which takes plain records and reads their timestamp from the task's
+    :class:`ElementTime`), marked with ``timestamped``: the same handler for records as
+    ``(value, timestamp)`` pairs, which a task calls for its channels that carry them instead
+    (it sets no ElementTime: the handler uses the record's timestamp)."""
+    setattr(handle, TIMESTAMPED_HANDLER, timestamped)
+    return handle
+
+
 def edge_key_selector(edge: Any) -> Callable[[Any], Any] | None:
-    """The key selector of an edge's writer (it sees :class:`Timestamped` records on timestamped edges)."""
+    """The key selector of an edge's writer (it sees ``(value, timestamp)`` records on timestamped edges)."""
     selector = edge.key_selector
     if selector is None or not edge.source.transformation.timestamped:
         return selector  # type: ignore[no-any-return]

@@ -147,7 +147,7 @@ class StateCodec:
     def encode_namespace(self, namespace: Any) -> bytes:
         return b"" if namespace is None else serialize_with(self.namespace, namespace, "namespace")
 
-    def encode_keyed_rows(self, rows: Iterable[Any], *, version: int | None = None) -> pa.Table:
+    def encode_keyed_rows(self, rows: Iterable[Any] | KeyedColumns, *, version: int | None = None) -> pa.Table:
         """Keyed rows -> a table of the keyed schema (unsorted), for a file of ``version``
         (default: :func:`~statekit.statefmt.encoding.current_write_format`).
 
@@ -220,7 +220,7 @@ class StateCodec:
             what = "user key" if user_key else "value"
             raise SerializationError(f"state {self.descriptor.name!r}: a {what} does not match the declared type: {reason}")
 
-    def _columns(self, rows: Iterable[Any], is_map: bool) -> tuple[
+    def _columns(self, rows: Iterable[Any] | KeyedColumns, is_map: bool) -> tuple[
             list[Any], list[Any] | None, list[Any] | None, list[Any], list[Any] | None]:
         """Keys, namespaces, user keys, values and expiries of ``rows`` (None: all None)."""
         if isinstance(rows, KeyedColumns):

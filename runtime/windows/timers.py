@@ -2,15 +2,20 @@
 
 The state's namespace is the window (as stored by :mod:`.windows`); a timer's user key is
 ``[domain, timestamp]`` (domain 0: event time, 1: processing time), so timers restore with
-the key groups that own them — at any parallelism. ``registered`` mirrors the state in memory
-(what is in it is in the state, and the reverse), which keeps registration a set lookup;
-heap entries whose timer is no longer registered are skipped when popped.
+the key groups that own them — at any parallelism.
+
+In memory, per domain, the timers are grouped by timestamp: ``queues[domain][timestamp]`` maps
+each timer's *entry* ``(hashable key, namespace)`` (the namespace: the window as a plain tuple)
+to its key, in registration order, and a heap
+holds the timestamps (a timestamp may be in it more than once, or without a group: such heap
+entries are skipped). What is in the queues is in the state, and the reverse. Timers fire in
+timestamp order, those of one timestamp in registration order; a timer registered while its
+timestamp's group fires joins that group and fires in the same pass.
 """
 
 from __future__ import annotations
 
 import heapq
-import itertools
 import time
 from collections.abc import Callable
 from typing import Any
@@ -19,6 +24,7 @@ from statekit.readers.window_state import WINDOW_NAMESPACE_TYPE, WINDOW_TIMERS_S
 from statekit.runtime.backend import KeyedStateBackend, hashable
 from statekit.runtime.state import MapState, MapStateDescriptor
 from statekit.runtime.watermarks import MIN_WATERMARK
+from statekit.runtime.windows.state_access import maps_by_pair
 from statekit.runtime.windows.windows import Window, window_of
 
 __all__ = ["WINDOW_TIMERS", "EVENT_TIME", "PROCESSING_TIME", "WindowTimers"]
@@ -29,6 +35,10 @@ EVENT_TIME = 0
 PROCESSING_TIME = 1
 
 Fire = Callable[[Any, Window, int, int], None]
+# a timestamp's timers: its state user key (one tuple shared by them all) and entry -> key
+Group = tuple[tuple[int, int], dict[tuple[Any, Any], Any]]
+
+_MISSING: Any = object()
 
 
 class WindowTimers:
@@ -38,9 +48,9 @@ class WindowTimers:
         self.backend = backend
         self.fire = fire
         self.state: MapState[Any] = backend.get_state(WINDOW_TIMERS)  # type: ignore[assignment]
-        self.registered: set[tuple[int, int, Any, Window]] = set()
-        self.heaps: tuple[list[tuple[int, int, Any, Window]], ...] = ([], [])
-        self.sequence = itertools.count()
+        self.pairs = maps_by_pair(backend, self.state)
+        self.queues: tuple[dict[int, Group], dict[int, Group]] = ({}, {})
+        self.heaps: tuple[list[int], list[int]] = ([], [])
         self.watermark = MIN_WATERMARK
 
     def restore(self) -> None:
@@ -52,40 +62,64 @@ class WindowTimers:
             state.set_current_namespace(window)
             for user_key in state.keys():  # noqa: SIM118 - MapState, not a dict
                 domain, timestamp = user_key
-                self._push(int(domain), int(timestamp), key, window)
+                self._group(int(domain), int(timestamp))[1][(hashable(key), tuple(window))] = key
 
-    def _push(self, domain: int, timestamp: int, key: Any, window: Window) -> None:
-        self.registered.add((domain, timestamp, hashable(key), window))
-        heapq.heappush(self.heaps[domain], (timestamp, next(self.sequence), key, window))
+    def _group(self, domain: int, timestamp: int) -> Group:
+        queue = self.queues[domain]
+        group = queue.get(timestamp)
+        if group is None:
+            group = queue[timestamp] = ((domain, timestamp), {})
+            heapq.heappush(self.heaps[domain], timestamp)
+        return group
+
+    def contains(self, domain: int, timestamp: int, entry: tuple[Any, Any]) -> bool:
+        """Whether the timer of ``entry`` ``(hashable key, namespace)`` at ``timestamp`` is registered."""
+        group = self.queues[domain].get(timestamp)
+        return group is not None and entry in group[1]
 
     def register(self, domain: int, timestamp: int, window: Window) -> None:
         """A timer of the current key and ``window``."""
-        key = self.backend.current_key
-        if (domain, timestamp, hashable(key), window) in self.registered:
+        key, namespace = self.backend.current_key, tuple(window)
+        self.register_pair(domain, timestamp, (key, namespace), (hashable(key), namespace))
+
+    def register_pair(self, domain: int, timestamp: int, pair: tuple[Any, Any], entry: tuple[Any, Any]) -> None:
+        """A timer of ``pair`` ``(key, namespace)``, whose entry is ``(hashable(key), namespace)`` (the
+        same tuple may serve as both when the key is hashable as it is)."""
+        user_key, timers = self._group(domain, timestamp)
+        if entry in timers:
             return
-        self.state.set_current_namespace(window)
-        self.state.put((domain, timestamp), True)
-        self._push(domain, timestamp, key, window)
+        self.pairs.put(pair, user_key, True)
+        timers[entry] = pair[0]
 
     def delete(self, domain: int, timestamp: int, window: Window) -> None:
-        entry = (domain, timestamp, hashable(self.backend.current_key), window)
-        if entry in self.registered:
-            self.registered.discard(entry)
-            self.state.set_current_namespace(window)
-            self.state.remove((domain, timestamp))
+        key, namespace = self.backend.current_key, tuple(window)
+        group = self.queues[domain].get(timestamp)
+        if group is not None and group[1].pop((hashable(key), namespace), _MISSING) is not _MISSING:
+            self.pairs.remove((key, namespace), group[0])
 
     def _advance(self, domain: int, until: int) -> None:
-        heap, backend = self.heaps[domain], self.backend
-        while heap and heap[0][0] <= until:
-            timestamp, _, key, window = heapq.heappop(heap)
-            entry = (domain, timestamp, hashable(key), window)
-            if entry not in self.registered:
+        heap, queue, backend, remove, fire = self.heaps[domain], self.queues[domain], self.backend, \
+            self.pairs.remove, self.fire
+        while heap and heap[0] <= until:
+            timestamp = heapq.heappop(heap)
+            group = queue.get(timestamp)
+            if group is None:
                 continue
-            self.registered.discard(entry)
-            backend.current_key = key
-            self.state.set_current_namespace(window)
-            self.state.remove((domain, timestamp))
-            self.fire(key, window, timestamp, domain)
+            user_key, timers = group
+            namespace: Any = None
+            window: Window | None = None
+            while timers:  # timers registered for this timestamp while it fires join the pass
+                for entry in list(timers):
+                    key = timers.pop(entry, _MISSING)
+                    if key is _MISSING:
+                        continue  # deleted by an earlier timer's firing
+                    if entry[1] is not namespace:  # a timestamp's timers mostly share one window
+                        namespace, window = entry[1], window_of(entry[1])
+                    assert window is not None
+                    backend.current_key = key
+                    remove(entry if entry[0] is key else (key, namespace), user_key)
+                    fire(key, window, timestamp, domain)
+            del queue[timestamp]
 
     # the operator-facing names of the runtime's timer services
 
@@ -96,8 +130,10 @@ class WindowTimers:
         return self.watermark
 
     def next_processing_time(self) -> int | None:
-        heap = self.heaps[PROCESSING_TIME]
-        return heap[0][0] if heap else None
+        heap, queue = self.heaps[PROCESSING_TIME], self.queues[PROCESSING_TIME]
+        while heap and heap[0] not in queue:
+            heapq.heappop(heap)  # a timestamp whose timers all went
+        return heap[0] if heap else None
 
     def advance_processing_time(self, now_ms: int) -> None:
         self._advance(PROCESSING_TIME, now_ms)
@@ -108,4 +144,4 @@ class WindowTimers:
         self._advance(EVENT_TIME, self.watermark)
 
     def pending(self) -> int:
-        return len(self.registered)
+        return sum(len(timers) for queue in self.queues for _, timers in queue.values())

@@ -26,7 +26,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 from statekit.readers.window_state import (
     WINDOW_CONTENTS_STATE,
@@ -46,9 +46,10 @@ from statekit.runtime.state import (
     ValueState,
     ValueStateDescriptor,
 )
-from statekit.runtime.watermarks import MAX_WATERMARK, MIN_WATERMARK
+from statekit.runtime.watermarks import MAX_WATERMARK, MIN_WATERMARK, with_timestamped_handler
 from statekit.runtime.windows.assigners import WindowAssigner
 from statekit.runtime.windows.functions import WindowContext
+from statekit.runtime.windows.state_access import maps_by_pair, values_by_pair
 from statekit.runtime.windows.timers import EVENT_TIME, PROCESSING_TIME, WindowTimers
 from statekit.runtime.windows.triggers import EventTimeTrigger, Trigger, TriggerContext, TriggerResult
 from statekit.runtime.windows.windows import GlobalWindow, TimeWindow, Window, window_of
@@ -61,6 +62,8 @@ __all__ = ["WindowSpec", "WindowOperator", "WINDOW_NAMESPACE_TYPE", "window_cont
 WINDOW_TRIGGER = MapStateDescriptor(WINDOW_TRIGGER_STATE, key_type="string", namespace_type=WINDOW_NAMESPACE_TYPE)
 WINDOW_MERGING_SET = ValueStateDescriptor(WINDOW_MERGING_SET_STATE, value_type="list<list<int>>")
 WINDOW_WATERMARK = ListStateDescriptor("_watermark", value_type="int")
+# windows interned by the hot path before its table starts again (a bound on its memory)
+_INTERNED_WINDOWS = 4096
 
 
 def window_contents(kind: str) -> StateDescriptorBase:
@@ -171,6 +174,12 @@ class WindowOperator(StreamOperator):
         self.trigger_state: MapState[Any] = backend.get_state(WINDOW_TRIGGER)  # type: ignore[assignment]
         self.merging_set: ValueState[Any] | None = (
             backend.get_state(WINDOW_MERGING_SET) if self.assigner.is_merging else None)  # type: ignore[assignment]
+        self.contents_by_pair = (values_by_pair(backend, self.contents)
+                                 if isinstance(self.contents, ValueState) else None)
+        self.trigger_by_pair = maps_by_pair(backend, self.trigger_state)
+        # the timer that fires a window also ends it: event time, the EventTimeTrigger, no lateness
+        self.fires_at_end = (self.assigner.is_event_time and not self.assigner.is_merging and self.lateness == 0
+                             and type(self.trigger) is EventTimeTrigger and self.contents_by_pair is not None)
         self.window_timers = WindowTimers(backend, self._on_timer)
         self.window_timers.restore()
         self.watermark_state = self.operator_state.get_union_list_state(WINDOW_WATERMARK)
@@ -241,7 +250,7 @@ class WindowOperator(StreamOperator):
                 if window is None or (place is None and self._is_late(window)):
                     continue
                 on_time = True
-                add(window, value)
+                add((key, window), value)
                 on_element(key, value, timestamp, window)
             if not on_time and late_tag is not None and event_time and \
                     timestamp + self.lateness <= timers.watermark:
@@ -269,96 +278,120 @@ class WindowOperator(StreamOperator):
 
     def _event_time_handler(self) -> Callable[[Any], None]:
         """The record handler of a non-merging event-time assigner with the EventTimeTrigger: what
-        the general handler does with that trigger, inlined (the hot path)."""
+        the general handler does with that trigger, inlined (the hot path). It takes records as
+        ``(value, timestamp)`` pairs too (:func:`with_timestamped_handler`)."""
         selector, backend = self.ctx.key_selector, self.keyed_backend
         assert selector is not None and backend is not None
-        element, assign, timers = self.element_time, self._window_cache(), self.window_timers
-        registered, register, lateness = timers.registered, timers.register, self.lateness
-        add, apply, late_tag, uid = self._adder(), self._apply, self.spec.late_tag, self.ctx.uid
+        element, windows, timers = self.element_time, self._windows(), self.window_timers
+        register, lateness = timers.register_pair, self.lateness
+        get, put, first, merge = self._combiner()
+        apply, late_tag, uid = self._apply, self.spec.late_tag, self.ctx.uid
         fire = TriggerResult.FIRE
-        # per key, the last window whose timers this handler saw registered: while the window is
-        # not late its timers stay registered (only its cleanup removes them), so they need no check
-        known: dict[Any, Window] = {}
+        # an assigner that depends on the timestamp only: the windows of the last timestamp are
+        # reused (records mostly come in time order); the lists are never changed
+        reuse = self.assigner.by_timestamp_only
+        last_timestamp: int | None = None
+        last_windows: list[tuple[Window, tuple[int, ...], int]] = []
 
-        def handle(value: Any) -> None:
-            backend.current_key = key = selector(value)
-            timestamp = element.timestamp
+        def handle_timestamped(record: tuple[Any, int | None]) -> None:
+            nonlocal last_timestamp, last_windows
+            value, timestamp = record
+            key = selector(value)  # the backend's current key is set where a state handle needs it
             if timestamp is None:
                 raise BadInputError(
                     f"operator {uid!r}: an event-time window got a record without a timestamp; "
                     "give the source a WatermarkStrategy with a timestamp assigner"
                 )
+            if timestamp == last_timestamp:
+                found = last_windows
+            else:
+                found = windows(value, timestamp)
+                if reuse:
+                    last_timestamp, last_windows = timestamp, found
             watermark = timers.watermark
-            hashed = key if key.__class__ is str or key.__class__ is int else hashable(key)
             on_time = False
-            for window in assign(value, timestamp):
-                end = window.end - 1
+            for window, namespace, end in found:
                 cleanup = end + lateness
                 if cleanup <= watermark:
                     continue
                 on_time = True
-                add(window, value)
+                pair = (key, namespace)
+                current = get(pair)
+                put(pair, first(value) if current is None else merge(value, current))
                 if end <= watermark:  # a late firing within the allowed lateness
+                    backend.current_key = key
                     apply(key, window, fire)
-                seen = known.get(hashed)
-                if seen is window or seen == window:
-                    continue
-                if end > watermark and (EVENT_TIME, end, hashed, window) not in registered:
-                    register(EVENT_TIME, end, window)
-                if lateness and (EVENT_TIME, cleanup, hashed, window) not in registered:
-                    register(EVENT_TIME, cleanup, window)
-                known[hashed] = window
+                if current is None:  # the window's first contents: its timers (they stay while it has contents)
+                    hashed = key if key.__class__ is str or key.__class__ is int else hashable(key)
+                    entry = pair if hashed is key else (hashed, namespace)
+                    if end > watermark:
+                        register(EVENT_TIME, end, pair, entry)
+                    if lateness:
+                        register(EVENT_TIME, cleanup, pair, entry)
             if not on_time and late_tag is not None and timestamp + lateness <= watermark:
+                element.timestamp = timestamp  # the side output carries the record's timestamp
                 self.side_output(late_tag, value)
 
-        return handle
+        def handle(value: Any) -> None:
+            handle_timestamped((value, element.timestamp))
 
-    def _window_cache(self) -> Callable[[Any, int], list[TimeWindow]]:
-        """The event-time assigner's ``assign_windows``; for one that depends on the timestamp
-        only, reusing the windows of the last timestamp (records mostly come in time order)."""
-        assign = cast("Callable[[Any, int], list[TimeWindow]]", self.assigner.assign_windows)
-        if not self.assigner.by_timestamp_only:
-            return assign
-        last: list[Any] = [None, []]  # [timestamp, its windows]; the lists are never changed
+        return with_timestamped_handler(handle, handle_timestamped)
 
-        def cached(value: Any, timestamp: int) -> list[TimeWindow]:
-            if timestamp == last[0]:
-                return last[1]  # type: ignore[no-any-return]
-            windows = assign(value, timestamp)
-            last[0], last[1] = timestamp, windows
-            return windows
+    def _windows(self) -> Callable[[Any, int], list[tuple[Window, tuple[int, ...], int]]]:
+        """The event-time assigner's windows of a record, each as ``(window, namespace, max
+        timestamp)``: the namespace is the window as a plain tuple (what the window's state is keyed
+        by: a tuple of ints leaves the garbage collector's lists, and so do the ``(key, namespace)``
+        pairs holding it — a TimeWindow never would), one object per window while it is live."""
+        assign = self.assigner.assign_windows
+        interned: dict[Window, tuple[Window, tuple[int, ...], int]] = {}
 
-        return cached
+        def intern(window: Window) -> tuple[Window, tuple[int, ...], int]:
+            found = interned.get(window)
+            if found is None:
+                if len(interned) >= _INTERNED_WINDOWS:
+                    interned.clear()
+                found = interned[window] = (window, tuple(window), window.max_timestamp())
+            return found
 
-    def _adder(self) -> Callable[[Window, Any], None]:
-        contents, spec = self.contents, self.spec
-        scope = contents.set_current_namespace
-        if isinstance(contents, ListState):
-            append = contents.add
+        def windows(value: Any, timestamp: int) -> list[tuple[Window, tuple[int, ...], int]]:
+            return [intern(w) for w in assign(value, timestamp)]
 
-            def add_element(window: Window, value: Any) -> None:
-                scope(window)
+        return windows
+
+    def _adder(self) -> Callable[[tuple[Any, Any], Any], None]:
+        """``add(pair, value)``: ``value`` into the contents of ``pair`` ``(current key, namespace)``."""
+        get, put, first, merge = self._combiner()
+
+        def add(pair: tuple[Any, Any], value: Any) -> None:
+            current = get(pair)
+            put(pair, first(value) if current is None else merge(value, current))
+
+        return add
+
+    def _combiner(self) -> tuple[Callable[[tuple[Any, Any]], Any], Callable[[tuple[Any, Any], Any], None],
+                                 Callable[[Any], Any], Callable[[Any, Any], Any]]:
+        """How a record goes into a window's contents: ``get(pair)`` (None: no contents, or contents
+        that are not read), ``put(pair, contents)``, ``first(value)``: the contents of a window's
+        first record, ``merge(value, contents)``: the contents after one more record. Element lists
+        (``process``) are appended to, never read: their ``get`` is always None, ``put`` appends."""
+        contents, spec, values = self.contents, self.spec, self.contents_by_pair
+        if values is None:
+            assert isinstance(contents, ListState)
+            backend, scope, append = self.keyed_backend, contents.set_current_namespace, contents.add
+            assert backend is not None
+
+            def add_element(pair: tuple[Any, Any], value: Any) -> None:
+                backend.current_key = pair[0]
+                scope(pair[1])
                 append(value)
 
-            return add_element
-        get, update = contents.value, contents.update
+            return _no_contents, add_element, _same, _same
         if spec.kind == "reduce":
             reduce = _callable(spec.function, "reduce")
-
-            def add_reduce(window: Window, value: Any) -> None:
-                scope(window)
-                current = get()
-                update(value if current is None else reduce(current, value))
-
-            return add_reduce
+            return values.get, values.put, _same, lambda value, current: reduce(current, value)
         create, add = spec.function.create_accumulator, spec.function.add
-
-        def add_aggregate(window: Window, value: Any) -> None:
-            scope(window)
-            accumulator = get()  # the backend's own: a copy while a snapshot shares it
-            update(add(value, create() if accumulator is None else accumulator))
-
-        return add_aggregate
+        # get: the backend's own accumulator (a copy while a snapshot shares it), safe to change
+        return values.get, values.put, lambda value: add(value, create()), add
 
     def _contents_of(self, window: Window) -> Any:
         """The window's contents (None: none)."""
@@ -435,6 +468,9 @@ class WindowOperator(StreamOperator):
     # ------------------------------------------------------------ firing
 
     def _on_timer(self, key: Any, window: Window, timestamp: int, domain: int) -> None:
+        if self.fires_at_end and domain == EVENT_TIME and timestamp == window.max_timestamp():
+            self._fire_and_clear(key, window)
+            return
         ctx = self.contexts
         ctx.window_ = window
         if domain == EVENT_TIME:
@@ -445,6 +481,21 @@ class WindowOperator(StreamOperator):
         is_event = domain == EVENT_TIME
         if is_event == self.assigner.is_event_time and timestamp == self._cleanup_time(window):
             self._clear_window(window)
+
+    def _fire_and_clear(self, key: Any, window: Window) -> None:
+        """What ``_on_timer`` does at the end of a window that fires at its end and is then dropped
+        (``fires_at_end``): the trigger fires, the contents are emitted and the window's state goes."""
+        assert self.contents_by_pair is not None
+        pair = (key, window)
+        contents = self.contents_by_pair.pop(pair)
+        if contents is not None:
+            self._emit(key, window, contents)
+        self.trigger_by_pair.clear(pair)
+        function = self.spec.window_function
+        clear = getattr(function, "clear", None)
+        if callable(clear):
+            self.contexts.window_ = window
+            clear(self.contexts)
 
     def _apply(self, key: Any, window: Window, result: TriggerResult) -> None:
         if result is TriggerResult.CONTINUE:
@@ -491,6 +542,14 @@ def _callable(function: Any, name: str) -> Callable[..., Any]:
     if callable(function):
         return function  # type: ignore[no-any-return]
     raise BadInputError(f"{function!r} is neither callable nor has a {name}() method")
+
+
+def _no_contents(pair: tuple[Any, Any]) -> None:
+    return None
+
+
+def _same(value: Any, *_: Any) -> Any:
+    return value
 
 
 def _has_merge(function: Any) -> bool:

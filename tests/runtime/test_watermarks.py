@@ -251,3 +251,23 @@ def test_unaligned_checkpoints_are_refused_with_event_time(tmp_path: Path) -> No
         .key_by(lambda v: v[0]).process(FireAt()).uid("timers").sink_to(CollectSink()).uid("sink"))
     with pytest.raises(BadInputError, match="unaligned checkpoints do not support event time"):
         env.execute("unaligned")
+
+
+def test_a_task_reading_timestamped_and_plain_channels_gives_each_record_its_own_timestamp() -> None:
+    """Records cross timestamped channels as (value, timestamp) pairs; a task knows per channel
+    which carry them, so a value that is itself a pair is never taken for one, and a record of a
+    plain channel has no timestamp."""
+    from statekit.runtime.functions import ProcessFunction
+
+    class Stamp(ProcessFunction):
+        def process_element(self, value: Any, ctx: Any, out: Any) -> None:
+            out.collect((value, ctx.timestamp()))
+
+    env = StreamEnvironment().set_parallelism(2)
+    strategy = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(lambda v, ts: v[1] * 10)
+    timed = env.from_source(CollectionSource([("t", i) for i in range(20)]), "timed", strategy).uid("timed")
+    plain = env.from_collection([("p", i) for i in range(20)], "plain").uid("plain")
+    sink = CollectSink()
+    timed.union(plain).process(Stamp()).uid("stamp").sink_to(sink).uid("sink")
+    env.execute("mixed channels")
+    assert sorted(sink.values) == sorted([(("t", i), i * 10) for i in range(20)] + [(("p", i), None) for i in range(20)])
