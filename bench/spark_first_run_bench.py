@@ -1,19 +1,30 @@
-"""Where the first ``statekit export`` of a Spark session spends its time, step by step.
+"""What the first ``statekit export`` of a Spark session costs, against a warm one.
 
-In one fresh session (``--master``, default ``local[2]``), timed in order:
+Default: one fresh session (``--master``, default ``local[2]``), timed in order:
 
 1. session start (JVM, SparkContext, data source registration);
-2. a first Python job doing nothing (``sc.parallelize(range(cores)).map(...)``): starting
-   the Python worker daemon and one worker per core;
-3. planning the state's DataFrame (``read_state(...).schema``: the data source runs in a
-   Python planner process — its import of statekit and its partitions);
-4. the first export of ``--entries`` rows to Parquet (cold);
-5. the same export again (warm).
+2. the first export of ``--entries`` rows to Parquet — what ``statekit export`` runs after
+   starting its session;
+3. the same export again (warm), and a third time.
 
-The gap between 4 and 5 is what the first job pays once; 2 and 3 are parts of it that can
-be measured alone.
+It prints first / warm (the second export) and session start + first export.
+
+``--steps`` splits the first export's one-time costs instead (also one fresh session):
+session start; a first Python job doing nothing (``sc.parallelize(range(cores)).map(...)``:
+an RDD job's daemon and workers — not the ones the export's tasks use: Spark keeps one
+daemon per worker environment, and its SQL runners add variables an RDD job lacks, so this
+step does not warm the export's workers); planning the state's DataFrame
+(``read_state(...).schema``: the data source's planner process imports statekit and reads
+``_metadata``); the export; the export again.
+
+``--cli N`` also times ``statekit export SAVEPOINT -o OUT --master MASTER`` N times as a
+child process, end to end: one process is one fresh session, so this is what a user waits for.
+
+``--conf KEY=VALUE`` (repeatable) is passed to the session and to the CLI, e.g.
+``--conf spark.statekit.prestartWorkers=false``.
 
 Usage: python bench/spark_first_run_bench.py [--entries 1000000] [--master local[2]] [--dir DIR]
+       [--steps] [--cli N] [--conf KEY=VALUE]
 """
 
 from __future__ import annotations
@@ -21,6 +32,8 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -33,45 +46,88 @@ def timed(func: Callable[[], Any]) -> tuple[float, Any]:
     return time.perf_counter() - start, result
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--entries", type=int, default=1_000_000)
-    parser.add_argument("--master", default="local[2]")
-    parser.add_argument("--dir", default=None)
-    args = parser.parse_args()
+def write_savepoint(path: str, entries: int) -> None:
+    from statekit.statefmt.metadata import StateDescriptor, StateKind
+    from statekit.writers.savepoint_writer import SavepointWriter
 
+    descriptor = StateDescriptor("count", StateKind.VALUE, value_type="int")
+    SavepointWriter.new_savepoint(128).with_operator(
+        "counter", {descriptor: [(f"key-{i:08d}", i) for i in range(entries)]}, parallelism=2,
+    ).write(path)
+
+
+def fresh_session(savepoint: str, work: str, master: str, conf: dict[str, str]) -> list[tuple[str, float]]:
+    from statekit.spark.engine import export
+    from statekit.spark.export import ExportSpec
+    from statekit.spark.session import SparkSettings
+
+    settings = SparkSettings(master, conf)
+    start_s, _ = timed(settings.session)
+    runs = [timed(lambda n=n: export(ExportSpec(savepoint, os.path.join(work, f"export-{n}"), spark=settings)))[0]
+            for n in range(3)]
+    return [("session start", start_s), ("export, first of the session", runs[0]), ("export again (warm)", runs[1]),
+            ("export a third time", runs[2]), ("session start + first export", start_s + runs[0]),
+            ("first / warm (ratio)", runs[0] / runs[1])]
+
+
+def steps(savepoint: str, work: str, master: str, conf: dict[str, str]) -> list[tuple[str, float]]:
     from statekit.spark.engine import export
     from statekit.spark.export import ExportSpec
     from statekit.spark.session import SparkSettings
     from statekit.spark.source import read_state
-    from statekit.statefmt.metadata import StateDescriptor, StateKind
-    from statekit.writers.savepoint_writer import SavepointWriter
 
-    work = args.dir or tempfile.mkdtemp(prefix="statekit-spark-first-run-")
-    os.makedirs(work, exist_ok=True)
-    savepoint = os.path.join(work, "savepoint")
-    descriptor = StateDescriptor("count", StateKind.VALUE, value_type="int")
+    settings = SparkSettings(master, conf)
+    start_s, spark = timed(settings.session)
+    cores = spark.sparkContext.defaultParallelism
+    job_s, _ = timed(lambda: spark.sparkContext.parallelize(range(cores), cores).map(lambda x: x).collect())
+    plan_s, _ = timed(lambda: read_state(spark, savepoint, "counter", "count").schema)
+    cold_s, _ = timed(lambda: export(ExportSpec(savepoint, os.path.join(work, "cold"), spark=settings)))
+    warm_s, _ = timed(lambda: export(ExportSpec(savepoint, os.path.join(work, "warm"), spark=settings)))
+    return [("session start", start_s), ("first Python job (RDD workers start)", job_s),
+            ("plan the state's DataFrame", plan_s), ("export (first after the steps above)", cold_s),
+            ("export again (warm)", warm_s)]
+
+
+def cli_runs(savepoint: str, work: str, master: str, conf: dict[str, str], repeat: int) -> list[tuple[str, float]]:
+    command = [os.path.join(os.path.dirname(sys.executable), "statekit"), "export", savepoint, "--master", master]
+    for key, value in conf.items():
+        command += ["--conf", f"{key}={value}"]
+    figures = []
+    for n in range(repeat):
+        out = os.path.join(work, f"cli-{n}")
+        seconds, done = timed(lambda out=out: subprocess.run([*command, "-o", out], capture_output=True, text=True))
+        if done.returncode != 0:
+            raise SystemExit(f"statekit export failed ({done.returncode}): {done.stderr.strip()[-500:]}")
+        figures.append((f"statekit export (CLI, end to end) #{n + 1}", seconds))
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--entries", type=int, default=1_000_000)
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--dir", default=None, help="keep the savepoint here (reused when it exists)")
+    parser.add_argument("--steps", action="store_true", help="the first export's one-time costs, step by step")
+    parser.add_argument("--cli", type=int, default=0, metavar="N", help="also time the CLI N times")
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
+    args = parser.parse_args()
+    conf = dict(pair.split("=", 1) for pair in args.conf)
+
+    root = args.dir or tempfile.mkdtemp(prefix="statekit-spark-first-run-")
+    savepoint = os.path.join(root, "savepoint")
+    work = tempfile.mkdtemp(prefix="out-", dir=root)
     try:
-        SavepointWriter.new_savepoint(128).with_operator(
-            "counter", {descriptor: [(f"key-{i:08d}", i) for i in range(args.entries)]}, parallelism=2,
-        ).write(savepoint)
-        settings = SparkSettings(args.master)
-        steps: list[tuple[str, float]] = []
-        start_s, spark = timed(settings.session)
-        steps.append(("session start", start_s))
-        cores = spark.sparkContext.defaultParallelism
-        steps.append(("first Python job (workers start)",
-                      timed(lambda: spark.sparkContext.parallelize(range(cores), cores).map(lambda x: x).collect())[0]))
-        steps.append(("plan the state's DataFrame", timed(lambda: read_state(spark, savepoint, "counter", "count").schema)[0]))
-        cold_s, _ = timed(lambda: export(ExportSpec(savepoint, os.path.join(work, "cold"), spark=settings)))
-        warm_s, _ = timed(lambda: export(ExportSpec(savepoint, os.path.join(work, "warm"), spark=settings)))
-        steps += [("export (first after the steps above)", cold_s), ("export again (warm)", warm_s)]
-        print(f"{args.entries:,} rows, {args.master} ({cores} cores)")
-        for label, seconds in steps:
-            print(f"  {label:<40}{seconds:>8.2f} s")
+        if not os.path.exists(os.path.join(savepoint, "_metadata")):
+            write_savepoint(savepoint, args.entries)
+        figures = (steps if args.steps else fresh_session)(savepoint, work, args.master, conf)
+        if args.cli:
+            figures += cli_runs(savepoint, work, args.master, conf, args.cli)
+        print(f"{args.entries:,} rows, {args.master}, conf {conf or 'default'}")
+        for label, value in figures:
+            unit = "×" if "ratio" in label else "s"
+            print(f"  {label:<44}{value:>8.2f} {unit}")
     finally:
-        if args.dir is None:
-            shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(work if args.dir else root, ignore_errors=True)
 
 
 if __name__ == "__main__":

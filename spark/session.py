@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 __all__ = [
     "SparkSettings", "get_spark", "stop_spark", "spark_log_path", "spark_errors", "map_in_arrow",
     "SparkJobError", "OutputDir", "DEFAULT_MASTER", "QUIET_LOG4J2", "is_connect", "default_parallelism",
-    "CONNECT_SCHEME",
+    "CONNECT_SCHEME", "PRESTART_CONF", "prestart_python_workers",
 ]
 
 CONNECT_SCHEME = "sc://"
@@ -70,6 +70,9 @@ logger.repl.level = error
 _LOCK = threading.Lock()
 _SESSION: SparkSession | None = None
 _KEEP_LOG = False
+# ``--conf spark.statekit.prestartWorkers=false`` turns off prestart_python_workers
+PRESTART_CONF = "spark.statekit.prestartWorkers"
+_PRESTARTED: set[str] = set()  # application ids whose Python workers were prestarted
 
 
 def _base_conf(master: str, verbose: bool) -> dict[str, str]:
@@ -253,6 +256,57 @@ def default_parallelism(session: SparkSession) -> int:
         return max(1, int(configured))
     master = session.conf.get("spark.master", None) or ""
     return _local_cores(master) if master.startswith("local") else 2
+
+
+def prestart_python_workers(session: SparkSession) -> threading.Thread | None:
+    """Start the session's Python workers in the background, once per local session.
+
+    The first job of a session waits for Spark's Python worker daemon to start and for each
+    worker to import pyspark's worker, statekit's data source and pyarrow's conversions
+    (seconds on 2 cores; measured in ``bench/spark_first_run_bench.py``). A caller that is about to
+    plan a ``statekit`` read calls this first: a job of one task per core whose function
+    imports all of that (:func:`statekit.spark.source.prestart_worker`) runs while the
+    driver plans, and the read's tasks then reuse those workers (``spark.python.worker.reuse``,
+    Spark's default).
+
+    Invariants: only an embedded local master (its executors are this machine's cores);
+    never over Spark Connect; only with worker reuse on; at most once per application;
+    ``spark.statekit.prestartWorkers=false`` turns it off. The job never fails the caller:
+    the thread swallows its errors (a stopped session cancels it).
+
+    Returns:
+        The thread running the job, or None when nothing was started.
+    """
+    from statekit.spark.shipping import is_local_master
+
+    if is_connect(session):
+        return None
+    context = session.sparkContext
+    conf = context.getConf()
+    if (not is_local_master(str(context.master)) or conf.get(PRESTART_CONF, "true").lower() == "false"
+            or conf.get("spark.python.worker.reuse", "true").lower() == "false"):
+        return None
+    with _LOCK:
+        app = str(context.applicationId)
+        if app in _PRESTARTED:
+            return None
+        _PRESTARTED.add(app)
+    thread = threading.Thread(target=_run_prestart, args=(session,), name="statekit-prestart-workers", daemon=True)
+    thread.start()
+    return thread
+
+
+def _run_prestart(session: SparkSession) -> None:
+    """One Arrow map task per core. A SQL job, not an RDD job: Spark keeps one worker daemon
+    per environment, and its SQL runners set variables of their own (simplified tracebacks)
+    that an RDD job's workers lack — only a SQL job's workers are reused by the data source."""
+    from statekit.spark.source import prestart_worker
+
+    try:
+        cores = default_parallelism(session)
+        map_in_arrow(session.range(0, cores, 1, cores), prestart_worker, "id long").collect()
+    except Exception:  # noqa: BLE001 - a prestart is an optimization: the real job reports real errors
+        pass
 
 
 def _remove_log() -> None:

@@ -73,12 +73,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from statekit.readers.savepoint_reader import SavepointReader
-from statekit.readers.snapshot import Snapshot
 from statekit.readers.typed_columns import ColumnTypes, TypedDecoder, column_type, namespace_type, python_values
-from statekit.statefmt.entries import StateCodec
 from statekit.statefmt.errors import BadInputError, StateNotFoundError
-from statekit.statefmt.fileio import FileIO
 from statekit.statefmt.keygroups import assign_to_key_group
 from statekit.statefmt.metadata import CheckpointMetadata, OperatorMetadata, StateDescriptor, StateKind
 from statekit.statefmt.serializers import get_serializer, serialize_with
@@ -87,6 +83,14 @@ from statekit.statefmt.value_types import ValueType
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
+
+    from statekit.readers.savepoint_reader import SavepointReader
+    from statekit.statefmt.entries import StateCodec
+
+# Import cost (invariant): a Python worker imports this module to unpickle the data source,
+# its plan and its read function; the planner that only cuts partitions
+# (``plan_data_source_read``) needs neither the snapshot reader nor fsspec, so the reading
+# path (SavepointReader, Snapshot, FileIO) is imported by the functions that open files.
 
 __all__ = [
     "StatekitDataSource",
@@ -97,6 +101,7 @@ __all__ = [
     "resolve_state",
     "spark_type",
     "FORMAT_NAME",
+    "prestart_worker",
 ]
 
 FORMAT_NAME = "statekit"
@@ -138,6 +143,22 @@ def read_state(
     for key, value in (options or {}).items():
         reader = reader.option(key, value)
     return reader.load(path)
+
+
+def prestart_worker(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The Arrow map function of :func:`statekit.spark.session.prestart_python_workers`, run
+    in a Python worker.
+
+    Unpickling it imported this module; it also imports the reading path and makes pyarrow
+    convert a Python value (pyarrow imports pandas on its first conversion, when installed),
+    so that a reused worker starts reading at once. Yields nothing."""
+    import pyarrow as pa
+
+    from statekit.readers.savepoint_reader import SavepointReader  # noqa: F401 - imported for the read
+    from statekit.statefmt.fileio import FileIO  # noqa: F401 - imported for the read
+
+    pa.array([batch.num_rows for batch in batches], pa.int64())
+    return iter(())
 
 
 # ---------------------------------------------------------------- Spark types
@@ -283,6 +304,10 @@ class _Plan:
         return _typed_schema(self.descriptor, self.types)
 
     def open_reader(self) -> SavepointReader:
+        from statekit.readers.savepoint_reader import SavepointReader
+        from statekit.readers.snapshot import Snapshot
+        from statekit.statefmt.fileio import FileIO
+
         io, directory = FileIO.for_path(self.url, self.storage_options)
         return SavepointReader(Snapshot(io=io, directory=directory, metadata=self.metadata),
                                trust_pickle=self.trust_pickle)
@@ -298,6 +323,8 @@ def _build_plan(options: Any) -> _Plan:
     except ValueError as exc:
         raise BadInputError(f"option storageOptions is not valid JSON: {exc}") from None
     trust_pickle = _flag(options, "trustPickle")
+    from statekit.readers.savepoint_reader import SavepointReader
+
     reader = SavepointReader.read(path, trust_pickle=trust_pickle, storage_options=storage_options)
     plan = _Plan(
         mode="metadata", url=reader.path, storage_options=storage_options, trust_pickle=trust_pickle,
@@ -544,8 +571,8 @@ class StatekitReader(DataSourceReader):
         import pyarrow as pa
 
         table = pa.Table.from_batches([b for _, _, b in pending])
-        key_groups = pa.array([kg for _, kg, b in pending for _ in range(b.num_rows)], pa.int32())
-        subtasks = pa.array([st for st, _, b in pending for _ in range(b.num_rows)], pa.int32())
+        key_groups = _repeated([(kg, b.num_rows) for _, kg, b in pending])
+        subtasks = _repeated([(st, b.num_rows) for st, _, b in pending])
         if self.plan.raw:
             value = self._serializer().serialized_values(table.column("value"))  # typed columns as stored bytes
             batch = pa.RecordBatch.from_arrays(
@@ -563,6 +590,8 @@ class StatekitReader(DataSourceReader):
         never decodes, so it needs no trust."""
         codec: StateCodec | None = getattr(self, "_serializer_cache", None)
         if codec is None:
+            from statekit.statefmt.entries import StateCodec
+
             codec = StateCodec(self.plan.descriptor, self.plan.operator.key_serializer, for_write=True)
             self._serializer_cache = codec
         return codec
@@ -597,6 +626,15 @@ class StatekitReader(DataSourceReader):
                 yield _conform(raw, target)
             else:
                 yield _conform(self._decoder().decode_operator(batch, partition.subtask), target)
+
+
+def _repeated(runs: list[tuple[int, int]]) -> pa.Array:
+    """An int32 column of each (value, count) run in turn: one Arrow fill per block, no Python
+    object per row."""
+    import pyarrow as pa
+
+    arrays = [pa.repeat(pa.scalar(value, pa.int32()), count) for value, count in runs]
+    return pa.concat_arrays(arrays) if arrays else pa.array([], pa.int32())
 
 
 def _conform(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
