@@ -39,7 +39,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from statekit.runtime.state import AggregatingState, ListState, MapState, ReducingState, ValueState
-from statekit.statefmt.entries import KeyedStateEntry, MapStateEntry
+from statekit.statefmt.entries import KeyedColumns, KeyedStateEntry, MapStateEntry
 from statekit.statefmt.metadata import StateKind
 from statekit.statefmt.native_state import NO_EXPIRY, TTL_EXPIRY
 from statekit.statefmt.serializers import Serializer
@@ -236,7 +236,7 @@ def _latest(expiries: Iterable[int | None]) -> int | None:
     return latest
 
 
-def ttl_rows(kind: StateKind, data: dict[Any, Any], drop_at: int | None) -> list[Any]:
+def ttl_rows(kind: StateKind, data: dict[Any, Any], drop_at: int | None) -> list[Any] | KeyedColumns:
     """Snapshot entries (with expiry) of a TTL state's ``key -> stored pair`` data (list: a list
     of them; map: a dict of them); entries expired at ``drop_at`` are left out (None: none are)."""
     rows: list[Any] = []
@@ -249,9 +249,11 @@ def ttl_rows(kind: StateKind, data: dict[Any, Any], drop_at: int | None) -> list
             live = [tv for tv in elements if not _expired(tv[1], drop_at)]
             if live:
                 rows.append(KeyedStateEntry(key, None, [tv[0] for tv in live], _latest(tv[1] for tv in live)))
-    else:
-        rows.extend(KeyedStateEntry(key, None, tv[0], tv[1])
-                    for key, tv in data.items() if not _expired(tv[1], drop_at))
+    else:  # value, reducing, aggregating: columns, no entry object per key
+        table = data if drop_at is None else {
+            key: tv for key, tv in data.items() if tv[1] is None or tv[1] > drop_at}
+        stored = list(table.values())
+        return KeyedColumns(list(table), [tv[0] for tv in stored], expiries=[tv[1] for tv in stored])
     return rows
 
 

@@ -66,6 +66,7 @@ class KeyedColumns:
     values: list[Any]
     namespaces: list[Any] | None = None
     user_keys: list[Any] | None = None
+    expiries: list[int | None] | None = None
 
     def __len__(self) -> int:  # the number of rows, not of columns
         return len(self.keys)
@@ -225,11 +226,15 @@ class StateCodec:
         """Keys, namespaces, user keys, values and expiries of ``rows`` (None: all None)."""
         if isinstance(rows, KeyedColumns):
             if len(rows.values) != len(rows.keys) or any(
-                    c is not None and len(c) != len(rows.keys) for c in (rows.namespaces, rows.user_keys)):
+                    c is not None and len(c) != len(rows.keys)
+                    for c in (rows.namespaces, rows.user_keys, rows.expiries)):
                 raise BadInputError(f"state {self.descriptor.name!r}: keyed columns of different lengths")
             if is_map and rows.user_keys is None:
                 raise BadInputError(f"map state {self.descriptor.name!r}: keyed columns without user keys")
-            return rows.keys, rows.namespaces, rows.user_keys if is_map else None, rows.values, None
+            expiries = rows.expiries
+            if expiries is not None and all(e is None for e in expiries):
+                expiries = None
+            return rows.keys, rows.namespaces, rows.user_keys if is_map else None, rows.values, expiries
         rows = rows if isinstance(rows, list) else list(rows)
         if not is_map:
             try:  # the common shape: (key, value) pairs

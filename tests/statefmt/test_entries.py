@@ -231,3 +231,14 @@ def test_keyed_columns_of_different_lengths_are_refused() -> None:
     map_codec = StateCodec(StateDescriptor("m", StateKind.MAP), "msgpack")
     with pytest.raises(BadInputError, match="without user keys"):
         map_codec.encode_keyed_rows(KeyedColumns(["a"], [1]))
+
+
+def test_keyed_columns_carry_expiries_like_entries_do() -> None:
+    codec = StateCodec(StateDescriptor("t", StateKind.VALUE, value_type="int", ttl_ms=1000), "msgpack")
+    columns = KeyedColumns(["a", "b", "c"], [1, 2, 3], expiries=[5, None, 7])
+    entries = [KeyedStateEntry("a", None, 1, 5), KeyedStateEntry("b", None, 2, None), KeyedStateEntry("c", None, 3, 7)]
+    assert codec.encode_keyed_rows(columns).equals(codec.encode_keyed_rows(entries))
+    no_expiry = KeyedColumns(["a"], [1], expiries=[None])
+    assert codec.encode_keyed_rows(no_expiry).equals(codec.encode_keyed_rows([("a", 1)]))
+    with pytest.raises(BadInputError, match="different lengths"):
+        codec.encode_keyed_rows(KeyedColumns(["a"], [1], expiries=[1, 2]))
