@@ -114,6 +114,7 @@ def main() -> None:
     conf = dict(pair.split("=", 1) for pair in args.conf)
 
     root = args.dir or tempfile.mkdtemp(prefix="statekit-spark-first-run-")
+    os.makedirs(root, exist_ok=True)
     savepoint = os.path.join(root, "savepoint")
     work = tempfile.mkdtemp(prefix="out-", dir=root)
     try:
