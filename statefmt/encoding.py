@@ -392,10 +392,11 @@ class BlockCodec:
 
         try:
             schema = pa.ipc.read_schema(pa.py_buffer(message))
+            names = schema.names  # a damaged name is not UTF-8 (UnicodeDecodeError, a ValueError)
         except (pa.ArrowException, ValueError, OSError, EOFError) as exc:
             raise CorruptStateError(f"header schema does not decode: {exc}", path=path) from exc
         value_type = None
-        if kind == layout.FILE_KIND_KEYED and schema.names == list(KEYED_COLUMNS):
+        if kind == layout.FILE_KIND_KEYED and names == list(KEYED_COLUMNS):
             column = schema.field("value").type
             value_type = None if is_serialized(column) else column
             if value_type is not None and _check_typed(value_type):

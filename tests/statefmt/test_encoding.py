@@ -249,6 +249,24 @@ def test_header_schemas_outside_the_format_are_refused() -> None:
         BlockCodec.read(read_at, len(data), path="mem")[0]
 
 
+def test_a_header_field_name_that_is_not_utf8_is_corrupt_state() -> None:
+    """A damaged byte inside a field name of the header schema (found by the damage fuzz test:
+    a bit flip in 'keyed/attrs/...') is a corrupt header, not a UnicodeDecodeError."""
+    message = bytearray(keyed_schema(pa.int64()).serialize().to_pybytes())
+    at = bytes(message).index(b"key_hash")
+    message[at] = 0xFF
+    header = layout.STATE_FILE_HEADER.pack(layout.STATE_FILE_MAGIC, 2, layout.FILE_KIND_KEYED, 0, len(message))
+    data = header + bytes(message) + bytes(28 + 8)
+
+    def read_at(offset: int, length: int) -> bytes:
+        return data[offset:offset + length]
+
+    from statekit.statefmt.errors import CorruptStateError
+
+    with pytest.raises(CorruptStateError, match="header schema does not decode"):
+        BlockCodec.read(read_at, len(data), path="mem")
+
+
 # ---------------------------------------------------------------- write format
 
 
