@@ -364,7 +364,7 @@ class RecordWriter:
         self.records_out = 0  # records handed to channels (the task's metrics read it)
         self.pending = 0
         self.side_output: str | None = None  # the side-output tag this writer's edge takes
-        self.timestamped = False  # records go out as watermarks.Timestamped
+        self.timestamped = False  # records go out as (value, timestamp) pairs
         self._size = buffer_size
         self.partitioning = partitioning
         self._selector = key_selector
