@@ -31,7 +31,7 @@ from __future__ import annotations
 import array
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
@@ -427,6 +427,35 @@ class BlockCodec:
         flags, present = self._present(batch)
         return layout.BLOCK_PREFIX.pack(flags), self._message(_compacted(batch.select(present)), flags)
 
+    def encode_many(self, batches: Sequence[pa.RecordBatch]) -> list[tuple[bytes | pa.Buffer, ...]]:
+        """:meth:`encode_parts` of every batch (the same bytes), the per-column work shared
+        where the batches are consecutive slices of one batch (the blocks of one sorted
+        table, :class:`_RunColumn`): a column absent from every block is found once, and
+        the binary offsets of all blocks are rebased by one Arrow call."""
+        import pyarrow as pa
+
+        if self.version == 1 or len(batches) < 2:
+            return [self.encode_parts(batch) for batch in batches]
+        for batch in batches:
+            if not batch.schema.equals(self.schema):
+                raise ValueError(f"batch schema {batch.schema} is not the file's {self.schema}")
+        optional = self._optional
+        by_batch = [batch.columns for batch in batches]
+        columns = [_RunColumn(name, [c[i] for c in by_batch], optional.get(name))
+                   for i, name in enumerate(self.schema.names)]
+        encoded: list[tuple[bytes | pa.Buffer, ...]] = []
+        for i in range(len(batches)):
+            flags, arrays = 0, []
+            for column in columns:
+                if column.bit is not None:
+                    if not column.stored(i):
+                        continue
+                    flags |= column.bit
+                arrays.append(column.canonical(i))
+            stored = pa.RecordBatch.from_arrays(arrays, schema=self._stored_schema(flags))
+            encoded.append((layout.BLOCK_PREFIX.pack(flags), self._message(stored, flags)))
+        return encoded
+
     def overhead(self, batch: pa.RecordBatch) -> tuple[int, int]:
         """(bytes a block of ``batch`` takes beyond its entries' data, bytes of that data
         uncompressed): the block of none of its rows with the same columns stored (prefix,
@@ -535,13 +564,136 @@ class BlockCodec:
         return pa.RecordBatch.from_arrays(columns, schema=self.schema)
 
 
-def _compacted(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """``batch`` in buffers of its own, each exactly as long as its data and zero-padded.
+class _RunColumn:
+    """One column of a run of blocks (:meth:`BlockCodec.encode_many`): which blocks store
+    it, and each block's :func:`_canonical` array.
 
-    Arrow's IPC writer copies a buffer's padding (up to 8 bytes) and, for a sliced binary
-    column, more of its data buffer from memory: without this a block would carry bytes of
-    the rows around it, or whatever memory held before, and equal entries would not encode
-    to equal blocks. Values under nulls are zeroed for the same reason.
+    When the blocks' arrays are consecutive slices of one flat array (``parent``), the
+    column is judged once: absent from every block when ``parent`` is all empty (namespace)
+    or all null, stored in every non-empty block when it has no null (user key, expiry);
+    and a null-free binary column has the offsets of all blocks rebased to 0 by one Arrow
+    call (``parent``'s offsets, each block's n + 1 of them, minus the block's first).
+    Otherwise each block is judged and made canonical on its own, as :meth:`encode_parts`
+    does.
+    """
+
+    def __init__(self, name: str, arrays: list[pa.Array], bit: int | None) -> None:
+        import pyarrow.types as t
+
+        self.name, self.arrays, self.bit = name, arrays, bit
+        self.everywhere: bool | None = None  # stored in every non-empty block (True), in none (False)
+        # null-free parent: each block's buffers, slices of the parent's (None: _canonical)
+        self._buffers: list[list[pa.Buffer | None]] | None = None
+        parent = _parent(arrays)
+        if parent is None:
+            return
+        nulls = parent.null_count
+        if bit is not None:
+            if name == "namespace":
+                self.everywhere = False if _all_empty(parent) else None
+            elif nulls == len(parent):
+                self.everywhere = False
+            elif not nulls:
+                self.everywhere = True
+        if nulls or self.everywhere is False:
+            return
+        if t.is_binary(parent.type) or t.is_string(parent.type):
+            self._buffers = self._rebased(parent)
+        else:
+            data, width = parent.buffers()[1], parent.type.byte_width
+            self._buffers = [[None, _slice(data, a.offset * width, len(a) * width)] for a in arrays]
+
+    def _rebased(self, parent: pa.Array) -> list[list[pa.Buffer | None]]:
+        """Each block's [validity, offsets, data]: its offsets rebased to 0 (all blocks by one
+        subtraction), its data the bytes they reference."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        _, buffer, data = parent.buffers()
+        positions = memoryview(buffer).cast("i")
+        offsets = pa.Array.from_buffers(pa.int32(), len(parent) + 1, [None, buffer], offset=parent.offset)
+        pieces, firsts, ends, spans = [], [], [], []
+        start = end = 0
+        for part in self.arrays:
+            n = len(part)
+            pieces.append(offsets.slice(start, n + 1))
+            first = positions[part.offset]
+            firsts.append(first)
+            spans.append((first, positions[part.offset + n] - first))
+            end += n + 1
+            ends.append(end)
+            start += n
+        bases = pa.RunEndEncodedArray.from_arrays(pa.array(ends, pa.int32()), pa.array(firsts, pa.int32()))
+        rebased = pc.subtract(pa.concat_arrays(pieces), pc.run_end_decode(bases))
+        out, at, rebased_buffer = [], 4 * rebased.offset, rebased.buffers()[1]
+        for part, (first, size) in zip(self.arrays, spans):
+            length = 4 * (len(part) + 1)
+            out.append([None, _slice(rebased_buffer, at, length), _slice(data, first, size)])
+            at += length
+        return out
+
+    def stored(self, i: int) -> bool:
+        """Whether block ``i`` stores this (optional) column."""
+        part = self.arrays[i]
+        if self.everywhere is not None and len(part):
+            return self.everywhere
+        empty = _all_empty(part) if self.name == "namespace" else part.null_count == len(part)
+        return not empty
+
+    def canonical(self, i: int) -> pa.Array:
+        import pyarrow as pa
+
+        part = self.arrays[i]
+        n = len(part)
+        if self._buffers is None or not n:
+            return _canonical(part)
+        return pa.Array.from_buffers(part.type, n, self._buffers[i])
+
+
+def _parent(arrays: list[pa.Array]) -> pa.Array | None:
+    """The flat (fixed-width but not boolean, binary or string) array whose consecutive
+    slices ``arrays`` are — the same buffers, each slice starting where the previous one
+    ends — or None."""
+    import pyarrow as pa
+    import pyarrow.types as t
+
+    first = arrays[0]
+    kind = first.type
+    if not ((t.is_primitive(kind) and not t.is_boolean(kind)) or t.is_binary(kind) or t.is_string(kind)):
+        return None
+    buffers = first.buffers()
+    where = [None if b is None else (b.address, b.size) for b in buffers]
+    end = first.offset
+    for part in arrays:
+        if part.offset != end or part.type != kind:
+            return None
+        if [None if b is None else (b.address, b.size) for b in part.buffers()] != where:
+            return None
+        end += len(part)
+    return pa.Array.from_buffers(kind, end - first.offset, buffers, offset=first.offset)
+
+
+def consecutive(previous: pa.RecordBatch, batch: pa.RecordBatch) -> bool:
+    """Whether ``batch`` looks like the slice of one batch that follows ``previous`` (its
+    first column shares ``previous``'s buffers and starts where it ends): a writer encodes
+    such runs together (:meth:`BlockCodec.encode_many` checks every column)."""
+    if not previous.num_columns or previous.num_columns != batch.num_columns:
+        return False
+    a, b = previous.column(0), batch.column(0)
+    if a.offset + len(a) != b.offset:
+        return False
+    return [None if x is None else x.address for x in a.buffers()] == [None if x is None else x.address for x in b.buffers()]
+
+
+def _compacted(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """``batch`` in buffers each exactly as long as its data (slices of the original
+    buffers for flat null-free columns, zero-padded copies otherwise).
+
+    Arrow's IPC writer rounds a buffer's length up to 8 bytes when the buffer holds more
+    (a slice's neighbours) and, for a sliced binary column, writes more of its data buffer:
+    without this a block would carry bytes of the rows around it, or whatever memory held
+    before, and equal entries would not encode to equal blocks. Past an exact buffer's end
+    it writes zeros. Values under nulls are zeroed for the same reason.
     """
     import pyarrow as pa
 
@@ -583,8 +735,10 @@ def _canonical(array: pa.Array) -> pa.Array:
 
 def _flat_canonical(array: pa.Array) -> pa.Array | None:
     """:func:`_canonical` of a non-empty, null-free fixed-width (not boolean) or binary/string
-    array, straight from its (possibly sliced) buffers — the same buffers with one copy of
-    the bytes instead of three; None for any other array."""
+    array without copying its bytes: each buffer becomes a slice of exactly the bytes the
+    array references (the IPC writer pads a buffer to 8 bytes with zeros past its end, and
+    reads past it only when the buffer is longer), and binary offsets are rebased to start
+    at 0; None for any other array."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.types as t
@@ -594,7 +748,7 @@ def _flat_canonical(array: pa.Array) -> pa.Array | None:
         return None
     if t.is_primitive(kind) and not t.is_boolean(kind):
         width = kind.byte_width
-        return pa.Array.from_buffers(kind, n, [None, _exact(array.buffers()[1], n * width, offset * width)])
+        return pa.Array.from_buffers(kind, n, [None, _slice(array.buffers()[1], offset * width, n * width)])
     if not (t.is_binary(kind) or t.is_string(kind)):
         return None
     _, offsets, data = array.buffers()
@@ -604,7 +758,15 @@ def _flat_canonical(array: pa.Array) -> pa.Array | None:
         rebased = pc.subtract(pa.Array.from_buffers(pa.int32(), n + 1, [None, offsets], offset=offset),
                               pa.scalar(first, pa.int32()))
         offsets, offset = rebased.buffers()[1], rebased.offset
-    return pa.Array.from_buffers(kind, n, [None, _exact(offsets, 4 * (n + 1), 4 * offset), _exact(data, last - first, first)])
+    return pa.Array.from_buffers(kind, n, [None, _slice(offsets, 4 * offset, 4 * (n + 1)),
+                                           _slice(data, first, last - first)])
+
+
+def _slice(buffer: pa.Buffer, start: int, size: int) -> pa.Buffer:
+    """Bytes ``start .. start + size`` of ``buffer``, shared (no copy)."""
+    if start + size > buffer.size:
+        raise ValueError(f"buffer of {buffer.size} bytes has no bytes {start}..{start + size}")
+    return buffer.slice(start, size)
 
 
 def _all_empty(column: pa.Array) -> bool:

@@ -189,9 +189,19 @@ class StateCodec:
         """Serialized namespaces, a column at a time (the void namespace: empty bytes)."""
         import pyarrow as pa
 
-        if any(namespace is None for namespace in namespaces):
-            return pa.array([self.encode_namespace(namespace) for namespace in namespaces], pa.binary())
-        return pa.array(serialize_many(self.namespace, namespaces, "namespace"), pa.binary())
+        ids = list(map(id, namespaces))
+        first_seen = dict.fromkeys(ids)  # distinct objects, in order of first appearance
+        if len(first_seen) * 4 > len(ids):  # mostly distinct: serialize every one
+            if id(None) in first_seen:
+                return pa.array([self.encode_namespace(namespace) for namespace in namespaces], pa.binary())
+            return pa.array(serialize_many(self.namespace, namespaces, "namespace"), pa.binary())
+        # Few distinct objects (window state: a few windows shared by every key): serialize each
+        # once, then index. Deduplicated by identity, never by equality: equal namespaces may
+        # serialize differently (``(1, 2)`` and ``(True, 2)``); one object always gives one encoding.
+        by_id = dict(zip(ids, namespaces))
+        position = {object_id: i for i, object_id in enumerate(first_seen)}
+        distinct = pa.array([self.encode_namespace(by_id[object_id]) for object_id in first_seen], pa.binary())
+        return distinct.take(pa.array(list(map(position.__getitem__, ids)), pa.int32()))
 
     def _value_column(self, values: list[Any], version: int) -> pa.Array:
         import pyarrow as pa

@@ -33,6 +33,10 @@ from statekit.statefmt.storage_options import storage_options_for
 
 __all__ = ["FileIO", "FileInfo", "fsync_dir"]
 
+# A new local file is written through a buffer this large: a state file's blocks (tens of
+# KiB each) reach the kernel in a few large writes, not one or two per block.
+_OUTPUT_BUFFER = 1 << 20
+
 
 @dataclass(frozen=True)
 class FileInfo:
@@ -247,7 +251,7 @@ class FileIO:
         os.makedirs(directory, exist_ok=True)
         tmp = os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
         try:
-            with open(tmp, "wb") as f:
+            with open(tmp, "wb", buffering=_OUTPUT_BUFFER) as f:
                 yield f
                 f.flush()
                 os.fsync(f.fileno())

@@ -49,8 +49,7 @@ def write_keyed_file(
     """Write ``(key group, sorted batch)`` blocks (key groups ascending) as one keyed file."""
     with io.open_output(posixpath.join(directory, relative)) as out:
         writer = StateFileWriter(out, layout.FILE_KIND_KEYED, path=relative)
-        for key_group, batch in groups:
-            writer.write_block(key_group, batch)
+        writer.write_blocks(groups)
         summary = writer.finish()
     return StateFile(state, relative, summary.size, summary.checksum, summary.entries)
 

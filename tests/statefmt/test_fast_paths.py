@@ -189,3 +189,160 @@ def test_entries_of_colliding_key_hashes_keep_the_last_write(rows: list[tuple[in
            for h, k, v in zip(*(batch.column(c).to_pylist() for c in ("key_hash", "key", "value")))]
     last = {(h, k): v for h, (_, k, _), v in zip(hashes, rows, (r[2].to_bytes(1, "big") for r in rows))}
     assert got == sorted((h % max_p, h, k, v) for (h, k), v in last.items())
+
+
+# ---------------------------------------------------------------- blocks encoded together
+
+ENTRY_ROWS = st.lists(st.tuples(st.one_of(st.text(max_size=6), st.integers(-50, 50)),
+                                st.one_of(st.none(), st.integers(0, 3)),
+                                st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1), st.sampled_from([0, 7]))),
+                      min_size=1, max_size=80)
+
+
+def _file_bytes(groups: list[tuple[int, Any]], fmt: Any, together: bool) -> bytes:
+    import io
+
+    from statekit.statefmt import layout
+    from statekit.statefmt.statefile import StateFileWriter
+
+    out = io.BytesIO()
+    writer = StateFileWriter(out, layout.FILE_KIND_KEYED, fmt=fmt)
+    if together:
+        writer.write_blocks(iter(groups))
+    else:
+        for key_group, batch in groups:
+            writer.write_block(key_group, batch)
+    writer.finish()
+    return out.getvalue()
+
+
+@settings(max_examples=120, deadline=None)
+@given(ENTRY_ROWS, st.sampled_from([None, "int"]), st.sampled_from(["none", "lz4", "zstd"]),
+       st.booleans(), st.booleans(), st.data())
+def test_blocks_written_together_equal_blocks_written_one_by_one(
+        rows: list[tuple[Any, Any, Any]], value_type: str | None, compression: str, namespaced: bool,
+        expiring: bool, data: Any) -> None:
+    """``write_blocks`` (runs of consecutive slices of one table encoded together: shared
+    column checks, offsets rebased at once, buffers not copied) writes the bytes
+    ``write_block`` writes block by block, whatever columns are empty, null or mixed, and
+    also when some blocks are left out (runs broken) or a run mixes in a copy."""
+    from statekit.statefmt.encoding import WriteFormat
+    from statekit.statefmt.entries import KeyedColumns
+
+    codec = StateCodec(StateDescriptor("v", StateKind.VALUE, value_type=value_type,
+                                       namespace_serializer="msgpack"), "msgpack")
+    columns = KeyedColumns([k for k, _, _ in rows], [v for _, _, v in rows],
+                           namespaces=[ns for _, ns, _ in rows] if namespaced else None,
+                           expiries=[v if v is None else abs(v) % 1000 for _, _, v in rows] if expiring else None)
+    table = codec.encode_keyed_rows(columns, version=2)
+    groups = list(group_by_key_group(table, data.draw(st.sampled_from([1, 3, 8, 16])), version=2))
+    keep = data.draw(st.lists(st.booleans(), min_size=len(groups), max_size=len(groups)))
+    kept = [g for g, k in zip(groups, keep) if k] or groups
+    if len(kept) > 2:  # a block in the middle of a run taken from a copy of its rows (another parent)
+        key_group, batch = kept[1]
+        kept[1] = (key_group, pa.RecordBatch.from_arrays([pa.concat_arrays([c]) for c in batch.columns],
+                                                         schema=batch.schema))
+    fmt = WriteFormat(2, compression)
+    assert _file_bytes(kept, fmt, together=True) == _file_bytes(kept, fmt, together=False)
+
+
+def _copied_buffer(buffer: Any, start: int, size: int) -> Any:
+    """The reference: the bytes copied into memory of their own, zero-padded to 8."""
+    data = bytearray(size + -size % 8)
+    data[:size] = memoryview(buffer)[start:start + size]
+    return pa.py_buffer(data).slice(0, size)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.binary(max_size=9), min_size=1, max_size=40), st.data())
+def test_shared_slices_of_buffers_serialize_like_copies(values: list[bytes], data: Any) -> None:
+    """A flat column made canonical from slices of its buffers (no copy) serializes to the
+    bytes of one whose buffers were copied into zero-padded memory of their own — the
+    IPC writer reads nothing past a buffer's end — also compressed."""
+    from statekit.statefmt.encoding import _flat_canonical
+
+    start = data.draw(st.integers(0, len(values) - 1))
+    n = data.draw(st.integers(1, len(values) - start))
+    ints = pa.array([len(v) * 7919 - 3 for v in values], pa.int64()).slice(start, n)
+    binary = pa.array(values, pa.binary()).slice(start, n)
+    _, offsets, body = binary.buffers()
+    positions = memoryview(offsets).cast("i")
+    first, last = positions[start], positions[start + n]
+    rebased = pa.array([positions[start + i] - first for i in range(n + 1)], pa.int32())
+    reference = [
+        pa.Array.from_buffers(pa.int64(), n, [None, _copied_buffer(ints.buffers()[1], 8 * start, 8 * n)]),
+        pa.Array.from_buffers(pa.binary(), n, [None, _copied_buffer(rebased.buffers()[1], 0, 4 * (n + 1)),
+                                               _copied_buffer(body, first, last - first)]),
+    ]
+    shared = [_flat_canonical(ints), _flat_canonical(binary)]
+    for options in (None, pa.ipc.IpcWriteOptions(compression="lz4"), pa.ipc.IpcWriteOptions(compression="zstd")):
+        encoded = []
+        for arrays in (shared, reference):
+            batch = pa.RecordBatch.from_arrays(arrays, names=["i", "b"])
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, batch.schema, options=options) as stream:
+                stream.write_batch(batch)
+            encoded.append(sink.getvalue().to_pybytes())
+        assert encoded[0] == encoded[1]
+
+
+def test_checksum_of_a_file_with_large_blocks_is_the_crc_of_its_bytes() -> None:
+    """Blocks of 64 KiB or more are not hashed twice: the file's CRC-32 continues from each
+    block's by crc32_combine, and must equal the CRC-32 of the bytes written."""
+    import io
+    import zlib
+
+    from statekit.statefmt import layout
+    from statekit.statefmt.checksum import format_checksum
+    from statekit.statefmt.statefile import _COMBINE_FROM, StateFileReader, StateFileWriter
+
+    codec = StateCodec(StateDescriptor("v", StateKind.VALUE, value_type="int"), "msgpack")
+    table = codec.encode_keyed_rows([(f"key-{i}", i) for i in range(40_000)], version=2)
+    groups = list(group_by_key_group(table, 4, version=2))
+    out = io.BytesIO()
+    writer = StateFileWriter(out, layout.FILE_KIND_KEYED)
+    writer.write_block(*groups[0])
+    writer.write_blocks(groups[1:])
+    summary = writer.finish()
+    data = out.getvalue()
+    reader = StateFileReader(io.BytesIO(data), len(data), path="large")
+    assert min(e.length for e in reader.index) >= _COMBINE_FROM  # every block takes the combining path
+    assert summary.size == len(data) and summary.checksum == format_checksum(zlib.crc32(data))
+    list(reader.iter_blocks())  # block CRCs and the footer's CRC of header..index check out
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.text(max_size=4), st.integers(0, 3), st.integers(-5, 5)), min_size=1, max_size=120),
+       st.sampled_from([None, "int"]), st.sampled_from(["none", "zstd"]))
+def test_namespaces_shared_by_many_rows_encode_like_distinct_ones(
+        rows: list[tuple[str, int, int]], value_type: str | None, compression: str) -> None:
+    """Window state: a few window objects shared by every key. Such a namespace column is
+    serialized once per distinct object and indexed; the file must be byte-identical to the
+    one whose rows each hold an equal namespace object of their own (serialized row by row)."""
+    from statekit.statefmt.encoding import WriteFormat
+    from statekit.statefmt.entries import KeyedColumns
+
+    codec = StateCodec(StateDescriptor("v", StateKind.VALUE, value_type=value_type,
+                                       namespace_type="list<int>"), "msgpack")
+    windows = [(w * 1000, w * 1000 + 1000) for w in range(4)]
+    shared = [windows[w] for _, w, _ in rows]
+    distinct = [(start + 0, end + 0) for start, end in shared]  # equal, not identical (ints > 256 are new objects)
+    assert len({id(ns) for ns in distinct}) == len(rows)
+    encoded = []
+    for namespaces in (shared, distinct):
+        table = codec.encode_keyed_rows(KeyedColumns([k for k, _, _ in rows], [v for _, _, v in rows], namespaces),
+                                        version=2)
+        encoded.append(_file_bytes(list(group_by_key_group(table, 8, version=2)), WriteFormat(2, compression),
+                                   together=True))
+    assert encoded[0] == encoded[1]
+
+
+def test_equal_but_differently_serialized_namespaces_are_not_merged() -> None:
+    """Deduplication is by identity: ``(1, 2)`` and ``(True, 2)`` are equal and hash alike but
+    msgpack writes them differently; each row keeps its own bytes."""
+    codec = StateCodec(StateDescriptor("v", StateKind.VALUE, namespace_type="list<int>"), "msgpack")
+    a, b = (1, 2), (True, 2)
+    namespaces = [a] * 10 + [b] * 10
+    column = codec._namespace_column(namespaces)
+    assert column.to_pylist() == serialize_many(get_serializer("msgpack"), namespaces, "namespace")
+    assert column[0].as_py() != column[10].as_py()
