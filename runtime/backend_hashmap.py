@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import threading
 from collections.abc import Callable, Iterable, Iterator
+from operator import itemgetter
 from typing import Any
 
 from statekit.runtime.backend import (
@@ -30,10 +31,10 @@ from statekit.runtime.backend import (
 from statekit.runtime.checkpoint_storage import CheckpointStorageLocation
 from statekit.runtime.state import AggregatingState, ListState, MapState, ReducingState, ValueState
 from statekit.runtime.ttl import TtlValue, ttl_rows, wrap_restored
-from statekit.statefmt.entries import KeyedStateEntry, MapStateEntry
+from statekit.statefmt.entries import KeyedColumns, KeyedStateEntry, MapStateEntry
 from statekit.statefmt.metadata import StateDescriptor, StateFile, StateKind
 
-__all__ = ["HashMapKeyedStateBackend", "ValuesByPair", "MapsByPair"]
+__all__ = ["HashMapKeyedStateBackend", "ValuesByPair", "MapsByPair", "namespaced_columns"]
 
 _MUTABLE = (list, dict, set, bytearray)
 _MISSING: Any = object()
@@ -73,8 +74,9 @@ class _Snapshot(KeyedSnapshot):
         files = []
         for table, data in self._copies:
             descriptor = table.descriptor
-            rows = (rows_of(descriptor.kind, data, namespaced=descriptor.namespaced) if descriptor.ttl_ms is None
-                    else ttl_rows(descriptor.kind, data, self._drop_at[descriptor.name]))
+            rows = (ttl_rows(descriptor.kind, data, self._drop_at[descriptor.name]) if descriptor.ttl_ms is not None
+                    else namespaced_columns(descriptor.kind, data) if descriptor.namespaced
+                    else rows_of(descriptor.kind, data))
             file = write_keyed_rows(location, self._backend.scope, descriptor, rows)
             if file is not None:
                 files.append(file)
@@ -88,6 +90,25 @@ class _Snapshot(KeyedSnapshot):
             for table, _ in self._copies:
                 table.sharing -= 1
         self._copies = []
+
+
+def namespaced_columns(kind: StateKind, data: dict[Any, Any]) -> KeyedColumns:
+    """The rows of a namespaced table (``(key, namespace) -> value``, map state: ``-> {user key:
+    value}``) as key, namespace[, user key] and value columns, in the table's order (the order
+    :func:`~statekit.runtime.backend.rows_of` gives them). Window state, where a map holds one
+    timer per (key, window) and tables hold tens of thousands of pairs, is split at C speed."""
+    pairs = list(data)
+    keys = list(map(itemgetter(0), pairs))
+    namespaces = list(map(itemgetter(1), pairs))
+    if kind is not StateKind.MAP:
+        return KeyedColumns(keys, list(data.values()), namespaces)
+    maps = list(data.values())
+    if set(map(len, maps)) <= {1}:  # one user key per map: no row of a pair's map to repeat
+        return KeyedColumns(keys, list(map(next, map(iter, map(dict.values, maps)))), namespaces,
+                            list(map(next, map(iter, maps))))
+    rows = [(key, namespace, user_key, value) for (key, namespace), entries in data.items()
+            for user_key, value in entries.items()]
+    return KeyedColumns([r[0] for r in rows], [r[3] for r in rows], [r[1] for r in rows], [r[2] for r in rows])
 
 
 class _NamespaceScope:
@@ -119,6 +140,13 @@ class ValuesByPair:
     def __init__(self, table: _Table) -> None:
         self._table = table
         self._data = table.data
+
+    @property
+    def data(self) -> dict[Any, Any]:
+        """The live table itself, for a caller's hot path: reading an immutable value (an int, a
+        str, a tuple) from it is :meth:`get` and storing one that is not None is :meth:`put`;
+        anything else goes through those methods (copy-on-write)."""
+        return self._data
 
     def get(self, pair: tuple[Any, Any]) -> Any:
         """The value of ``pair`` (None: none), safe to change in place."""

@@ -47,6 +47,8 @@ from statekit.statefmt.serializers import get_serializer
 
 __all__ = [
     "MAIL",
+    "VALUE_KEY_SELECTOR",
+    "PAIR_EMITTER",
     "BUFFER_SIZE",
     "Alignment",
     "Barrier",
@@ -64,6 +66,11 @@ __all__ = [
 MAIL = -1
 BUFFER_SIZE = 512
 _ROUTE_CACHE_LIMIT = 1 << 20
+# on a timestamped edge's key selector (it takes (value, timestamp) records): the selector of the value
+VALUE_KEY_SELECTOR = "value_key_selector"
+# on a hash writer's ``emit`` with a VALUE_KEY_SELECTOR: ``emit_pair(value, timestamp)``, which
+# sends ``(value, timestamp)`` as ``emit`` does without a tuple to unpack for the key
+PAIR_EMITTER = "emit_pair"
 _WAIT_SLICE_S = 0.002
 
 
@@ -439,6 +446,29 @@ class RecordWriter:
             if len(buffer) >= size:
                 flush(channel)
 
+        value_selector = getattr(selector, VALUE_KEY_SELECTOR, None)
+        if value_selector is None:
+            return emit
+
+        def emit_pair(value: Any, timestamp: int) -> None:
+            """``emit((value, timestamp))`` on a timestamped edge, keyed by ``value`` directly."""
+            key = value_selector(value)
+            try:
+                channel = lookup(key)
+            except TypeError:
+                channel = route(key)
+            else:
+                if channel is None:
+                    channel = route(key)
+                    if len(cache) >= _ROUTE_CACHE_LIMIT:
+                        cache.clear()
+                    cache[key] = channel
+            buffer = buffers[channel]
+            buffer.append((value, timestamp))
+            if len(buffer) >= size:
+                flush(channel)
+
+        setattr(emit, PAIR_EMITTER, emit_pair)
         return emit
 
     def _emit_broadcast(self, record: Any) -> None:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
+from statekit.runtime.channels import PAIR_EMITTER, VALUE_KEY_SELECTOR
 from statekit.statefmt.errors import BadInputError
 
 __all__ = [
@@ -247,6 +248,20 @@ class SourceWatermarks:
 
             return emit
         bounded = generator
+        emit_pair = getattr(writer_emit, PAIR_EMITTER, None)
+        if emit_pair is not None:
+            def emit_pair_timestamped(value: Any) -> None:
+                """``emit_timestamped`` to a hash writer that keys the value without a pair to unpack."""
+                timestamp = assign(value, element.timestamp)
+                if timestamp.__class__ is not int:
+                    timestamp = int(timestamp)
+                element.timestamp = timestamp
+                if timestamp > bounded._max:
+                    bounded._max = timestamp
+                self._records = True
+                emit_pair(value, timestamp)
+
+            return emit_pair_timestamped
 
         def emit_timestamped(value: Any) -> None:
             """The common case inlined: the bounded generator's ``on_event`` and the wrapping of the
@@ -502,7 +517,12 @@ def edge_key_selector(edge: Any) -> Callable[[Any], Any] | None:
     selector = edge.key_selector
     if selector is None or not edge.source.transformation.timestamped:
         return selector  # type: ignore[no-any-return]
-    return lambda record: selector(record[0])
+
+    def record_key(record: tuple[Any, Any]) -> Any:
+        return selector(record[0])
+
+    setattr(record_key, VALUE_KEY_SELECTOR, selector)  # a writer keys (value, timestamp) pairs by it
+    return record_key
 
 
 def configure_task_time(task: Any, graph: Any, vertex: Any) -> None:

@@ -85,7 +85,8 @@ class WindowTimers:
     def register_pair(self, domain: int, timestamp: int, pair: tuple[Any, Any], entry: tuple[Any, Any]) -> None:
         """A timer of ``pair`` ``(key, namespace)``, whose entry is ``(hashable(key), namespace)`` (the
         same tuple may serve as both when the key is hashable as it is)."""
-        user_key, timers = self._group(domain, timestamp)
+        group = self.queues[domain].get(timestamp)
+        user_key, timers = group if group is not None else self._group(domain, timestamp)
         if entry in timers:
             return
         self.pairs.put(pair, user_key, True)

@@ -191,6 +191,7 @@ class WindowOperator(StreamOperator):
 
     def open(self) -> None:
         super().open()
+        self.window_timers.fire = self._timer_handler()
         opener = getattr(self.spec.window_function, "open", None)
         if callable(opener):
             opener(self.runtime_context)
@@ -285,6 +286,13 @@ class WindowOperator(StreamOperator):
         element, windows, timers = self.element_time, self._windows(), self.window_timers
         register, lateness = timers.register_pair, self.lateness
         get, put, first, merge = self._combiner()
+        # the hashmap backend's live contents table: an int is read and any value stored in it
+        # directly (what get and put do for them), without a call per record
+        table: dict[Any, Any] | None = getattr(self.contents_by_pair, "data", None)
+        direct = table is not None and get is not _no_contents
+        if table is None:
+            table = {}
+        lookup = table.get if direct else get
         apply, late_tag, uid = self._apply, self.spec.late_tag, self.ctx.uid
         fire = TriggerResult.FIRE
         # an assigner that depends on the timestamp only: the windows of the last timestamp are
@@ -316,8 +324,14 @@ class WindowOperator(StreamOperator):
                     continue
                 on_time = True
                 pair = (key, namespace)
-                current = get(pair)
-                put(pair, first(value) if current is None else merge(value, current))
+                current = lookup(pair)
+                if direct and current is not None and current.__class__ is not int:
+                    current = get(pair)  # the copy-on-write read of a value that may be changed in place
+                updated = first(value) if current is None else merge(value, current)
+                if direct and updated is not None:
+                    table[pair] = updated
+                else:
+                    put(pair, updated)
                 if end <= watermark:  # a late firing within the allowed lateness
                     backend.current_key = key
                     apply(key, window, fire)
@@ -481,6 +495,33 @@ class WindowOperator(StreamOperator):
         is_event = domain == EVENT_TIME
         if is_event == self.assigner.is_event_time and timestamp == self._cleanup_time(window):
             self._clear_window(window)
+
+    def _timer_handler(self) -> Callable[[Any, Window, int, int], None]:
+        """What fires a timer: :meth:`_on_timer`, with the firing at a window's end inlined for a
+        ``fires_at_end`` window that emits its reduced value or aggregate's result as it is (no
+        window function): the same contents popped, output and trigger state cleared as
+        :meth:`_fire_and_clear` (the hot path of tumbling and sliding event-time windows)."""
+        on_timer, spec, values = self._on_timer, self.spec, self.contents_by_pair
+        if not self.fires_at_end or spec.window_function is not None or spec.kind not in ("reduce", "aggregate"):
+            return on_timer
+        assert values is not None
+        pop, clear_trigger, element, ctx, out = (values.pop, self.trigger_by_pair.clear, self.element_time,
+                                                 self.contexts, self.output)
+        result = spec.function.get_result if spec.kind == "aggregate" else None
+
+        def fire(key: Any, window: Window, timestamp: int, domain: int) -> None:
+            if domain != EVENT_TIME or timestamp != window.max_timestamp():
+                on_timer(key, window, timestamp, domain)
+                return
+            pair = (key, window)
+            contents = pop(pair)
+            if contents is not None:
+                element.timestamp = timestamp
+                ctx.window_ = window
+                out.collect(contents if result is None else result(contents))
+            clear_trigger(pair)
+
+        return fire
 
     def _fire_and_clear(self, key: Any, window: Window) -> None:
         """What ``_on_timer`` does at the end of a window that fires at its end and is then dropped
