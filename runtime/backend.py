@@ -181,6 +181,9 @@ class KeyedStateBackend(ABC, Generic[SlotT]):
             removes it), else None.
         current_key: The key whose state the handles read and write.
         ttl_clock: The clock (epoch ms) of states with TTL whose config names none.
+        record_clock: The clock of the heap TTL value handles that take the per-record time
+            (:func:`statekit.runtime.ttl.record_timed_handler`), None while there is none.
+        record_time: That clock's reading for the record being processed, None outside one.
     """
 
     current_key: Any
@@ -198,6 +201,8 @@ class KeyedStateBackend(ABC, Generic[SlotT]):
         self._handles: dict[str, State] = {}
         self._ttl: dict[str, StateTtlConfig] = {}
         self.ttl_clock: Callable[[], int] = system_clock
+        self.record_clock: Callable[[], int] | None = None
+        self.record_time: int | None = None
 
     # ------------------------------------------------------------ shared by every backend
 

@@ -63,6 +63,7 @@ from statekit.runtime.state import (
     ValueState,
     ValueStateDescriptor,
 )
+from statekit.runtime.ttl import record_timed_handler
 from statekit.runtime.watermarks import (
     MAX_WATERMARK,
     MIN_WATERMARK,
@@ -672,6 +673,9 @@ class KeyedProcessOperator(StreamOperator):
         selector = self.ctx.key_selector
         assert selector is not None and self.keyed_backend is not None
         backend, ctx, out = self.keyed_backend, _ProcessContext(self), self.output
+        timed = record_timed_handler(backend, selector, fn, ctx, out)  # one TTL clock reading per record
+        if timed is not None:
+            return timed
 
         def handle(value: Any) -> None:
             backend.current_key = selector(value)

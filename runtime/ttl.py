@@ -18,7 +18,11 @@ Invariants:
   index, never by attribute.
 * ``now`` is read from the clock by the access that compares or stamps with it, at most once
   per access, and never kept beyond that access: no cached time can make an expired entry
-  readable, and every write's expiry is its own access's ``now + ttl``.
+  readable, and every write's expiry is its own access's ``now + ttl``. The one exception is
+  the per-record time: while a keyed process operator processes a record, the heap value
+  handles on the backend's ``record_clock`` use ``backend.record_time``, the one reading of that
+  clock the operator took for the record (:func:`record_timed_handler`), and it is None again
+  when the record is done; expiry is exact with respect to that reading.
 * An expired entry found by an access is removed by that access, whatever the visibility;
   ``RETURN_EXPIRED_IF_NOT_CLEANED_UP`` only makes that access still return it.
 * In a snapshot the expiry goes to the entry's ``expiry`` column. A list-state entry holds
@@ -32,6 +36,7 @@ Invariants:
 from __future__ import annotations
 
 import copy
+import math
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
@@ -57,7 +62,9 @@ __all__ = [
     "TtlState",
     "HeapTtlValueState",
     "SystemClockHeapTtlValueState",
+    "RecordTimeHeapTtlValueState",
     "ttl_value_state",
+    "record_timed_handler",
     "ManualClock",
     "system_clock",
     "ttl_rows",
@@ -68,6 +75,7 @@ __all__ = [
 
 Clock = Callable[[], int]
 _MUTABLE = (list, dict, set, bytearray)  # handed out as copies; a tuple: a class need not be hashable
+_MUTABLE_CLASSES = frozenset(_MUTABLE)  # the same, for a hashed lookup of ``value.__class__``
 
 
 _time = time.time
@@ -505,18 +513,129 @@ class SystemClockHeapTtlValueState(HeapTtlValueState):
         self._expiry = ms + self._ttl
 
 
+class RecordTimeHeapTtlValueState(HeapTtlValueState):
+    """:class:`HeapTtlValueState` on the per-record time of its backend (the handle's clock is the
+    backend's ``record_clock``).
+
+    ``now`` is ``backend.record_time`` while a record is processed (one reading of the clock by
+    :func:`record_timed_handler`, the same for every access of that record), else the handle's
+    clock, read by the access. A write stamps ``now + ttl``, computed once per ``now`` object:
+    ``_expiry`` is the stamp of ``_now``, the time of the last write (the record handler hands out
+    one int object per millisecond; any other object is a new ``now``).
+    """
+
+    __slots__ = ("_expiry", "_now")
+
+    def __init__(self, backend: KeyedStateBackend[Any], table: dict[Any, Stored], ttl_ms: int,
+                 clock: Clock, default: Any) -> None:
+        super().__init__(backend, table, ttl_ms, clock, default)
+        self._now: int | None = None
+        self._expiry = 0
+
+    def value(self) -> Any:
+        backend = self._backend
+        key = backend.current_key
+        tv = self._get(key)
+        if tv is None:
+            value = self._default
+        else:
+            value, expiry = tv
+            try:
+                expired = expiry <= backend.record_time  # type: ignore[operator]
+            except TypeError:  # no record time (outside a record) or no expiry (restored without one)
+                expired = expiry is not None and expiry <= self._clock()
+            if expired:
+                del self._table[key]  # expired: this read removes it
+                value = self._default
+        try:
+            if value.__class__ in _MUTABLE_CLASSES:
+                return copy.deepcopy(value)
+        except TypeError:  # a class its metaclass makes unhashable is none of them
+            pass
+        return value
+
+    def update(self, value: Any) -> None:
+        backend = self._backend
+        if value is None:
+            self._table.pop(backend.current_key, None)
+            return
+        now = backend.record_time
+        if now is None:
+            now = self._clock()
+        if now is not self._now:
+            self._now = now
+            self._expiry = now + self._ttl
+        self._table[backend.current_key] = value, self._expiry
+
+
 def ttl_value_state(backend: KeyedStateBackend[Any], state: str, config: StateTtlConfig,
                     raw: ValueState[Any], default: Any, table: dict[Any, Stored] | None) -> ValueState[Any]:
     """The TTL handle of a value state: straight on ``table`` (the backend's heap table of the
-    state, or None) when the config allows, else over the backend's handle ``raw``."""
+    state, or None) when the config allows, else over the backend's handle ``raw``.
+
+    The first heap handle of a backend makes its clock the backend's ``record_clock``; the heap
+    handles on that clock take the per-record time (:class:`RecordTimeHeapTtlValueState`).
+    """
     plain = (config.update_type is UpdateType.ON_CREATE_AND_WRITE and not config.return_expired
              and not config.incremental_cleanup_size and not config.sweep_after_entries)
     if table is None or not plain:
         return TtlValueState(backend, state, config, raw, default)
     clock = config.clock or backend.ttl_clock
+    if backend.record_clock is None:
+        backend.record_clock = clock
+    if clock is backend.record_clock:
+        return RecordTimeHeapTtlValueState(backend, table, config.ttl_ms, clock, default)
     if clock is system_clock:
         return SystemClockHeapTtlValueState(backend, table, config.ttl_ms, clock, default)
     return HeapTtlValueState(backend, table, config.ttl_ms, clock, default)
+
+
+def record_timed_handler(backend: KeyedStateBackend[Any], selector: Callable[[Any], Any],
+                         process: Callable[[Any, Any, Any], None], ctx: Any, out: Any) -> Callable[[Any], None] | None:
+    """A keyed operator's record handler that supplies the per-record TTL time, or None when the
+    backend has no heap TTL handle taking it (``record_clock`` is None).
+
+    Per record: the key is set, ``backend.record_time`` is one reading of ``record_clock``,
+    ``process(value, ctx, out)`` runs, and ``record_time`` is None again, also when it raises:
+    timers and any other access outside a record read the clock themselves. The time belongs to
+    this backend, which one task owns.
+
+    On the wall clock the reading is :func:`system_clock`'s value, ``floor(m)`` for ``m = time.time()
+    * 1000``, taken inline: ``floor`` is computed once per millisecond, for the window ``[lo, hi)``
+    that holds ``m`` (left when ``m`` leaves it, also backwards), whose one int object every record
+    of that millisecond gets.
+    """
+    clock = backend.record_clock
+    if clock is None:
+        return None
+    if clock is not system_clock:
+        def handle(value: Any) -> None:
+            backend.current_key = selector(value)
+            backend.record_time = clock()
+            try:
+                process(value, ctx, out)
+            finally:
+                backend.record_time = None
+
+        return handle
+    lo = hi = 0.0  # an empty window: the first record computes its millisecond
+    ms = 0
+
+    def handle_on_wall_clock(value: Any) -> None:
+        nonlocal lo, hi, ms
+        backend.current_key = selector(value)
+        now = _time() * 1000.0
+        if not lo <= now < hi:
+            ms = math.floor(now)
+            lo = float(ms)  # exact: epoch ms are far below 2**53
+            hi = lo + 1.0
+        backend.record_time = ms
+        try:
+            process(value, ctx, out)
+        finally:
+            backend.record_time = None
+
+    return handle_on_wall_clock
 
 
 class TtlReducingState(TtlValueState, ReducingState[Any]):

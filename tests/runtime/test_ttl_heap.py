@@ -18,6 +18,7 @@ from statekit.runtime.state import ValueStateDescriptor
 from statekit.runtime.ttl import (
     HeapTtlValueState,
     ManualClock,
+    RecordTimeHeapTtlValueState,
     StateTtlConfig,
     StateTtlConfigBuilder,
     SystemClockHeapTtlValueState,
@@ -59,9 +60,16 @@ def value_state(b: KeyedStateBackend[Any], builder: StateTtlConfigBuilder, name:
 def test_the_heap_handle_serves_the_default_config_on_the_hashmap_backend_only() -> None:
     clock = ManualClock(T0)
     b = backend(clock=clock)
-    assert type(value_state(b, StateTtlConfig.new_builder(TTL).cleanup_full_snapshot(), "a")) is HeapTtlValueState
+    first = value_state(b, StateTtlConfig.new_builder(TTL).cleanup_full_snapshot(), "a")
+    assert type(first) is RecordTimeHeapTtlValueState and b.record_clock is clock  # the first one names it
+    assert type(value_state(b, StateTtlConfig.new_builder(TTL), "same clock")) is RecordTimeHeapTtlValueState
+    own = StateTtlConfig.new_builder(TTL).set_ttl_clock(ManualClock(T0))
+    assert type(value_state(b, own, "own clock")) is HeapTtlValueState  # not the record clock
+    assert type(value_state(b, StateTtlConfig.new_builder(TTL).set_ttl_clock(system_clock), "wall")) \
+        is SystemClockHeapTtlValueState
     wall = backend()
-    assert type(value_state(wall, StateTtlConfig.new_builder(TTL))) is SystemClockHeapTtlValueState
+    assert type(value_state(wall, StateTtlConfig.new_builder(TTL))) is RecordTimeHeapTtlValueState
+    assert wall.record_clock is system_clock
     others = {
         "read": StateTtlConfig.new_builder(TTL).update_ttl_on_read_and_write(),
         "visible": StateTtlConfig.new_builder(TTL).return_expired_if_not_cleaned_up(),
@@ -81,23 +89,32 @@ def test_a_backend_without_a_heap_table_gets_the_generic_handle() -> None:
     assert type(ttl_value_state(b, "v", config, Raw(), None, None)) is TtlValueState  # type: ignore[arg-type]
 
 
-def _pair(seed: int) -> tuple[list[Any], list[Any], dict[Any, Any], dict[Any, Any]]:
+HEAP_MODES = ["record time", "no record time", "own clock"]
+
+
+def _pair(seed: int, mode: str) -> tuple[list[Any], list[Any], dict[Any, Any], dict[Any, Any]]:
     """The same random accesses on a heap handle and on the generic handle over the same backend
-    kind and clock: what each access returned, and both tables afterwards."""
+    kind and clock: what each access returned, and both tables afterwards. ``mode``: the record
+    time handle, each access a record of its own (the backend's ``record_time`` is the clock's
+    reading) or outside any record, or the heap handle that reads its own clock."""
     rng = random.Random(seed)
     clock = ManualClock(T0)
     heap_backend, generic_backend = backend(clock=clock), backend(clock=clock)
     heap = value_state(heap_backend, StateTtlConfig.new_builder(TTL), default=-1)
+    assert type(heap) is RecordTimeHeapTtlValueState
+    if mode == "own clock":
+        heap = HeapTtlValueState(heap_backend, heap_backend.table_data("v"), TTL, clock, -1)  # type: ignore[attr-defined]
     generic_config = StateTtlConfig.new_builder(TTL).build()
     raw = generic_backend.handle_types.value_state(generic_backend, generic_backend.declare(
         ValueStateDescriptor("v", default=-1).to_metadata()), None)
     generic = TtlValueState(generic_backend, "v", generic_config, raw, -1)
-    assert type(heap) is HeapTtlValueState
     seen: tuple[list[Any], list[Any]] = ([], [])
     for _ in range(2000):
         key, op, value = f"k{rng.randrange(8)}", rng.randrange(10), rng.choice([None, 0, 1, "x", [1, 2]])
         if op < 4:
             clock.advance(rng.choice([0, 1, 7, TTL - 1, TTL]))
+        if mode == "record time":
+            heap_backend.record_time = clock()
         for b, state, out in ((heap_backend, heap, seen[0]), (generic_backend, generic, seen[1])):
             b.current_key = key
             if op < 6:
@@ -106,12 +123,14 @@ def _pair(seed: int) -> tuple[list[Any], list[Any], dict[Any, Any], dict[Any, An
                 state.update(value)
             else:
                 state.clear()
+        heap_backend.record_time = None
     return seen[0], seen[1], heap_backend.table_data("v"), generic_backend.table_data("v")  # type: ignore[attr-defined]
 
 
+@pytest.mark.parametrize("mode", HEAP_MODES)
 @pytest.mark.parametrize("seed", range(5))
-def test_the_heap_handle_behaves_as_the_generic_handle(seed: int) -> None:
-    heap_seen, generic_seen, heap_table, generic_table = _pair(seed)
+def test_the_heap_handle_behaves_as_the_generic_handle(seed: int, mode: str) -> None:
+    heap_seen, generic_seen, heap_table, generic_table = _pair(seed, mode)
     assert heap_seen == generic_seen
     assert {k: tuple(v) for k, v in heap_table.items()} == {k: tuple(v) for k, v in generic_table.items()}
 
@@ -200,10 +219,23 @@ def test_system_clock_is_the_floor_of_time_in_milliseconds(fake_time: FakeTime) 
     assert system_clock() == 1_700_000_000_250
 
 
-def test_the_wall_clock_handle_stamps_the_current_millisecond(fake_time: FakeTime) -> None:
+def _wall_clock_state(b: KeyedStateBackend[Any], kind: type[Any], default: Any = None) -> Any:
+    """A heap handle on the wall clock: the record time handle (read outside a record here: it
+    reads the clock itself) or the one that reads the wall clock inline."""
+    state = value_state(b, StateTtlConfig.new_builder(TTL), default=default)
+    if kind is SystemClockHeapTtlValueState:
+        state = kind(b, b.table_data("v"), TTL, system_clock, default)  # type: ignore[attr-defined]
+    assert type(state) is kind
+    return state
+
+
+WALL_CLOCK_HANDLES = [RecordTimeHeapTtlValueState, SystemClockHeapTtlValueState]
+
+
+@pytest.mark.parametrize("kind", WALL_CLOCK_HANDLES)
+def test_the_wall_clock_handle_stamps_the_current_millisecond(fake_time: FakeTime, kind: type[Any]) -> None:
     b = backend()
-    state = value_state(b, StateTtlConfig.new_builder(TTL))
-    assert type(state) is SystemClockHeapTtlValueState
+    state = _wall_clock_state(b, kind)
     table = b.table_data("v")  # type: ignore[attr-defined]
     b.current_key = "a"
     stamps = []
@@ -217,9 +249,10 @@ def test_the_wall_clock_handle_stamps_the_current_millisecond(fake_time: FakeTim
     assert stamps == [1_700_000_000_250, 1_700_000_000_250, 1_700_000_000_251, 1_699_999_999_500]
 
 
-def test_the_wall_clock_handle_expires_when_the_clock_reaches_the_expiry(fake_time: FakeTime) -> None:
+@pytest.mark.parametrize("kind", WALL_CLOCK_HANDLES)
+def test_the_wall_clock_handle_expires_when_the_clock_reaches_the_expiry(fake_time: FakeTime, kind: type[Any]) -> None:
     b = backend()
-    state = value_state(b, StateTtlConfig.new_builder(TTL), default="gone")
+    state = _wall_clock_state(b, kind, "gone")
     b.current_key = "a"
     state.update("here")
     expiry = b.table_data("v")["a"][1]  # type: ignore[attr-defined]
