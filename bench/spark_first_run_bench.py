@@ -21,7 +21,13 @@ step does not warm the export's workers); planning the state's DataFrame
 child process, end to end: one process is one fresh session, so this is what a user waits for.
 
 ``--conf KEY=VALUE`` (repeatable) is passed to the session and to the CLI, e.g.
-``--conf spark.statekit.prestartWorkers=false``.
+``--conf spark.statekit.classArchive=false`` (no class archive: every JVM loads Spark's
+classes from its jars; docs/SPARK.md).
+
+Besides wall-clock seconds, the default mode prints the CPU seconds of the session's
+processes (this one, the JVM, its Python workers and planners) for the session start and each
+export — a figure that the other users of a shared machine change much less than the wall
+clock — and the 1-minute load average before and after.
 
 Usage: python bench/spark_first_run_bench.py [--entries 1000000] [--master local[2]] [--dir DIR]
        [--steps] [--cli N] [--conf KEY=VALUE]
@@ -56,18 +62,60 @@ def write_savepoint(path: str, entries: int) -> None:
     ).write(path)
 
 
+def load_average() -> float:
+    with open("/proc/loadavg", encoding="ascii") as f:
+        return float(f.read().split()[0])
+
+
+def tree_cpu(root: int) -> float:
+    """CPU seconds of ``root`` and its live descendants, with the children each has reaped."""
+    tick = os.sysconf("SC_CLK_TCK")
+    stats: dict[int, tuple[int, float]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, ValueError):
+            continue
+        stats[int(entry)] = (int(fields[1]), sum(int(x) for x in fields[11:15]) / tick)
+    total, todo = 0.0, [root]
+    while todo:
+        pid = todo.pop()
+        total += stats.get(pid, (0, 0.0))[1]
+        todo += [child for child, (parent, _) in stats.items() if parent == pid]
+    return total
+
+
 def fresh_session(savepoint: str, work: str, master: str, conf: dict[str, str]) -> list[tuple[str, float]]:
     from statekit.spark.engine import export
     from statekit.spark.export import ExportSpec
     from statekit.spark.session import SparkSettings
 
     settings = SparkSettings(master, conf)
+    own = os.times()
     start_s, _ = timed(settings.session)
-    runs = [timed(lambda n=n: export(ExportSpec(savepoint, os.path.join(work, f"export-{n}"), spark=settings)))[0]
-            for n in range(3)]
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    assert gateway is not None
+    jvm = gateway.proc.pid
+
+    def cpu() -> float:
+        now = os.times()
+        return tree_cpu(jvm) + (now.user + now.system) - (own.user + own.system)
+
+    cpus = [cpu()]
+    runs = []
+    for n in range(3):
+        runs.append(timed(lambda n=n: export(ExportSpec(savepoint, os.path.join(work, f"export-{n}"), spark=settings)))[0])
+        cpus.append(cpu())
     return [("session start", start_s), ("export, first of the session", runs[0]), ("export again (warm)", runs[1]),
             ("export a third time", runs[2]), ("session start + first export", start_s + runs[0]),
-            ("first / warm (ratio)", runs[0] / runs[1])]
+            ("first / warm (ratio)", runs[0] / runs[1]),
+            ("CPU: session start", cpus[0]), ("CPU: first export", cpus[1] - cpus[0]),
+            ("CPU: warm export", cpus[2] - cpus[1]), ("CPU: session start + first export", cpus[1])]
 
 
 def steps(savepoint: str, work: str, master: str, conf: dict[str, str]) -> list[tuple[str, float]]:
@@ -120,12 +168,14 @@ def main() -> None:
     try:
         if not os.path.exists(os.path.join(savepoint, "_metadata")):
             write_savepoint(savepoint, args.entries)
+        load_before = load_average()
         figures = (steps if args.steps else fresh_session)(savepoint, work, args.master, conf)
         if args.cli:
             figures += cli_runs(savepoint, work, args.master, conf, args.cli)
-        print(f"{args.entries:,} rows, {args.master}, conf {conf or 'default'}")
+        print(f"{args.entries:,} rows, {args.master}, conf {conf or 'default'}, "
+              f"load average {load_before:.2f} before, {load_average():.2f} after")
         for label, value in figures:
-            unit = "×" if "ratio" in label else "s"
+            unit = "×" if "ratio" in label else "CPU s" if label.startswith("CPU") else "s"
             print(f"  {label:<44}{value:>8.2f} {unit}")
     finally:
         shutil.rmtree(work if args.dir else root, ignore_errors=True)

@@ -45,7 +45,7 @@ from statekit.readers.window_state import (
 )
 from statekit.spark.formats import DEFAULT_FORMAT, check_format, write_table
 from statekit.spark.progress import spark_start_progress, task_progress
-from statekit.spark.session import OutputDir, SparkSettings, prestart_python_workers, spark_errors
+from statekit.spark.session import OutputDir, SparkSettings, spark_errors
 from statekit.statefmt.errors import BadInputError, CorruptStateError, StateNotFoundError
 from statekit.statefmt.layout import hive_partition_dir
 
@@ -250,7 +250,6 @@ def export_tables(spec: ExportSpec, source: str, tables: Sequence[ExportTable], 
     target = OutputDir.for_url(spark, spec.output)
     exported: list[ExportedState] = []
     with spark_errors(spec.spark.verbose), target.staged() as staging:
-        prestart_python_workers(spark)  # once the output is accepted; runs while the first table is planned
         for table in tables:
             relative = hive_partition_dir(table.uid, table.name)
             with task_progress(spark, progress, f"{table.uid}/{table.name}"):

@@ -7,6 +7,8 @@ Invariants:
       passed to the driver JVM), no console progress bar, no UI; ``verbose=True`` keeps
       Spark's own log configuration at level WARN;
     * local mode binds the driver to 127.0.0.1 only;
+    * a JVM this process launches maps the class archive of its Spark installation, or
+      records one as it exits (:mod:`statekit.spark.class_archive`, ``spark.statekit.classArchive``);
     * Python workers run the interpreter of this process (``PYSPARK_PYTHON`` when set);
       on a cluster statekit ships itself to them (:mod:`statekit.spark.shipping`);
     * the ``statekit`` data source is registered and Python filter pushdown is enabled;
@@ -40,7 +42,7 @@ if TYPE_CHECKING:
 __all__ = [
     "SparkSettings", "get_spark", "stop_spark", "spark_log_path", "spark_errors", "map_in_arrow",
     "SparkJobError", "OutputDir", "DEFAULT_MASTER", "QUIET_LOG4J2", "is_connect", "default_parallelism",
-    "CONNECT_SCHEME", "PRESTART_CONF", "prestart_python_workers",
+    "CONNECT_SCHEME",
 ]
 
 CONNECT_SCHEME = "sc://"
@@ -70,12 +72,11 @@ logger.repl.level = error
 _LOCK = threading.Lock()
 _SESSION: SparkSession | None = None
 _KEEP_LOG = False
-# ``--conf spark.statekit.prestartWorkers=false`` turns off prestart_python_workers
-PRESTART_CONF = "spark.statekit.prestartWorkers"
-_PRESTARTED: set[str] = set()  # application ids whose Python workers were prestarted
 
 
-def _base_conf(master: str, verbose: bool) -> dict[str, str]:
+def _base_conf(master: str, verbose: bool, class_archive: str | None = "false") -> dict[str, str]:
+    """statekit's Spark settings; ``class_archive`` is the ``spark.statekit.classArchive`` value
+    of a session that launches its JVM (:mod:`statekit.spark.class_archive`)."""
     conf = {
         "spark.master": master,
         "spark.app.name": "statekit",
@@ -95,8 +96,12 @@ def _base_conf(master: str, verbose: bool) -> dict[str, str]:
             "spark.driver.host": "127.0.0.1",
             "spark.sql.shuffle.partitions": str(2 * _local_cores(master)),
         })
-    if not verbose:
-        conf["spark.driver.extraJavaOptions"] = f"-Dlog4j.configurationFile=file:{_quiet_log4j2_file()}"
+    from statekit.spark.class_archive import java_options as class_archive_options
+
+    java_options = [] if verbose else [f"-Dlog4j.configurationFile=file:{_quiet_log4j2_file()}"]
+    java_options += class_archive_options(class_archive)
+    if java_options:
+        conf["spark.driver.extraJavaOptions"] = " ".join(java_options)
     return conf
 
 
@@ -206,10 +211,16 @@ def _start(master: str, conf: Mapping[str, str], verbose: bool) -> SparkSession:
     from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
 
+    from statekit.spark.class_archive import CONF as CLASS_ARCHIVE_CONF
+
     spark_conf = SparkConf()
-    for key, value in {**_base_conf(master, verbose), **dict(conf)}.items():
+    launching = SparkContext._gateway is None  # only a JVM started here takes driver JVM options
+    # the user's own driver JVM options replace statekit's, the archive's too
+    own_options = "spark.driver.extraJavaOptions" in conf
+    class_archive = conf.get(CLASS_ARCHIVE_CONF) if launching and not own_options else "false"
+    for key, value in {**_base_conf(master, verbose, class_archive), **dict(conf)}.items():
         spark_conf.set(key, value)
-    if not verbose and SparkContext._gateway is None:
+    if not verbose and launching:
         # The JVM prints a few lines before log4j starts (module warnings) and copies the
         # Python workers' stderr into its own: quiet mode sends both to a log file.
         from pyspark.java_gateway import launch_gateway
@@ -256,57 +267,6 @@ def default_parallelism(session: SparkSession) -> int:
         return max(1, int(configured))
     master = session.conf.get("spark.master", None) or ""
     return _local_cores(master) if master.startswith("local") else 2
-
-
-def prestart_python_workers(session: SparkSession) -> threading.Thread | None:
-    """Start the session's Python workers in the background, once per local session.
-
-    The first job of a session waits for Spark's Python worker daemon to start and for each
-    worker to import pyspark's worker, statekit's data source and pyarrow's conversions
-    (seconds on 2 cores; measured in ``bench/spark_first_run_bench.py``). A caller that is about to
-    plan a ``statekit`` read calls this first: a job of one task per core whose function
-    imports all of that (:func:`statekit.spark.source.prestart_worker`) runs while the
-    driver plans, and the read's tasks then reuse those workers (``spark.python.worker.reuse``,
-    Spark's default).
-
-    Invariants: only an embedded local master (its executors are this machine's cores);
-    never over Spark Connect; only with worker reuse on; at most once per application;
-    ``spark.statekit.prestartWorkers=false`` turns it off. The job never fails the caller:
-    the thread swallows its errors (a stopped session cancels it).
-
-    Returns:
-        The thread running the job, or None when nothing was started.
-    """
-    from statekit.spark.shipping import is_local_master
-
-    if is_connect(session):
-        return None
-    context = session.sparkContext
-    conf = context.getConf()
-    if (not is_local_master(str(context.master)) or conf.get(PRESTART_CONF, "true").lower() == "false"
-            or conf.get("spark.python.worker.reuse", "true").lower() == "false"):
-        return None
-    with _LOCK:
-        app = str(context.applicationId)
-        if app in _PRESTARTED:
-            return None
-        _PRESTARTED.add(app)
-    thread = threading.Thread(target=_run_prestart, args=(session,), name="statekit-prestart-workers", daemon=True)
-    thread.start()
-    return thread
-
-
-def _run_prestart(session: SparkSession) -> None:
-    """One Arrow map task per core. A SQL job, not an RDD job: Spark keeps one worker daemon
-    per environment, and its SQL runners set variables of their own (simplified tracebacks)
-    that an RDD job's workers lack — only a SQL job's workers are reused by the data source."""
-    from statekit.spark.source import prestart_worker
-
-    try:
-        cores = default_parallelism(session)
-        map_in_arrow(session.range(0, cores, 1, cores), prestart_worker, "id long").collect()
-    except Exception:  # noqa: BLE001 - a prestart is an optimization: the real job reports real errors
-        pass
 
 
 def _remove_log() -> None:

@@ -101,7 +101,6 @@ __all__ = [
     "resolve_state",
     "spark_type",
     "FORMAT_NAME",
-    "prestart_worker",
 ]
 
 FORMAT_NAME = "statekit"
@@ -143,22 +142,6 @@ def read_state(
     for key, value in (options or {}).items():
         reader = reader.option(key, value)
     return reader.load(path)
-
-
-def prestart_worker(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """The Arrow map function of :func:`statekit.spark.session.prestart_python_workers`, run
-    in a Python worker.
-
-    Unpickling it imported this module; it also imports the reading path and makes pyarrow
-    convert a Python value (pyarrow imports pandas on its first conversion, when installed),
-    so that a reused worker starts reading at once. Yields nothing."""
-    import pyarrow as pa
-
-    from statekit.readers.savepoint_reader import SavepointReader  # noqa: F401 - imported for the read
-    from statekit.statefmt.fileio import FileIO  # noqa: F401 - imported for the read
-
-    pa.array([batch.num_rows for batch in batches], pa.int64())
-    return iter(())
 
 
 # ---------------------------------------------------------------- Spark types
