@@ -61,7 +61,6 @@ __all__ = [
     "Stored",
     "TtlState",
     "HeapTtlValueState",
-    "SystemClockHeapTtlValueState",
     "RecordTimeHeapTtlValueState",
     "ttl_value_state",
     "record_timed_handler",
@@ -83,7 +82,7 @@ _time = time.time
 
 def system_clock() -> int:
     """Wall-clock epoch milliseconds: ``floor(time.time() * 1000)`` (the heap value handle on this
-    clock compares and stamps with exactly this value, see :class:`SystemClockHeapTtlValueState`)."""
+    clock compares and stamps with exactly this value, see :func:`record_timed_handler`)."""
     return int(_time() * 1000.0)
 
 
@@ -468,51 +467,6 @@ class HeapTtlValueState(ValueState[Any]):
         self._table.pop(self._backend.current_key, None)
 
 
-class SystemClockHeapTtlValueState(HeapTtlValueState):
-    """:class:`HeapTtlValueState` on :func:`system_clock`, read inline (the clock is most of a TTL
-    access's cost).
-
-    Every access still reads the clock; ``now`` is ``floor(m)`` for ``m = time.time() * 1000``, as
-    :func:`system_clock` returns it. A read finds an entry expired when ``m >= expiry``, which for an
-    integer expiry is ``floor(m) >= expiry``. A write stamps ``floor(m) + ttl``, computed once per millisecond:
-    ``_expiry`` belongs to the window ``[_lo, _hi)`` of the last write, and is reused only while
-    ``m`` falls inside it (one shared int for the writes of a millisecond; no division per write).
-    """
-
-    __slots__ = ("_expiry", "_hi", "_lo")
-
-    def __init__(self, backend: KeyedStateBackend[Any], table: dict[Any, Stored], ttl_ms: int,
-                 clock: Clock, default: Any) -> None:
-        super().__init__(backend, table, ttl_ms, clock, default)
-        self._lo = self._hi = 0.0  # an empty window: the first write computes its expiry
-        self._expiry = 0
-
-    def value(self) -> Any:
-        key = self._backend.current_key
-        value, expiry = self._get(key, _ABSENT)
-        if expiry is not None and _time() * 1000.0 >= expiry:
-            del self._table[key]  # expired: this read removes it
-            value = _MISSING
-        if value is _MISSING:
-            value = self._default
-        return copy.deepcopy(value) if value.__class__ in _MUTABLE else value
-
-    def update(self, value: Any) -> None:
-        if value is None:
-            self._table.pop(self._backend.current_key, None)
-            return
-        now = _time() * 1000.0
-        if now >= self._hi or now < self._lo:
-            self._tick(now)
-        self._table[self._backend.current_key] = value, self._expiry
-
-    def _tick(self, now: float) -> None:
-        """Make ``[_lo, _hi)`` the millisecond of ``now`` and ``_expiry`` its stamp."""
-        ms = int(now)
-        self._lo, self._hi = float(ms), float(ms + 1)  # exact: epoch ms are far below 2**53
-        self._expiry = ms + self._ttl
-
-
 class RecordTimeHeapTtlValueState(HeapTtlValueState):
     """:class:`HeapTtlValueState` on the per-record time of its backend (the handle's clock is the
     backend's ``record_clock``).
@@ -585,8 +539,6 @@ def ttl_value_state(backend: KeyedStateBackend[Any], state: str, config: StateTt
         backend.record_clock = clock
     if clock is backend.record_clock:
         return RecordTimeHeapTtlValueState(backend, table, config.ttl_ms, clock, default)
-    if clock is system_clock:
-        return SystemClockHeapTtlValueState(backend, table, config.ttl_ms, clock, default)
     return HeapTtlValueState(backend, table, config.ttl_ms, clock, default)
 
 

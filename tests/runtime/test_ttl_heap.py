@@ -21,7 +21,6 @@ from statekit.runtime.ttl import (
     RecordTimeHeapTtlValueState,
     StateTtlConfig,
     StateTtlConfigBuilder,
-    SystemClockHeapTtlValueState,
     TtlValueState,
     system_clock,
     ttl_value_state,
@@ -66,7 +65,7 @@ def test_the_heap_handle_serves_the_default_config_on_the_hashmap_backend_only()
     own = StateTtlConfig.new_builder(TTL).set_ttl_clock(ManualClock(T0))
     assert type(value_state(b, own, "own clock")) is HeapTtlValueState  # not the record clock
     assert type(value_state(b, StateTtlConfig.new_builder(TTL).set_ttl_clock(system_clock), "wall")) \
-        is SystemClockHeapTtlValueState
+        is HeapTtlValueState  # the wall clock, but not this backend's record clock
     wall = backend()
     assert type(value_state(wall, StateTtlConfig.new_builder(TTL))) is RecordTimeHeapTtlValueState
     assert wall.record_clock is system_clock
@@ -221,15 +220,15 @@ def test_system_clock_is_the_floor_of_time_in_milliseconds(fake_time: FakeTime) 
 
 def _wall_clock_state(b: KeyedStateBackend[Any], kind: type[Any], default: Any = None) -> Any:
     """A heap handle on the wall clock: the record time handle (read outside a record here: it
-    reads the clock itself) or the one that reads the wall clock inline."""
+    reads the clock itself) or the plain heap handle, which reads the clock at every access."""
     state = value_state(b, StateTtlConfig.new_builder(TTL), default=default)
-    if kind is SystemClockHeapTtlValueState:
+    if kind is HeapTtlValueState:
         state = kind(b, b.table_data("v"), TTL, system_clock, default)  # type: ignore[attr-defined]
     assert type(state) is kind
     return state
 
 
-WALL_CLOCK_HANDLES = [RecordTimeHeapTtlValueState, SystemClockHeapTtlValueState]
+WALL_CLOCK_HANDLES = [RecordTimeHeapTtlValueState, HeapTtlValueState]
 
 
 @pytest.mark.parametrize("kind", WALL_CLOCK_HANDLES)
