@@ -85,6 +85,9 @@ def cli(ctx: click.Context, as_json: bool, verbose: bool) -> None:
     Exit codes: 0 ok, 1 a failed check (verify damage, diff differences, failed job),
     2 bad input, 3 internal error, 130 interrupted.
     """
+    from statekit.statefmt.pandas_probe import answer_pandas_probe_on_import
+
+    answer_pandas_probe_on_import()  # pyarrow's first array would otherwise import pandas (~0.4 s)
     ctx.obj = {"json": as_json, "verbose": verbose}
 
 
