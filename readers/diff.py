@@ -763,15 +763,16 @@ def _spill(spill: ArrowSpill, side: str, batch: pa.RecordBatch, buckets: int) ->
 
 
 def _state_bytes(pair: StatePair) -> int:
-    return sum(f.size for op in (pair.op_a, pair.op_b) if op is not None
-               for st in op.subtasks for f in st.files if f.state == pair.name)
+    return sum(_side_bytes(op, pair.name) for op in (pair.op_a, pair.op_b) if op is not None)
 
 
 def _diff_by_hash(ra: SavepointReader, rb: SavepointReader, pair: StatePair, counts: _Counts,
                   sink: DifferenceSink | None) -> None:
     """Different max parallelism: by buckets of key groups both sides share when they are
-    small enough (:func:`_diff_regrouped`), else entries spilled into hash buckets sized to
-    :data:`MEMORY_BUDGET` and compared bucket by bucket."""
+    small enough (:func:`_diff_regrouped`), else by hash buckets sized to
+    :data:`MEMORY_BUDGET` and compared bucket by bucket. When one side's max parallelism
+    has a divisor fit for the bucket count, that side's buckets are whole key groups read
+    straight from its files and only the other side is spilled (:func:`_direct_side`)."""
     assert pair.op_a is not None and pair.op_b is not None
     total = _state_bytes(pair)
     shared = math.gcd(pair.op_a.max_parallelism, pair.op_b.max_parallelism)
@@ -779,18 +780,45 @@ def _diff_by_hash(ra: SavepointReader, rb: SavepointReader, pair: StatePair, cou
         _diff_regrouped(ra, rb, pair, counts, sink, shared)
         return
     form = _value_form(ra, rb, pair)
-    buckets = max(1, math.ceil(total / BUCKET_BYTES))
+    needed = max(1, math.ceil(total / BUCKET_BYTES))
+    direct = _direct_side(pair, needed)
+    buckets = needed if direct is None else direct[1]
     chunks = _Chunks(_identity(pair.descriptor), counts, sink, form)
-    with ArrowSpill(form.schema(), prefix="statekit-diff-") as spill:
-        for side, reader in (("a", ra), ("b", rb)):
-            for _, _, batch in reader.read_keyed_batches(pair.uid, pair.name):
-                _spill(spill, side, form.conform(side, batch), buckets)
+    sides = {"a": (ra, pair.op_a), "b": (rb, pair.op_b)}
+    with ArrowSpill(form.schema(), prefix="statekit-diff-") as spill, ExitStack() as stack:
+        source = None
+        if direct is not None:
+            reader, op = sides[direct[0]]
+            source = stack.enter_context(_GroupSource(reader, op, pair.name))
+        for side, (reader, _) in sides.items():
+            if direct is None or side != direct[0]:
+                for _, _, batch in reader.read_keyed_batches(pair.uid, pair.name):
+                    _spill(spill, side, form.conform(side, batch), buckets)
         spill.finish()
         for bucket in range(buckets):
-            chunks.add_pair(_sorted(spill.load(f"a-{bucket}")).combine_chunks(),
-                            _sorted(spill.load(f"b-{bucket}")).combine_chunks())
+            rows = {side: spill.load(f"{side}-{bucket}") for side in sides}
+            if direct is not None and source is not None:
+                rows[direct[0]] = form.concat([form.conform(direct[0], x) for x in source.bucket(bucket, buckets)])
+            chunks.add_pair(_sorted(rows["a"]).combine_chunks(), _sorted(rows["b"]).combine_chunks())
             chunks.flush()
     counts.compared += pair.op_a.max_parallelism
+
+
+def _direct_side(pair: StatePair, needed: int) -> tuple[str, int] | None:
+    """``(side, buckets)``: the side (the larger in stored bytes first) whose max parallelism
+    has a divisor ``buckets`` in ``[needed, 4 * needed]`` — with ``key_hash % buckets`` as the
+    bucket, each of its buckets is the key groups ``b, b + buckets, ...``; None if neither has."""
+    assert pair.op_a is not None and pair.op_b is not None
+    sides = sorted((("a", pair.op_a), ("b", pair.op_b)), key=lambda s: -_side_bytes(s[1], pair.name))
+    for side, op in sides:
+        for buckets in range(needed, min(op.max_parallelism, 4 * needed) + 1):
+            if op.max_parallelism % buckets == 0:
+                return side, buckets
+    return None
+
+
+def _side_bytes(op: OperatorMetadata, state: str) -> int:
+    return sum(f.size for st in op.subtasks for f in st.files if f.state == state)
 
 
 # ---------------------------------------------------------------- operator state

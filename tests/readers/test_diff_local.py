@@ -90,11 +90,52 @@ def test_different_max_parallelism_compares_by_key(base: dict[str, str]) -> None
     assert (s.only_in_a, s.only_in_b, s.changed, s.unchanged) == (100, 100, 100, 800)
 
 
-def test_different_max_parallelism_spills_to_buckets_with_the_same_answer(
-        base: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(diff_module, "MEMORY_BUDGET", 16 << 10)
-    s = state(diff_savepoints(base["a"], base["b_m256"]))
-    assert (s.only_in_a, s.only_in_b, s.changed, s.unchanged) == (100, 100, 100, 800)
+def _force_buckets(monkeypatch: pytest.MonkeyPatch, a: str, b: str, needed: int) -> dict[str, Any]:
+    """Make ``needed`` hash buckets necessary for ``a`` against ``b``; returns a record of the
+    path taken (the side read straight from its files, or None, and the buckets spilled)."""
+    from statekit.readers.savepoint_reader import SavepointReader
+
+    total = sum(f.size for path in (a, b) for st in SavepointReader.read(path).operator("counter").subtasks
+                for f in st.files if f.state == "count")
+    monkeypatch.setattr(diff_module, "BUCKET_BYTES", -(-total // needed))
+    taken: dict[str, Any] = {"spilled": set()}
+    direct_side, append = diff_module._direct_side, diff_module.ArrowSpill.append
+
+    def record_direct(pair: Any, wanted: int) -> Any:
+        taken["direct"] = direct_side(pair, wanted)
+        return taken["direct"]
+
+    def record_append(self: Any, bucket: str, batch: Any) -> None:
+        taken["spilled"].add(bucket.split("-")[0])
+        append(self, bucket, batch)
+
+    monkeypatch.setattr(diff_module, "_direct_side", record_direct)
+    monkeypatch.setattr(diff_module.ArrowSpill, "append", record_append)
+    return taken
+
+
+@pytest.mark.parametrize(("max_a", "max_b", "needed", "direct", "spilled"), [
+    (128, 256, 300, None, {"a", "b"}),  # no divisor of 128 or 256 in [300, 1200]: both sides spill
+    (128, 256, 200, ("b", 256), {"a"}),  # 256 in [200, 800]: b's buckets are whole key groups
+    (96, 128, 40, ("a", 48), {"b"}),  # a is the larger side (more entries) and 48 divides 96
+])
+def test_different_max_parallelism_by_hash_buckets_gives_the_same_answer(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, max_a: int, max_b: int, needed: int,
+        direct: tuple[str, int] | None, spilled: set[str]) -> None:
+    """Every way of cutting the entries into buckets gives the counts of the full comparison
+    (100 removed, 100 added, 100 changed, 800 unchanged) and the same differing keys."""
+    a = write(tmp_path / "a", counts(0, 1000) + counts(5000, 5000 + (1000 if max_a == 96 else 0)),
+              max_parallelism=max_a)
+    b = write(tmp_path / "b", counts(100, 1100, changed=range(500, 600)), max_parallelism=max_b, parallelism=3)
+    expected = (100 + (1000 if max_a == 96 else 0), 100, 100, 800)
+    taken = _force_buckets(monkeypatch, a, b, needed)
+    result = diff_savepoints(a, b, keys=True, limit=10_000)
+    s = state(result)
+    assert (s.only_in_a, s.only_in_b, s.changed, s.unchanged) == expected
+    assert (taken["direct"], taken["spilled"]) == (direct, spilled)
+    changed = {e.key: (e.value_a, e.value_b) for e in s.examples if e.change == "changed"}
+    assert changed == {f"k{i}": (i, i + 1000) for i in range(500, 600)}
+    assert {e.key for e in s.examples if e.change == "only_in_b"} == {f"k{i}" for i in range(1000, 1100)}
 
 
 def test_small_chunks_give_the_same_counts(base: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
