@@ -623,7 +623,11 @@ class _RunColumn:
             end += n + 1
             ends.append(end)
             start += n
-        bases = pa.RunEndEncodedArray.from_arrays(pa.array(ends, pa.int32()), pa.array(firsts, pa.int32()))
+        # from_buffers with the length known: from_arrays infers it through pa.scalar, whose
+        # type inference imports pandas where installed (statefmt.pandas_probe)
+        bases = pa.RunEndEncodedArray.from_buffers(
+            pa.run_end_encoded(pa.int32(), pa.int32()), end, [None],
+            children=[pa.array(ends, pa.int32()), pa.array(firsts, pa.int32())])
         rebased = pc.subtract(pa.concat_arrays(pieces), pc.run_end_decode(bases))
         out, at, rebased_buffer = [], 4 * rebased.offset, rebased.buffers()[1]
         for part, (first, size) in zip(self.arrays, spans):

@@ -11,6 +11,7 @@ state keep element order; broadcast state is sorted by key.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from itertools import repeat
@@ -28,6 +29,7 @@ from statekit.statefmt.encoding import (
 from statekit.statefmt.errors import BadInputError, SerializationError
 from statekit.statefmt.keygroups import key_hash_column
 from statekit.statefmt.metadata import StateDescriptor, StateKind
+from statekit.statefmt.numpy_support import integer_view, numpy_or_none, pooled_empty
 from statekit.statefmt.serializers import (
     Serializer,
     decode_list,
@@ -473,7 +475,8 @@ def _group_by_hash(table: pa.Table, max_parallelism: int) -> Iterator[tuple[int,
 def take_column(column: Any, indices: pa.Array) -> pa.Array:
     """``column.take(indices)``. A null-free binary column whose values all have one width
     (serialized fixed-width keys) is taken as fixed-size binary — a plain gather of equal
-    rows, about twice as fast — and keeps its offsets (row ``i`` starts at ``i * width``)."""
+    rows, about twice as fast — and keeps its offsets (row ``i`` starts at ``i * width``);
+    one of short values of several lengths is taken in slots (:func:`_take_in_slots`)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -483,16 +486,61 @@ def take_column(column: Any, indices: pa.Array) -> pa.Array:
     if column.type != pa.binary() or column.null_count or column.offset or not 0 < m <= n:
         return column.take(indices)
     _, offsets, data = column.buffers()
-    positions = memoryview(offsets).cast("i")
-    width, extra = divmod(positions[n] - positions[0], n)
-    if positions[0] or extra or not width:
+    if memoryview(offsets).cast("i")[0]:
         return column.take(indices)
     bounds = pc.min_max(pc.binary_length(column)).as_py()
-    if bounds["min"] != width or bounds["max"] != width:
+    width = bounds["max"]
+    if bounds["min"] != width:  # values of several lengths
+        slotted = _take_in_slots(column, indices, width)
+        return column.take(indices) if slotted is None else slotted
+    if not width:
         return column.take(indices)
     rows = pa.Array.from_buffers(pa.binary(width), n, [None, data])
     taken = pc.take(rows, indices)
     return pa.Array.from_buffers(pa.binary(), m, [None, offsets.slice(0, 4 * (m + 1)), taken.buffers()[1]])
+
+
+# Values of at most this many bytes are taken in slots (``_take_in_slots``).
+_SLOT_LIMIT = 16
+
+
+def _take_in_slots(column: pa.Array, indices: pa.Array, longest: int) -> pa.Array | None:
+    """``column.take(indices)`` of a null-free binary column of short values (at most
+    ``_SLOT_LIMIT`` bytes; msgpack ints, short keys) with NumPy (None without it, or for
+    longer values): each value is put left-aligned in a slot of 8 or 16 bytes, zero past
+    its end (whole 8-byte words read at its offset, masked to its length), the slots are
+    taken as fixed-size binary (a plain gather, several times faster than a variable-width
+    take), and the taken values are packed back together, each exactly its length — the
+    same array. The column starts at offset 0 (its offsets begin at 0)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    np = numpy_or_none()
+    if np is None or longest > _SLOT_LIMIT or sys.byteorder != "little":  # slots: little-endian words
+        return None
+    n, m = len(column), len(indices)
+    words = 1 if longest <= 8 else 2
+    width = 8 * words
+    _, offsets_buffer, data_buffer = column.buffers()
+    offsets = np.frombuffer(offsets_buffer, np.int32, n + 1)
+    lengths = np.diff(offsets)
+    size = int(offsets[n])
+    data = np.zeros(size + width, np.uint8)  # zeros past the end: a value's last slot word reads them
+    data[:size] = np.frombuffer(data_buffer, np.uint8, size)
+    window = np.ndarray((size + width - 7,), "<u8", data, 0, (1,))  # element i: bytes i .. i + 8 (unaligned)
+    # low_bytes[k]: the mask of a word's first k bytes (little-endian: its k lowest bytes)
+    low_bytes = np.array([(1 << 8 * k) - 1 for k in range(8)] + [(1 << 64) - 1], np.uint64)
+    slots = np.empty((n, words), np.uint64)
+    for j in range(words):  # word j of every slot: bytes 8j .. 8j + 8 of its value, zero past its end
+        np.bitwise_and(window[offsets[:-1] + 8 * j], low_bytes[np.clip(lengths - 8 * j, 0, 8)], out=slots[:, j])
+    taken_slots = pc.take(pa.Array.from_buffers(pa.binary(width), n, [None, pa.py_buffer(slots)]), indices)
+    taken_lengths = integer_view(np, pc.take(pa.array(lengths), indices))
+    rows = np.frombuffer(taken_slots.buffers()[1], np.uint8, m * width).reshape(m, width)
+    taken_offsets = np.zeros(m + 1, np.int32)
+    np.cumsum(taken_lengths, out=taken_offsets[1:])
+    # the first ``length`` bytes of each taken slot, row after row
+    kept = rows[(np.arange(width + 1)[:, None] > np.arange(width)[None, :])[taken_lengths]]
+    return pa.Array.from_buffers(pa.binary(), m, [None, pa.py_buffer(taken_offsets), pa.py_buffer(kept)])
 
 
 def hash_sort_indices(table: Any, max_parallelism: int, ties: list[str]) -> pa.Array:
@@ -510,6 +558,9 @@ def hash_sort_indices(table: Any, max_parallelism: int, ties: list[str]) -> pa.A
 
     hashes = table.column("key_hash")
     hashes = hashes.combine_chunks() if hasattr(hashes, "combine_chunks") else hashes
+    sorted_by_numpy = _numpy_hash_sort(hashes, max_parallelism)
+    if sorted_by_numpy is not None:
+        return _order_ties(table, max_parallelism, sorted_by_numpy, ties)
     if max_parallelism & (max_parallelism - 1) == 0:
         bits = max_parallelism.bit_length() - 1
         key = hashes if not bits else pc.bit_wise_or(pc.shift_right(hashes, pa.scalar(bits, pa.uint32())),
@@ -519,6 +570,39 @@ def hash_sort_indices(table: Any, max_parallelism: int, ties: list[str]) -> pa.A
         groups = pc.remainder(hashes, pa.scalar(max_parallelism, pa.uint32()))
         digits = _digits(hashes, 32, 8) + _digits(groups, max(1, (max_parallelism - 1).bit_length()), 12)
     return _order_ties(table, max_parallelism, _radix_sort(digits), ties)
+
+
+def _numpy_hash_sort(hashes: pa.Array, max_parallelism: int) -> pa.Array | None:
+    """What ``_radix_sort`` gives, with NumPy (None without it, or with nulls, or 2**32
+    rows or more): the rows' sort keys made unique by their positions, ``(key, row)`` in
+    one uint64 each, sorted by NumPy's (SIMD) sort — with unique keys any sort is the
+    stable sort. The key is the hash rotated right by log2(M) bits for a power-of-two M
+    (the order of (key group, key hash)); otherwise the hash, followed by a stable
+    counting sort of the rows in that order by their 16-bit key group."""
+    import pyarrow as pa
+
+    np = numpy_or_none()
+    n = len(hashes)
+    if np is None or hashes.null_count or not 0 < n < 1 << 32:
+        return None
+    keys, scratch = pooled_empty(np, n, np.uint64), pooled_empty(np, n, np.uint64)
+    keys[:] = integer_view(np, hashes)
+    bits = max_parallelism.bit_length() - 1
+    power_of_two = max_parallelism & (max_parallelism - 1) == 0
+    if power_of_two and bits:  # rotated right by ``bits`` within 32 bits
+        np.right_shift(keys, np.uint64(bits), out=scratch)
+        np.left_shift(keys, np.uint64(32 - bits), out=keys)
+        np.bitwise_and(keys, np.uint64(0xFFFFFFFF), out=keys)
+        np.bitwise_or(keys, scratch, out=keys)
+    np.left_shift(keys, np.uint64(32), out=keys)
+    np.bitwise_or(keys, np.arange(n, dtype=np.uint32), out=keys)
+    keys.sort()
+    rows = pooled_empty(np, n, np.uint32)
+    np.copyto(rows, keys, casting="unsafe")  # the low 32 bits: row positions
+    if not power_of_two:
+        groups = ((keys >> np.uint64(32)) % np.uint64(max_parallelism)).astype(np.uint16)
+        rows = rows[np.argsort(groups, kind="stable")]
+    return pa.array(rows, pa.uint32())
 
 
 def _digits(values: pa.Array, bits: int, width: int) -> list[pa.Array]:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import mmh3
 
 from statekit.statefmt.errors import BadInputError
+from statekit.statefmt.numpy_support import numpy_or_none, pooled_empty
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -138,7 +139,8 @@ class _Murmur3:
 
         bounds = pc.min_max(self.lengths).as_py()
         if self.n and bounds["min"] == bounds["max"] >= 8:
-            return self._fixed_width(bounds["min"])
+            hashed = _numpy_fixed_width(self.keys, bounds["min"])
+            return hashed if hashed is not None else self._fixed_width(bounds["min"])
         h = pc.multiply(self.lengths, self._u32(0))  # seed 0
         blocks = pc.shift_right(self.lengths, self._u32(2))
         most = pc.max(blocks).as_py() or 0
@@ -221,6 +223,68 @@ class _Murmur3:
         h = pc.bit_wise_xor(h, pc.shift_right(h, self._u32(13)))
         h = pc.multiply(h, self._u32(0xC2B2AE35))
         return pc.bit_wise_xor(h, pc.shift_right(h, self._u32(16)))
+
+
+def _numpy_fixed_width(keys: pa.Array, width: int) -> pa.Array | None:
+    """murmur3_32 (seed 0) of null-free binary ``keys`` all ``width`` (>= 4) bytes long, with
+    NumPy (None without it): each 4-byte word of every key read in place as a strided
+    little-endian uint32 view of the data buffer (the tail: the key's last word shifted down
+    to its tail bytes, as murmur3 reads them), then every step of murmur3 over all rows at
+    once (:func:`_murmur3_words`)."""
+    import pyarrow as pa
+
+    np = numpy_or_none()
+    if np is None:
+        return None
+    n = len(keys)
+    start = int(np.frombuffer(keys.buffers()[1], np.int32, 1, 4 * keys.offset)[0])
+    data = keys.buffers()[2]  # every key is ``width`` long: the keys are contiguous from ``start``
+
+    def word(position: int) -> Any:
+        """Bytes ``position .. position + 4`` of every key (a strided, unaligned uint32 view)."""
+        return np.ndarray((n,), "<u4", data, start + position, (width,))
+
+    hashes, k, t = (pooled_empty(np, n, np.uint32) for _ in range(3))
+    _murmur3_words(np, word, width, hashes, k, t)
+    return pa.array(hashes, pa.uint32())
+
+
+def _murmur3_words(np: Any, word: Any, width: int, h: Any, k: Any, t: Any) -> None:
+    """murmur3_32 (seed 0) into ``h`` of keys of ``width`` bytes whose 4-byte words
+    ``word(position)`` gives as uint32 arrays: every step over all keys at once, in place,
+    in uint32 arithmetic (mod 2**32); ``k`` and ``t`` are scratch arrays of h's length."""
+    c1, c2 = np.uint32(_Murmur3.C1), np.uint32(_Murmur3.C2)
+
+    def rotl(x: Any, r: int) -> None:  # x = rotl32(x, r), in place
+        np.right_shift(x, np.uint32(32 - r), out=t)
+        np.left_shift(x, np.uint32(r), out=x)
+        np.bitwise_or(x, t, out=x)
+
+    def scrambled(words: Any, shift: int = 0) -> Any:  # of ``words >> shift``
+        if shift:
+            np.right_shift(words, np.uint32(shift), out=k)
+            np.multiply(k, c1, out=k)
+        else:
+            np.multiply(words, c1, out=k)
+        rotl(k, 15)
+        np.multiply(k, c2, out=k)
+        return k
+
+    h.fill(0)
+    for j in range(width // 4):
+        np.bitwise_xor(h, scrambled(word(4 * j)), out=h)
+        rotl(h, 13)
+        np.multiply(h, np.uint32(5), out=h)
+        np.add(h, np.uint32(0xE6546B64), out=h)
+    tail = width & 3
+    if tail:  # the last word of the key, shifted down to its last ``tail`` bytes (width >= 4)
+        np.bitwise_xor(h, scrambled(word(width - 4), 8 * (4 - tail)), out=h)
+    np.bitwise_xor(h, np.uint32(width & 0xFFFFFFFF), out=h)
+    for shift, factor in ((16, 0x85EBCA6B), (13, 0xC2B2AE35), (16, None)):  # fmix32
+        np.right_shift(h, np.uint32(shift), out=t)
+        np.bitwise_xor(h, t, out=h)
+        if factor is not None:
+            np.multiply(h, np.uint32(factor), out=h)
 
 
 def assign_to_key_group(key_bytes: bytes, max_parallelism: int) -> int:

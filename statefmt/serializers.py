@@ -21,6 +21,7 @@ from statekit.statefmt.errors import (
     SerializationError,
     UntrustedSerializerError,
 )
+from statekit.statefmt.numpy_support import numpy_or_none
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -205,6 +206,12 @@ def serialize_column(serializer: Serializer, values: list[Any], what: str) -> pa
     import pyarrow as pa
 
     if serializer.name in ("msgpack", "utf8") and values and isinstance(values[0], str):
+        if serializer.name == "msgpack":
+            framed = _msgpack_same_width_strs(values)
+            if framed is None:
+                framed = _msgpack_fixstrs(values)
+            if framed is not None:
+                return framed
         try:  # inferred: string only when every value is a str (bytes make it binary, None a null)
             text = pa.array(values)
         except (pa.ArrowException, UnicodeError, OverflowError):
@@ -240,17 +247,45 @@ def _msgpack_ints(values: list[Any]) -> pa.Array | None:
     if set(map(type, values)) != {int}:
         return None
     try:
-        ints = pa.array(values, pa.int64())
+        offsets_buffer = _numpy_msgpack_int_offsets(values)
+        if offsets_buffer is None:
+            lengths = _msgpack_int_lengths(pa.array(values, pa.int64()))
+            offsets_buffer = pa.concat_arrays([pa.array([0], pa.int32()), pc.cumulative_sum(lengths)]).buffers()[1]
     except (pa.ArrowException, OverflowError):
         return None  # beyond int64: value by value
-    lengths = _msgpack_int_lengths(ints)
-    offsets = pa.concat_arrays([pa.array([0], pa.int32()), pc.cumulative_sum(lengths)])
     packed = msgpack.packb(values, use_bin_type=True)
     header = len(_msgpack_array_header(len(values)))
-    if len(packed) - header != offsets[-1].as_py():
+    end = memoryview(offsets_buffer).cast("i")[len(values)]
+    if len(packed) - header != end:
         return None  # lengths disagree with the packer: value by value
-    return pa.Array.from_buffers(pa.binary(), len(values), [None, offsets.buffers()[1],
-                                                            pa.py_buffer(packed).slice(header)])
+    return pa.Array.from_buffers(pa.binary(), len(values), [None, offsets_buffer, pa.py_buffer(packed).slice(header)])
+
+
+def _numpy_msgpack_int_offsets(values: list[int]) -> pa.Buffer | None:
+    """The int32 offsets of the msgpack encodings of Python ints (:func:`_msgpack_int_lengths`
+    with NumPy); None without NumPy or when they pass 2**31 - 1. OverflowError for a value
+    beyond int64."""
+    import pyarrow as pa
+
+    np = numpy_or_none()
+    if np is None:
+        return None
+    ints = np.fromiter(values, np.int64, len(values))
+    offsets = np.empty(len(values) + 1, np.int64)
+    offsets[0] = 0
+    lengths = offsets[1:]
+    lengths.fill(1)
+    for extra, (upper, lower) in _MSGPACK_INT_STEPS:
+        lengths += extra * ((ints >= upper) | (ints < lower))
+    np.cumsum(lengths, out=lengths)
+    if offsets[-1] > _INT32_MAX:
+        return None
+    return pa.py_buffer(offsets.astype(np.int32))
+
+
+# Where an int's msgpack encoding grows: ``extra`` bytes more at or above ``upper``, below ``lower``.
+_MSGPACK_INT_STEPS = ((1, (1 << 7, -(1 << 5))), (1, (1 << 8, -(1 << 7))), (2, (1 << 16, -(1 << 15))),
+                      (4, (1 << 32, -(1 << 31))))
 
 
 def _msgpack_int_lengths(ints: pa.Array) -> pa.Array:
@@ -260,12 +295,83 @@ def _msgpack_int_lengths(ints: pa.Array) -> pa.Array:
     import pyarrow.compute as pc
 
     total: Any = None
-    for extra, (upper, lower) in ((1, (1 << 7, -(1 << 5))), (1, (1 << 8, -(1 << 7))), (2, (1 << 16, -(1 << 15))),
-                                  (4, (1 << 32, -(1 << 31)))):
+    for extra, (upper, lower) in _MSGPACK_INT_STEPS:
         beyond = pc.or_(pc.greater_equal(ints, pa.scalar(upper, pa.int64())), pc.less(ints, pa.scalar(lower, pa.int64())))
         step = pc.multiply(beyond.cast(pa.int32()), pa.scalar(extra, pa.int32()))
         total = step if total is None else pc.add(total, step)
     return pc.add(total, pa.scalar(1, pa.int32()))
+
+
+def _msgpack_same_width_strs(values: list[Any]) -> pa.Array | None:
+    """msgpack framing of a column of ``str`` of one UTF-8 length under 256 (fixed-width
+    keys): the whole list packed by one ``packb`` call, its array header cut off, then
+    every ``width``-th byte checked to start the expected str header — msgpack's first
+    byte names its type and length, so if the value at ``i * width`` is a str of
+    ``width`` bytes in all, the next value starts at ``(i + 1) * width``: every value is
+    such a str, packed as :func:`serialize_many` packs it. None (without NumPy, for other
+    columns) when the first, middle and last values differ in length or the check fails."""
+    import pyarrow as pa
+
+    np = numpy_or_none()
+    n = len(values)
+    if np is None or not n:
+        return None
+    length = len(values[0]) if isinstance(values[0], str) else -1
+    if not all(isinstance(v, str) and len(v) == length for v in (values[n // 2], values[-1])):
+        return None
+    try:
+        packed = msgpack.packb(values, use_bin_type=True)
+    except (TypeError, ValueError, OverflowError):  # a value msgpack does not pack (or no UTF-8)
+        return None
+    header = len(_msgpack_array_header(n))
+    width, extra = divmod(len(packed) - header, n)
+    expected = _MSGPACK_STR_HEADERS[width - 1] if width - 1 < 32 else (
+        _MSGPACK_STR_HEADERS[width - 2] if 32 <= width - 2 < 256 else None)
+    if extra or expected is None or n * width > _INT32_MAX:
+        return None
+    rows = np.frombuffer(packed, np.uint8, n * width, header).reshape(n, width)
+    if not all(bool((rows[:, i] == byte).all()) for i, byte in enumerate(expected)):
+        return None
+    offsets = np.arange(0, (n + 1) * width, width, dtype=np.int32)
+    return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(packed).slice(header)])
+
+
+def _msgpack_fixstrs(values: list[Any]) -> pa.Array | None:
+    """msgpack framing of a column of ``str`` of fewer than 32 UTF-8 bytes each (one fixstr
+    header byte per value), with NumPy: every value joined behind a NUL byte in one
+    ``join`` and one ``encode``, then each NUL — one per value exactly when no value holds
+    one — replaced by its value's header. None without NumPy, for a value that is no
+    ``str``, holds a NUL or a lone surrogate, or is 32 bytes or longer (the general path)."""
+    import pyarrow as pa
+
+    np = numpy_or_none()
+    if np is None:
+        return None
+    try:
+        encoded = "\x00".join(values).encode("utf-8")
+    except (TypeError, UnicodeError):
+        return None
+    n = len(values)
+    size = len(encoded) + 1
+    if size > _INT32_MAX:
+        return None
+    data = np.empty(size, np.uint8)
+    data[0] = 0
+    data[1:] = np.frombuffer(encoded, np.uint8)
+    starts = np.flatnonzero(data == 0)  # the NUL before each value (and any NUL inside one)
+    if len(starts) != n:
+        return None
+    offsets = np.empty(n + 1, np.int32)
+    offsets[:n] = starts
+    offsets[n] = size
+    lengths = np.diff(offsets) - 1
+    if int(lengths.max()) >= 32:
+        return None
+    data[starts] = lengths.astype(np.uint8) | np.uint8(0xA0)
+    return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+
+_INT32_MAX = (1 << 31) - 1
 
 
 def _msgpack_strings(text: pa.Array) -> pa.Array | None:

@@ -110,3 +110,38 @@ def test_a_rescale_to_a_new_max_parallelism_does_not_import_pandas(tmp_path: Pat
     print(json.dumps({{"pandas": "pandas" in sys.modules}}))
     """
     assert run(code)["pandas"] is False
+
+
+def test_a_job_run_by_the_launcher_writes_its_snapshots_without_importing_pandas(tmp_path: Path) -> None:
+    """The launcher installs the hook: a job's checkpoints and final savepoint (keyed
+    snapshots through the block encoder) leave pandas unimported."""
+    job = tmp_path / "job.py"
+    job.write_text(textwrap.dedent("""
+        from statekit.runtime.environment import get_execution_environment
+        from statekit.runtime.functions import KeyedProcessFunction
+        from statekit.runtime.sinks import DiscardingSink
+        from statekit.runtime.state import ValueStateDescriptor
+
+        class Count(KeyedProcessFunction):
+            def open(self, ctx):
+                self.count = ctx.get_state(ValueStateDescriptor("count", "int"))
+
+            def process_element(self, value, ctx, out):
+                self.count.update((self.count.value() or 0) + 1)
+                out.collect(value)
+
+        env = get_execution_environment()
+        (env.from_collection([f"k{i % 500}" for i in range(5000)], "events").uid("events")
+            .key_by(lambda k: k).process(Count(), "count").uid("count")
+            .sink_to(DiscardingSink(), "sink").uid("sink"))
+        env.execute("probe")
+    """))
+    code = f"""
+    import glob, json, sys
+    from statekit.runtime.launcher import main
+    code = main(["-p", "2", "--checkpoint-dir", {str(tmp_path / "chk")!r}, "--checkpoint-interval", "50ms",
+                 "--savepoint-on-finish", {str(tmp_path / "sp")!r}, {str(job)!r}])
+    print(json.dumps({{"code": code, "savepoint": len(glob.glob({str(tmp_path / "sp" / "**" / "_metadata")!r}, recursive=True)),
+                      "pandas": "pandas" in sys.modules}}))
+    """
+    assert run(code) == {"code": 0, "savepoint": 1, "pandas": False}
