@@ -49,6 +49,9 @@ __all__ = [
     "MAIL",
     "VALUE_KEY_SELECTOR",
     "PAIR_EMITTER",
+    "ASSIGNING_EMITTER",
+    "BATCH_HANDLER",
+    "TimestampedBuffer",
     "BUFFER_SIZE",
     "Alignment",
     "Barrier",
@@ -71,6 +74,14 @@ VALUE_KEY_SELECTOR = "value_key_selector"
 # on a hash writer's ``emit`` with a VALUE_KEY_SELECTOR: ``emit_pair(value, timestamp)``, which
 # sends ``(value, timestamp)`` as ``emit`` does without a tuple to unpack for the key
 PAIR_EMITTER = "emit_pair"
+# on a hash writer's ``emit`` with a VALUE_KEY_SELECTOR: ``emit_assigned(values, assign, previous,
+# highest)``: each value in order with its timestamp ``assign(value, t)`` as an int (``t``: the
+# timestamp assigned before it, ``previous`` for the first), as ``emit_pair`` sends it; returns the
+# last timestamp and the highest of ``highest`` and the timestamps
+ASSIGNING_EMITTER = "emit_assigned"
+# on a handler of (value, timestamp) records: ``batch(values, timestamps)``, the same for a whole
+# buffer's parallel lists (what TimestampedBuffer.deliver calls instead of one call per record)
+BATCH_HANDLER = "batch_handler"
 _WAIT_SLICE_S = 0.002
 
 
@@ -168,6 +179,36 @@ class EndOfPartition:
 
 END_OF_INPUT = EndOfInput()
 END_OF_PARTITION = EndOfPartition()
+
+
+class TimestampedBuffer(list[Any]):
+    """A buffer of a keyed exchange whose records are ``(value, timestamp)`` pairs, kept as two
+    parallel lists: the values (the list itself) and their ``timestamps``; record ``i`` is
+    ``(self[i], self.timestamps[i])``. No pair object exists per record in flight (a tuple per
+    record would be a container the garbage collector counts and scans until it is consumed).
+
+    It is not a plain ``list``: a consumer hands it to the channel's handler with
+    :meth:`deliver` (a record buffer is ``payload.__class__ is list``)."""
+
+    __slots__ = ("timestamps",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.timestamps: list[Any] = []
+
+    def records(self) -> list[tuple[Any, Any]]:
+        """The records as ``(value, timestamp)`` pairs."""
+        return list(zip(self, self.timestamps, strict=True))
+
+    def deliver(self, handle: Callable[[Any], None]) -> None:
+        """Hand every record, in order, to ``handle`` (a handler of ``(value, timestamp)`` pairs):
+        in one call to its :data:`BATCH_HANDLER` when it has one, else one call per pair."""
+        batch = getattr(handle, BATCH_HANDLER, None)
+        if batch is not None:
+            batch(self, self.timestamps)
+            return
+        for record in zip(self, self.timestamps, strict=True):
+            handle(record)
 
 
 class InputGate:
@@ -379,6 +420,7 @@ class RecordWriter:
         self._max_parallelism = max_parallelism
         self._next = start_channel % max(1, self._n)
         self._route_cache: dict[Any, int] = {}
+        self._new_buffer: Callable[[], list[Any]] = list  # what flush_channel starts a channel's next buffer with
         if partitioning is Partitioning.HASH:
             self._hash_emitter = self._make_hash_emitter()
         self.emit: Callable[[Any], None] = self._emitter()
@@ -447,8 +489,11 @@ class RecordWriter:
                 flush(channel)
 
         value_selector = getattr(selector, VALUE_KEY_SELECTOR, None)
-        if value_selector is None:
+        if value_selector is None or self._n < 2:
             return emit
+        # a timestamped edge to several channels: its buffers are TimestampedBuffers
+        self._new_buffer = TimestampedBuffer
+        buffers[:] = [TimestampedBuffer() for _ in buffers]
 
         def emit_pair(value: Any, timestamp: int) -> None:
             """``emit((value, timestamp))`` on a timestamped edge, keyed by ``value`` directly."""
@@ -464,12 +509,45 @@ class RecordWriter:
                         cache.clear()
                     cache[key] = channel
             buffer = buffers[channel]
-            buffer.append((value, timestamp))
+            buffer.append(value)
+            buffer.timestamps.append(timestamp)  # type: ignore[attr-defined]
             if len(buffer) >= size:
                 flush(channel)
 
-        setattr(emit, PAIR_EMITTER, emit_pair)
-        return emit
+        def emit_assigned(values: list[Any], assign: Callable[[Any, Any], Any], previous: Any,
+                          highest: int) -> tuple[Any, int]:
+            """``emit_pair`` for each value with its assigned timestamp, in one loop (a source's poll)."""
+            for value in values:
+                timestamp = assign(value, previous)
+                if timestamp.__class__ is not int:
+                    timestamp = int(timestamp)
+                if timestamp > highest:
+                    highest = timestamp
+                previous = timestamp
+                key = value_selector(value)
+                try:
+                    channel = lookup(key)
+                except TypeError:
+                    channel = route(key)
+                else:
+                    if channel is None:
+                        channel = route(key)
+                        if len(cache) >= _ROUTE_CACHE_LIMIT:
+                            cache.clear()
+                        cache[key] = channel
+                buffer = buffers[channel]
+                buffer.append(value)
+                buffer.timestamps.append(timestamp)  # type: ignore[attr-defined]
+                if len(buffer) >= size:
+                    flush(channel)
+            return previous, highest
+
+        def emit_record(record: tuple[Any, int]) -> None:
+            emit_pair(record[0], record[1])
+
+        setattr(emit_record, PAIR_EMITTER, emit_pair)
+        setattr(emit_record, ASSIGNING_EMITTER, emit_assigned)
+        return emit_record
 
     def _emit_broadcast(self, record: Any) -> None:
         for channel, buffer in enumerate(self._buffers):
@@ -494,7 +572,7 @@ class RecordWriter:
         """Hand the buffer of ``channel`` to its consumer (or to the backlog)."""
         buffer = self._buffers[channel]
         if buffer:
-            self._buffers[channel] = []
+            self._buffers[channel] = self._new_buffer()
             self.records_out += len(buffer)
             self._send(channel, buffer)
 
@@ -542,11 +620,12 @@ class RecordWriter:
             if payload is stop_at:
                 return records
             if payload.__class__ is not list:
-                return None
+                return None  # an event, or a TimestampedBuffer (event time has no unaligned checkpoints)
             records.extend(payload)
         if stop_at is not None:
             return None
-        records.extend(self._buffers[channel])
+        buffer = self._buffers[channel]
+        records.extend(buffer.records() if isinstance(buffer, TimestampedBuffer) else buffer)
         return records
 
     def send_priority_barrier(self, barrier: Barrier) -> dict[int, list[Any]]:

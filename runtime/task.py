@@ -23,7 +23,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from statekit.runtime.barrier_handler import CheckpointBarrierHandler
 from statekit.runtime.channels import (
@@ -38,6 +38,7 @@ from statekit.runtime.channels import (
     PriorityBarrier,
     RecordWriter,
     TaskCancelled,
+    TimestampedBuffer,
 )
 from statekit.runtime.mails import (
     Cancel,
@@ -50,7 +51,7 @@ from statekit.runtime.mails import (
 from statekit.runtime.metrics import TaskMetrics
 from statekit.runtime.operators import SourceOperator, StreamOperator
 from statekit.runtime.subtask_checkpoint import ChannelSpec, InFlightSnapshot, SubtaskCheckpoint, SubtaskStats
-from statekit.runtime.watermarks import TaskTime, Watermark, WatermarkStatus
+from statekit.runtime.watermarks import EMIT_ALL, TaskTime, Watermark, WatermarkStatus
 
 if TYPE_CHECKING:
     from statekit.runtime.metrics import TaskReport
@@ -408,6 +409,7 @@ class Task:
         head = self.operators[0]
         assert isinstance(head, SourceOperator) and head.reader is not None
         reader, emit = head.reader, head.emitter(self.time.element)
+        emit_all = getattr(emit, EMIT_ALL, None)  # the emitter's variant for a whole poll, if any
         gate = self.gate
         self.time.source_tick(head)  # a restored watermark goes out before any record
         while not self._terminated:
@@ -426,8 +428,11 @@ class Task:
                     self._convert_timed_out(int(time.time() * 1000))
                 continue
             records, ended = reader.poll(SOURCE_BATCH)
-            for record in records:
-                emit(record)
+            if emit_all is not None:
+                emit_all(records)
+            else:
+                for record in records:
+                    emit(record)
             self.metrics.count_in(len(records))
             self.time.source_tick(head)
             self._flush()
@@ -520,11 +525,14 @@ class Task:
                 continue
             if not handler.on_item(channel, payload):
                 continue
-            if payload.__class__ is list:
+            if payload.__class__ is list or payload.__class__ is TimestampedBuffer:
                 handle = handlers[channel]
                 assert handle is not None
-                for record in payload:
-                    handle(record)
+                if payload.__class__ is list:
+                    for record in payload:
+                        handle(record)
+                else:
+                    cast(TimestampedBuffer, payload).deliver(handle)
                 self.metrics.count_in(len(payload))
                 if timer_ops:
                     due = self._next_timer()

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
-from statekit.runtime.channels import PAIR_EMITTER, VALUE_KEY_SELECTOR
+from statekit.runtime.channels import ASSIGNING_EMITTER, BATCH_HANDLER, PAIR_EMITTER, VALUE_KEY_SELECTOR
 from statekit.statefmt.errors import BadInputError
 
 __all__ = [
@@ -41,6 +41,7 @@ __all__ = [
     "emit_timestamped",
     "timestamped_writer_emit",
     "with_timestamped_handler",
+    "EMIT_ALL",
 ]
 
 MIN_WATERMARK = -(1 << 63)
@@ -249,6 +250,7 @@ class SourceWatermarks:
             return emit
         bounded = generator
         emit_pair = getattr(writer_emit, PAIR_EMITTER, None)
+        emit_assigned = getattr(writer_emit, ASSIGNING_EMITTER, None)
         if emit_pair is not None:
             def emit_pair_timestamped(value: Any) -> None:
                 """``emit_timestamped`` to a hash writer that keys the value without a pair to unpack."""
@@ -261,6 +263,8 @@ class SourceWatermarks:
                 self._records = True
                 emit_pair(value, timestamp)
 
+            if emit_assigned is not None:
+                setattr(emit_pair_timestamped, EMIT_ALL, self._assigning_all(emit_assigned, element))
             return emit_pair_timestamped
 
         def emit_timestamped(value: Any) -> None:
@@ -276,6 +280,21 @@ class SourceWatermarks:
             writer_emit((value, timestamp))
 
         return emit_timestamped
+
+    def _assigning_all(self, emit_assigned: Callable[[list[Any], Any, Any, int], tuple[Any, int]],
+                       element: ElementTime) -> Callable[[list[Any]], None]:
+        """``emit_all(values)``: what the per-record emitter to a hash writer's ``emit_pair`` does
+        for each value in turn (each assignment sees the timestamp assigned before it; the
+        generator sees every timestamp), through the writer's ``emit_assigned``."""
+        assign, bounded = self.assigner, self.generator
+        assert isinstance(bounded, BoundedOutOfOrdernessWatermarks)
+
+        def emit_all(values: list[Any]) -> None:
+            if values:
+                element.timestamp, bounded._max = emit_assigned(values, assign, element.timestamp, bounded._max)
+                self._records = True
+
+        return emit_all
 
     def tick(self, force: bool = False) -> list[Any]:
         """The events due now (in order); ``force``: the watermark whatever the interval."""
@@ -498,17 +517,25 @@ def timestamped_writer_emit(collect: Callable[[Any], None]) -> Callable[[Any], N
     return None
 
 
+# the attribute of a source's per-record emitter naming ``emit_all(records)``: the same for a
+# whole poll of records, in order
+EMIT_ALL = "emit_all"
+
 # the attribute of a record handler naming its variant for (value, timestamp) records
 TIMESTAMPED_HANDLER = "timestamped_handler"
 
 
-def with_timestamped_handler(handle: Callable[[Any], None],
-                             timestamped: Callable[[Any], None]) -> Callable[[Any], None]:
+def with_timestamped_handler(handle: Callable[[Any], None], timestamped: Callable[[Any], None],
+                             batch: Callable[[list[Any], list[Any]], None] | None = None) -> Callable[[Any], None]:
     """``handle`` (which takes plain records and reads their timestamp from the task's
     :class:`ElementTime`), marked with ``timestamped``: the same handler for records as
     ``(value, timestamp)`` pairs, which a task calls for its channels that carry them instead
-    (it sets no ElementTime: the handler uses the record's timestamp)."""
+    (it sets no ElementTime: the handler uses the record's timestamp). ``batch(values,
+    timestamps)``: the same for a whole :class:`~statekit.runtime.channels.TimestampedBuffer`
+    (its :data:`~statekit.runtime.channels.BATCH_HANDLER`)."""
     setattr(handle, TIMESTAMPED_HANDLER, timestamped)
+    if batch is not None:
+        setattr(timestamped, BATCH_HANDLER, batch)
     return handle
 
 

@@ -34,7 +34,9 @@ WINDOW_TIMERS = MapStateDescriptor(WINDOW_TIMERS_STATE, value_type="bool", key_t
 EVENT_TIME = 0
 PROCESSING_TIME = 1
 
-Fire = Callable[[Any, Window, int, int], None]
+# fire(key, window, timestamp, domain, pair): pair is the (key, namespace) tuple of the timer's entry,
+# equal to the pair the window's state is keyed by (the very tuple stored, for the record path's timers)
+Fire = Callable[[Any, Window, int, int, tuple[Any, Any]], None]
 # a timestamp's timers: its state user key (one tuple shared by them all) and entry -> key
 Group = tuple[tuple[int, int], dict[tuple[Any, Any], Any]]
 
@@ -118,8 +120,9 @@ class WindowTimers:
                         namespace, window = entry[1], window_of(entry[1])
                     assert window is not None
                     backend.current_key = key
-                    remove(entry if entry[0] is key else (key, namespace), user_key)
-                    fire(key, window, timestamp, domain)
+                    pair = entry if entry[0] is key else (key, namespace)
+                    remove(pair, user_key)
+                    fire(key, window, timestamp, domain, pair)
             del queue[timestamp]
 
     # the operator-facing names of the runtime's timer services

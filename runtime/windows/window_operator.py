@@ -24,7 +24,7 @@ the late-data side output) and a window's state is removed at its cleanup time.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +49,7 @@ from statekit.runtime.state import (
 from statekit.runtime.watermarks import MAX_WATERMARK, MIN_WATERMARK, with_timestamped_handler
 from statekit.runtime.windows.assigners import WindowAssigner
 from statekit.runtime.windows.functions import WindowContext
+from statekit.runtime.windows.live_windows import LiveWindow, LiveWindows
 from statekit.runtime.windows.state_access import maps_by_pair, values_by_pair
 from statekit.runtime.windows.timers import EVENT_TIME, PROCESSING_TIME, WindowTimers
 from statekit.runtime.windows.triggers import EventTimeTrigger, Trigger, TriggerContext, TriggerResult
@@ -62,7 +63,7 @@ __all__ = ["WindowSpec", "WindowOperator", "WINDOW_NAMESPACE_TYPE", "window_cont
 WINDOW_TRIGGER = MapStateDescriptor(WINDOW_TRIGGER_STATE, key_type="string", namespace_type=WINDOW_NAMESPACE_TYPE)
 WINDOW_MERGING_SET = ValueStateDescriptor(WINDOW_MERGING_SET_STATE, value_type="list<list<int>>")
 WINDOW_WATERMARK = ListStateDescriptor("_watermark", value_type="int")
-# windows interned by the hot path before its table starts again (a bound on its memory)
+# live windows the hot path keeps before its table starts again (a bound on its memory)
 _INTERNED_WINDOWS = 4096
 
 
@@ -280,11 +281,13 @@ class WindowOperator(StreamOperator):
     def _event_time_handler(self) -> Callable[[Any], None]:
         """The record handler of a non-merging event-time assigner with the EventTimeTrigger: what
         the general handler does with that trigger, inlined (the hot path). It takes records as
-        ``(value, timestamp)`` pairs too (:func:`with_timestamped_handler`)."""
+        ``(value, timestamp)`` pairs too, and a keyed exchange's buffers of them as a whole
+        (``values``, ``timestamps``) in one call (:func:`with_timestamped_handler`)."""
         selector, backend = self.ctx.key_selector, self.keyed_backend
         assert selector is not None and backend is not None
-        element, windows, timers = self.element_time, self._windows(), self.window_timers
-        register, lateness = timers.register_pair, self.lateness
+        element, timers, lateness = self.element_time, self.window_timers, self.lateness
+        windows = LiveWindows(self.assigner.assign_windows, lateness, _INTERNED_WINDOWS)
+        register = timers.register_pair
         get, put, first, merge = self._combiner()
         # the hashmap backend's live contents table: an int is read and any value stored in it
         # directly (what get and put do for them), without a call per record
@@ -299,78 +302,71 @@ class WindowOperator(StreamOperator):
         # reused (records mostly come in time order); the lists are never changed
         reuse = self.assigner.by_timestamp_only
         last_timestamp: int | None = None
-        last_windows: list[tuple[Window, tuple[int, ...], int]] = []
+        last_windows: list[LiveWindow] = []
+        pruned_at = MIN_WATERMARK  # the watermark the live windows were last pruned at
+
+        def process(records: Iterable[tuple[Any, int | None]]) -> None:
+            """Each ``(value, timestamp)`` record, in order (the watermark does not move meanwhile:
+            watermarks arrive between buffers, and nothing here advances it)."""
+            nonlocal last_timestamp, last_windows, pruned_at
+            watermark = timers.watermark
+            if watermark != pruned_at:
+                windows.prune(watermark)
+                pruned_at, last_timestamp = watermark, None
+            for value, timestamp in records:
+                key = selector(value)  # the backend's current key is set where a state handle needs it
+                if timestamp is None:
+                    raise BadInputError(
+                        f"operator {uid!r}: an event-time window got a record without a timestamp; "
+                        "give the source a WatermarkStrategy with a timestamp assigner"
+                    )
+                if timestamp == last_timestamp:
+                    found = last_windows
+                else:
+                    found = windows(value, timestamp)
+                    if reuse:
+                        last_timestamp, last_windows = timestamp, found
+                on_time = False
+                for window, namespace, end, pairs in found:
+                    cleanup = end + lateness
+                    if cleanup <= watermark:
+                        continue
+                    on_time = True
+                    pair = pairs.get(key)  # the window's state is addressed with this very tuple
+                    if pair is None:
+                        pair = pairs[key] = (key, namespace)
+                    current = lookup(pair)
+                    if direct and current is not None and current.__class__ is not int:
+                        current = get(pair)  # the copy-on-write read of a value that may be changed in place
+                    updated = first(value) if current is None else merge(value, current)
+                    if direct and updated is not None:
+                        table[pair] = updated
+                    else:
+                        put(pair, updated)
+                    if end <= watermark:  # a late firing within the allowed lateness
+                        backend.current_key = key
+                        apply(key, window, fire)
+                    if current is None:  # the window's first contents: its timers (they stay while it has contents)
+                        hashed = key if key.__class__ is str or key.__class__ is int else hashable(key)
+                        entry = pair if hashed is key else (hashed, namespace)
+                        if end > watermark:
+                            register(EVENT_TIME, end, pair, entry)
+                        if lateness:
+                            register(EVENT_TIME, cleanup, pair, entry)
+                if not on_time and late_tag is not None and timestamp + lateness <= watermark:
+                    element.timestamp = timestamp  # the side output carries the record's timestamp
+                    self.side_output(late_tag, value)
 
         def handle_timestamped(record: tuple[Any, int | None]) -> None:
-            nonlocal last_timestamp, last_windows
-            value, timestamp = record
-            key = selector(value)  # the backend's current key is set where a state handle needs it
-            if timestamp is None:
-                raise BadInputError(
-                    f"operator {uid!r}: an event-time window got a record without a timestamp; "
-                    "give the source a WatermarkStrategy with a timestamp assigner"
-                )
-            if timestamp == last_timestamp:
-                found = last_windows
-            else:
-                found = windows(value, timestamp)
-                if reuse:
-                    last_timestamp, last_windows = timestamp, found
-            watermark = timers.watermark
-            on_time = False
-            for window, namespace, end in found:
-                cleanup = end + lateness
-                if cleanup <= watermark:
-                    continue
-                on_time = True
-                pair = (key, namespace)
-                current = lookup(pair)
-                if direct and current is not None and current.__class__ is not int:
-                    current = get(pair)  # the copy-on-write read of a value that may be changed in place
-                updated = first(value) if current is None else merge(value, current)
-                if direct and updated is not None:
-                    table[pair] = updated
-                else:
-                    put(pair, updated)
-                if end <= watermark:  # a late firing within the allowed lateness
-                    backend.current_key = key
-                    apply(key, window, fire)
-                if current is None:  # the window's first contents: its timers (they stay while it has contents)
-                    hashed = key if key.__class__ is str or key.__class__ is int else hashable(key)
-                    entry = pair if hashed is key else (hashed, namespace)
-                    if end > watermark:
-                        register(EVENT_TIME, end, pair, entry)
-                    if lateness:
-                        register(EVENT_TIME, cleanup, pair, entry)
-            if not on_time and late_tag is not None and timestamp + lateness <= watermark:
-                element.timestamp = timestamp  # the side output carries the record's timestamp
-                self.side_output(late_tag, value)
+            process((record,))
+
+        def handle_batch(values: list[Any], timestamps: list[int | None]) -> None:
+            process(zip(values, timestamps, strict=True))
 
         def handle(value: Any) -> None:
-            handle_timestamped((value, element.timestamp))
+            process(((value, element.timestamp),))
 
-        return with_timestamped_handler(handle, handle_timestamped)
-
-    def _windows(self) -> Callable[[Any, int], list[tuple[Window, tuple[int, ...], int]]]:
-        """The event-time assigner's windows of a record, each as ``(window, namespace, max
-        timestamp)``: the namespace is the window as a plain tuple (what the window's state is keyed
-        by: a tuple of ints leaves the garbage collector's lists, and so do the ``(key, namespace)``
-        pairs holding it — a TimeWindow never would), one object per window while it is live."""
-        assign = self.assigner.assign_windows
-        interned: dict[Window, tuple[Window, tuple[int, ...], int]] = {}
-
-        def intern(window: Window) -> tuple[Window, tuple[int, ...], int]:
-            found = interned.get(window)
-            if found is None:
-                if len(interned) >= _INTERNED_WINDOWS:
-                    interned.clear()
-                found = interned[window] = (window, tuple(window), window.max_timestamp())
-            return found
-
-        def windows(value: Any, timestamp: int) -> list[tuple[Window, tuple[int, ...], int]]:
-            return [intern(w) for w in assign(value, timestamp)]
-
-        return windows
+        return with_timestamped_handler(handle, handle_timestamped, handle_batch)
 
     def _adder(self) -> Callable[[tuple[Any, Any], Any], None]:
         """``add(pair, value)``: ``value`` into the contents of ``pair`` ``(current key, namespace)``."""
@@ -481,7 +477,8 @@ class WindowOperator(StreamOperator):
 
     # ------------------------------------------------------------ firing
 
-    def _on_timer(self, key: Any, window: Window, timestamp: int, domain: int) -> None:
+    def _on_timer(self, key: Any, window: Window, timestamp: int, domain: int, pair: Any = None) -> None:
+        """A timer of ``key`` and ``window`` fires (``pair``: its state pair, unused here)."""
         if self.fires_at_end and domain == EVENT_TIME and timestamp == window.max_timestamp():
             self._fire_and_clear(key, window)
             return
@@ -496,7 +493,7 @@ class WindowOperator(StreamOperator):
         if is_event == self.assigner.is_event_time and timestamp == self._cleanup_time(window):
             self._clear_window(window)
 
-    def _timer_handler(self) -> Callable[[Any, Window, int, int], None]:
+    def _timer_handler(self) -> Callable[[Any, Window, int, int, tuple[Any, Any]], None]:
         """What fires a timer: :meth:`_on_timer`, with the firing at a window's end inlined for a
         ``fires_at_end`` window that emits its reduced value or aggregate's result as it is (no
         window function): the same contents popped, output and trigger state cleared as
@@ -509,11 +506,10 @@ class WindowOperator(StreamOperator):
                                                  self.contexts, self.output)
         result = spec.function.get_result if spec.kind == "aggregate" else None
 
-        def fire(key: Any, window: Window, timestamp: int, domain: int) -> None:
+        def fire(key: Any, window: Window, timestamp: int, domain: int, pair: tuple[Any, Any]) -> None:
             if domain != EVENT_TIME or timestamp != window.max_timestamp():
-                on_timer(key, window, timestamp, domain)
+                on_timer(key, window, timestamp, domain, pair)
                 return
-            pair = (key, window)
             contents = pop(pair)
             if contents is not None:
                 element.timestamp = timestamp

@@ -112,8 +112,9 @@ def test_timers_fire_by_timestamp_then_registration_and_join_the_pass_of_their_t
         fired: list[tuple[Any, TimeWindow, int]] = []
         timers: WindowTimers
 
-        def fire(key: Any, window: Any, timestamp: int, domain: int) -> None:
+        def fire(key: Any, window: Any, timestamp: int, domain: int, pair: Any) -> None:
             assert domain == EVENT_TIME and b.current_key == key and isinstance(window, TimeWindow)
+            assert pair == (key, tuple(window))
             fired.append((key, window, timestamp))
             if key == "a":  # while 10 fires: one more timer at 10 (fires in this pass) and one deleted
                 b.current_key = "e"
