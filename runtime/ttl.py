@@ -75,6 +75,10 @@ __all__ = [
 Clock = Callable[[], int]
 _MUTABLE = (list, dict, set, bytearray)  # handed out as copies; a tuple: a class need not be hashable
 _MUTABLE_CLASSES = frozenset(_MUTABLE)  # the same, for a hashed lookup of ``value.__class__``
+# Immutable builtin classes whose instances are handed out as they are: for an object whose
+# ``type()`` is one of them, ``__class__`` is that class too (none can claim another), so the
+# record-time handle's fast read checks ``type(value)`` in here instead of ``value.__class__``.
+_PLAIN_CLASSES = frozenset((bool, int, float, complex, str, bytes, tuple, frozenset))
 
 
 _time = time.time
@@ -339,6 +343,7 @@ class _Cleanup:
 _END: Any = object()
 _MISSING: Any = object()
 _ABSENT: Stored = (_MISSING, None)  # what a heap handle reads for a key without an entry
+_UNSTAMPED: Any = object()  # a record-time handle's ``_now`` before its first stamped write
 
 
 class TtlState:
@@ -436,20 +441,19 @@ class HeapTtlValueState(ValueState[Any]):
     mutable value is handed out as a copy for the same reason.
     """
 
-    __slots__ = ("_backend", "_clock", "_default", "_get", "_table", "_ttl")
+    __slots__ = ("_backend", "_clock", "_default", "_table", "_ttl")
 
     def __init__(self, backend: KeyedStateBackend[Any], table: dict[Any, Stored], ttl_ms: int,
                  clock: Clock, default: Any) -> None:
         self._backend = backend
         self._table = table
-        self._get = table.get
         self._ttl = ttl_ms
         self._clock = clock
         self._default = default
 
     def value(self) -> Any:
         key = self._backend.current_key
-        value, expiry = self._get(key, _ABSENT)
+        value, expiry = self._table.get(key, _ABSENT)
         if expiry is not None and expiry <= self._clock():
             del self._table[key]  # expired: this read removes it
             value = _MISSING
@@ -474,8 +478,16 @@ class RecordTimeHeapTtlValueState(HeapTtlValueState):
     ``now`` is ``backend.record_time`` while a record is processed (one reading of the clock by
     :func:`record_timed_handler`, the same for every access of that record), else the handle's
     clock, read by the access. A write stamps ``now + ttl``, computed once per ``now`` object:
-    ``_expiry`` is the stamp of ``_now``, the time of the last write (the record handler hands out
-    one int object per millisecond; any other object is a new ``now``).
+    ``_expiry`` is the stamp of ``_now``, the record time of the last stamped write (the record
+    handler hands out one int object per millisecond; any other object is a new ``now``; ``_now``
+    is never None, so a write outside a record always reads the clock).
+
+    Fast paths: a read during a record of a live entry whose value is of a builtin immutable
+    class (:data:`_PLAIN_CLASSES`) is one lookup, one comparison and one class check
+    (:meth:`value`); a write during a record whose time was stamped before is one tuple
+    (:meth:`update`). Everything else (no entry, an expired entry, no record time, an
+    entry without expiry, a mutable value, a new record time, ``None``) takes the general path,
+    which is :class:`HeapTtlValueState`'s with the record time as ``now``.
     """
 
     __slots__ = ("_expiry", "_now")
@@ -483,24 +495,31 @@ class RecordTimeHeapTtlValueState(HeapTtlValueState):
     def __init__(self, backend: KeyedStateBackend[Any], table: dict[Any, Stored], ttl_ms: int,
                  clock: Clock, default: Any) -> None:
         super().__init__(backend, table, ttl_ms, clock, default)
-        self._now: int | None = None
+        self._now: object = _UNSTAMPED
         self._expiry = 0
 
     def value(self) -> Any:
         backend = self._backend
-        key = backend.current_key
-        tv = self._get(key)
+        tv = self._table.get(backend.current_key)
+        if tv is not None:
+            try:
+                if tv[1] > backend.record_time and type(tv[0]) in _PLAIN_CLASSES:  # type: ignore[operator]
+                    return tv[0]  # live at the record time and immutable: handed out as it is
+            except TypeError:  # no record time, no expiry, or a class its metaclass makes unhashable
+                pass
+        return self._read(tv)
+
+    def _read(self, tv: Stored | None) -> Any:
+        """:meth:`value` of the current key, whose stored pair is ``tv`` (None: no entry)."""
         if tv is None:
             value = self._default
         else:
             value, expiry = tv
-            try:
-                expired = expiry <= backend.record_time  # type: ignore[operator]
-            except TypeError:  # no record time (outside a record) or no expiry (restored without one)
-                expired = expiry is not None and expiry <= self._clock()
-            if expired:
-                del self._table[key]  # expired: this read removes it
-                value = self._default
+            if expiry is not None:
+                now = self._backend.record_time
+                if expiry <= (self._clock() if now is None else now):
+                    del self._table[self._backend.current_key]  # expired: this read removes it
+                    value = self._default
         try:
             if value.__class__ in _MUTABLE_CLASSES:
                 return copy.deepcopy(value)
@@ -510,16 +529,24 @@ class RecordTimeHeapTtlValueState(HeapTtlValueState):
 
     def update(self, value: Any) -> None:
         backend = self._backend
+        if backend.record_time is self._now and value is not None:
+            self._table[backend.current_key] = value, self._expiry
+        else:
+            self._write(value)
+
+    def _write(self, value: Any) -> None:
+        """:meth:`update` off its fast path: ``None``, a new record time, or no record time."""
+        backend = self._backend
         if value is None:
             self._table.pop(backend.current_key, None)
             return
         now = backend.record_time
         if now is None:
-            now = self._clock()
-        if now is not self._now:
+            expiry = self._clock() + self._ttl  # outside a record: this access's own reading
+        else:
             self._now = now
-            self._expiry = now + self._ttl
-        self._table[backend.current_key] = value, self._expiry
+            self._expiry = expiry = now + self._ttl
+        self._table[backend.current_key] = value, expiry
 
 
 def ttl_value_state(backend: KeyedStateBackend[Any], state: str, config: StateTtlConfig,
@@ -542,6 +569,31 @@ def ttl_value_state(backend: KeyedStateBackend[Any], state: str, config: StateTt
     return HeapTtlValueState(backend, table, config.ttl_ms, clock, default)
 
 
+def _first_second_of(ms: int) -> float:
+    """The least float ``t`` with ``int(t * 1000.0) >= ms`` (``ms >= 1``).
+
+    ``t -> int(t * 1000.0)`` is monotone (a rounded product by a positive constant, then
+    truncation), so the floats of one millisecond form an interval; its bound is within a few
+    ulps of ``ms / 1000`` and found by stepping from there.
+    """
+    t = ms / 1000.0
+    while int(t * 1000.0) >= ms:  # ends above 0.0, whose reading is 0
+        t = math.nextafter(t, 0.0)
+    while int(t * 1000.0) < ms:
+        t = math.nextafter(t, math.inf)
+    return t
+
+
+def _millisecond_window(t: float) -> tuple[int, float, float]:
+    """``(ms, lo, hi)``: ``ms = int(t * 1000.0)`` (:func:`system_clock` at ``t``) and the floats
+    ``[lo, hi)`` whose reading is ``ms`` (they hold ``t``); before the first millisecond after the
+    epoch, where ``int`` rounds toward zero, the window is empty and every reading computes ``ms``."""
+    ms = int(t * 1000.0)
+    if ms <= 0:
+        return ms, 0.0, 0.0
+    return ms, _first_second_of(ms), _first_second_of(ms + 1)
+
+
 def record_timed_handler(backend: KeyedStateBackend[Any], selector: Callable[[Any], Any],
                          process: Callable[[Any, Any, Any], None], ctx: Any, out: Any) -> Callable[[Any], None] | None:
     """A keyed operator's record handler that supplies the per-record TTL time, or None when the
@@ -552,10 +604,10 @@ def record_timed_handler(backend: KeyedStateBackend[Any], selector: Callable[[An
     timers and any other access outside a record read the clock themselves. The time belongs to
     this backend, which one task owns.
 
-    On the wall clock the reading is :func:`system_clock`'s value, ``floor(m)`` for ``m = time.time()
-    * 1000``, taken inline: ``floor`` is computed once per millisecond, for the window ``[lo, hi)``
-    that holds ``m`` (left when ``m`` leaves it, also backwards), whose one int object every record
-    of that millisecond gets.
+    On the wall clock the reading is :func:`system_clock`'s value ``int(t * 1000.0)`` for ``t =
+    time.time()``, taken inline without the multiplication: the seconds ``[lo, hi)`` that give one
+    millisecond ``ms`` (:func:`_millisecond_window`) are computed once per millisecond, when ``t``
+    leaves them (also backwards), and every record of that millisecond gets its one int object.
     """
     clock = backend.record_clock
     if clock is None:
@@ -576,11 +628,9 @@ def record_timed_handler(backend: KeyedStateBackend[Any], selector: Callable[[An
     def handle_on_wall_clock(value: Any) -> None:
         nonlocal lo, hi, ms
         backend.current_key = selector(value)
-        now = _time() * 1000.0
+        now = _time()
         if not lo <= now < hi:
-            ms = math.floor(now)
-            lo = float(ms)  # exact: epoch ms are far below 2**53
-            hi = lo + 1.0
+            ms, lo, hi = _millisecond_window(now)
         backend.record_time = ms
         try:
             process(value, ctx, out)
