@@ -104,8 +104,8 @@ def namespaced_columns(kind: StateKind, data: dict[Any, Any]) -> KeyedColumns:
         return KeyedColumns(keys, list(data.values()), namespaces)
     maps = list(data.values())
     if set(map(len, maps)) <= {1}:  # one user key per map: no row of a pair's map to repeat
-        return KeyedColumns(keys, list(map(next, map(iter, map(dict.values, maps)))), namespaces,
-                            list(map(next, map(iter, maps))))
+        user_keys = list(map(next, map(iter, maps)))
+        return KeyedColumns(keys, list(map(dict.__getitem__, maps, user_keys)), namespaces, user_keys)
     rows = [(key, namespace, user_key, value) for (key, namespace), entries in data.items()
             for user_key, value in entries.items()]
     return KeyedColumns([r[0] for r in rows], [r[3] for r in rows], [r[1] for r in rows], [r[2] for r in rows])

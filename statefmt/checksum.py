@@ -45,36 +45,44 @@ def _multmodp(a: int, b: int) -> int:
         b = (b >> 1) ^ _POLY if b & 1 else b >> 1
 
 
-def _power_tables() -> list[list[int]]:
-    """``tables[j][b]`` = x^(8 * b * 256^j) mod p: the shift by ``b * 256^j`` bytes."""
+def _byte_shifts() -> list[int]:
+    """``shifts[k]`` = x^(8 * 2^k) mod p: the shift by ``2^k`` bytes, k < 64."""
     x = 1 << 30  # the polynomial x, reflected
     x2 = _multmodp(x, x)
     x4 = _multmodp(x2, x2)
-    x8 = [0] * 64  # x8[k] = x^(8 * 2^k)
-    x8[0] = _multmodp(x4, x4)
-    for k in range(1, 64):
-        x8[k] = _multmodp(x8[k - 1], x8[k - 1])
-    tables = []
-    for j in range(8):
-        row = [_ONE]
-        for _ in range(1, 256):
-            row.append(_multmodp(row[-1], x8[8 * j]))
-        tables.append(row)
-    return tables
+    shifts = [_multmodp(x4, x4)]
+    for _ in range(1, 64):
+        shifts.append(_multmodp(shifts[-1], shifts[-1]))
+    return shifts
 
 
-_TABLES: list[list[int]] = []
+_SHIFTS: list[int] = []
+# (j, b) -> x^(8 * b * 256^j) mod p, the shift by ``b * 256^j`` bytes, computed when first needed
+# (a process combines blocks of few distinct lengths: all 2,048 would cost more than they save)
+_BYTE_POWERS: dict[tuple[int, int], int] = {}
+
+
+def _byte_power(j: int, byte: int) -> int:
+    power = _BYTE_POWERS.get((j, byte))
+    if power is None:
+        if not _SHIFTS:
+            _SHIFTS.extend(_byte_shifts())
+        power, k = _ONE, 0
+        while byte >> k:
+            if byte >> k & 1:
+                power = _multmodp(_SHIFTS[8 * j + k], power)
+            k += 1
+        _BYTE_POWERS[(j, byte)] = power
+    return power
 
 
 def _shift(length: int) -> int:
     """x^(8 * length) mod p: what appending ``length`` bytes does to a CRC register."""
-    if not _TABLES:
-        _TABLES.extend(_power_tables())
     power, j = _ONE, 0
     while length:
         byte = length & 0xFF
         if byte:
-            power = _multmodp(_TABLES[j][byte], power)
+            power = _multmodp(_byte_power(j, byte), power)
         length >>= 8
         j += 1
     return power

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 from statekit.statefmt import layout
 from statekit.statefmt.errors import BadInputError, CorruptStateError, SerializationError, UnsupportedVersionError
 from statekit.statefmt.metadata import StateDescriptor, StateKind
+from statekit.statefmt.numpy_support import numpy_or_none
 from statekit.statefmt.value_types import ValueType, parse_value_type, to_arrow_type
 
 if TYPE_CHECKING:
@@ -610,6 +611,9 @@ class _RunColumn:
         import pyarrow.compute as pc
 
         _, buffer, data = parent.buffers()
+        np = numpy_or_none()
+        if np is not None:
+            return self._rebased_numpy(np, parent.offset, buffer, data)
         positions = memoryview(buffer).cast("i")
         offsets = pa.Array.from_buffers(pa.int32(), len(parent) + 1, [None, buffer], offset=parent.offset)
         pieces, firsts, ends, spans = [], [], [], []
@@ -634,6 +638,26 @@ class _RunColumn:
             length = 4 * (len(part) + 1)
             out.append([None, _slice(rebased_buffer, at, length), _slice(data, first, size)])
             at += length
+        return out
+
+    def _rebased_numpy(self, np: Any, offset: int, buffer: pa.Buffer, data: pa.Buffer) -> list[list[pa.Buffer | None]]:
+        """:meth:`_rebased` with NumPy: the same buffers, every block's offsets gathered and
+        rebased by two array operations (block ``i``'s ``n + 1`` offsets start at output row
+        ``start + i``, its first row ``start`` counting the rows of the blocks before it)."""
+        import pyarrow as pa
+
+        counts = np.fromiter(map(len, self.arrays), np.int64, len(self.arrays))
+        starts = np.zeros(len(counts), np.int64)
+        np.cumsum(counts[:-1], out=starts[1:])
+        offsets = np.frombuffer(buffer, np.int32, int(counts.sum()) + 1, 4 * offset)
+        block = np.repeat(np.arange(len(counts)), counts + 1)  # the block of each output offset
+        firsts = offsets[starts]
+        rebased = offsets[np.arange(len(block)) - block] - firsts[block]
+        rebased_buffer = pa.py_buffer(rebased)
+        out = []
+        for n, first, end, at in zip(counts.tolist(), firsts.tolist(), offsets[starts + counts].tolist(),
+                                     (4 * (starts + np.arange(len(counts)))).tolist()):
+            out.append([None, _slice(rebased_buffer, at, 4 * (n + 1)), _slice(data, first, end - first)])
         return out
 
     def stored(self, i: int) -> bool:
@@ -717,7 +741,7 @@ def _canonical(array: pa.Array) -> pa.Array:
     buffers = array.buffers()
     validity = _bits(buffers[0], n) if array.null_count else None
     if t.is_boolean(kind) or (t.is_primitive(kind) and array.null_count):
-        filled = pc.fill_null(array, False if t.is_boolean(kind) else 0)
+        filled = pc.fill_null(array, False if t.is_boolean(kind) else 0) if array.null_count else array
         data = _bits(filled.buffers()[1], n) if t.is_boolean(kind) else _exact(filled.buffers()[1], n * kind.byte_width)
         return pa.Array.from_buffers(kind, n, [validity, data], array.null_count)
     if t.is_primitive(kind):

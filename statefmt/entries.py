@@ -175,8 +175,7 @@ class StateCodec:
             namespace_column = self._namespace_column(namespaces)
         if is_map:
             assert self.user_key is not None and user_keys is not None
-            self._check_column(user_keys, user_key=True)
-            user_key_column = serialize_column(self.user_key, user_keys, "user key")
+            user_key_column = self._user_key_column(user_keys)
         else:
             user_key_column = _zeroed_nulls(n, pa.binary())
         value_column = self._value_column(values, version)
@@ -188,22 +187,30 @@ class StateCodec:
         )
 
     def _namespace_column(self, namespaces: list[Any]) -> pa.Array:
-        """Serialized namespaces, a column at a time (the void namespace: empty bytes)."""
+        """Serialized namespaces, a column at a time (the void namespace: empty bytes). Few
+        distinct objects (window state: a few windows shared by every key) are serialized
+        once each, then indexed (:func:`_by_object`)."""
         import pyarrow as pa
 
-        ids = list(map(id, namespaces))
-        first_seen = dict.fromkeys(ids)  # distinct objects, in order of first appearance
-        if len(first_seen) * 4 > len(ids):  # mostly distinct: serialize every one
-            if id(None) in first_seen:
+        found = _by_object(namespaces)
+        if found is None:  # mostly distinct: serialize every one
+            if any(namespace is None for namespace in namespaces):
                 return pa.array([self.encode_namespace(namespace) for namespace in namespaces], pa.binary())
             return pa.array(serialize_many(self.namespace, namespaces, "namespace"), pa.binary())
-        # Few distinct objects (window state: a few windows shared by every key): serialize each
-        # once, then index. Deduplicated by identity, never by equality: equal namespaces may
-        # serialize differently (``(1, 2)`` and ``(True, 2)``); one object always gives one encoding.
-        by_id = dict(zip(ids, namespaces))
-        position = {object_id: i for i, object_id in enumerate(first_seen)}
-        distinct = pa.array([self.encode_namespace(by_id[object_id]) for object_id in first_seen], pa.binary())
-        return distinct.take(pa.array(list(map(position.__getitem__, ids)), pa.int32()))
+        distinct, positions = found
+        return pa.array([self.encode_namespace(namespace) for namespace in distinct], pa.binary()).take(positions)
+
+    def _user_key_column(self, user_keys: list[Any]) -> pa.Array:
+        """Checked and serialized user keys; few distinct objects (the timestamps of window
+        timers) are checked and serialized once each, then indexed (:func:`_by_object`)."""
+        assert self.user_key is not None
+        found = _by_object(user_keys)
+        if found is None:
+            self._check_column(user_keys, user_key=True)
+            return serialize_column(self.user_key, user_keys, "user key")
+        distinct, positions = found
+        self._check_column(distinct, user_key=True)  # the first bad one: also the first in row order
+        return serialize_column(self.user_key, distinct, "user key").take(positions)
 
     def _value_column(self, values: list[Any], version: int) -> pa.Array:
         import pyarrow as pa
@@ -392,6 +399,46 @@ class StateCodec:
                 for k, v in zip(columns["key"], columns["value"])
             ]
         return [deserialize_with(self.value, v, "element", self.source) for v in columns["value"]]
+
+
+# _by_object looks at this many leading values first: more than a quarter of them distinct
+# and the column is taken as mostly distinct without finding every distinct object
+_BY_OBJECT_PROBE = 1024
+
+
+def _by_object(values: list[Any]) -> tuple[list[Any], pa.Array] | None:
+    """The distinct objects of ``values`` in order of first appearance and each value's index
+    among them (an int32 array), or None when more than a quarter of the values are distinct.
+
+    Distinct by identity, never by equality: equal values may serialize differently
+    (``(1, 2)`` and ``(True, 2)``), while one object always serializes the same, so a
+    column built from the distinct objects' encodings by these indices is the column of
+    every value encoded on its own."""
+    import pyarrow as pa
+
+    n = len(values)
+    if n > 4 * _BY_OBJECT_PROBE and len(set(map(id, values[:_BY_OBJECT_PROBE]))) * 4 > _BY_OBJECT_PROBE:
+        return None
+    np = numpy_or_none()
+    if np is None:
+        ids = list(map(id, values))
+        first_seen = dict.fromkeys(ids)
+        if len(first_seen) * 4 > n:
+            return None
+        by_id = dict(zip(ids, values))
+        position = dict(zip(first_seen, range(len(first_seen))))
+        return [by_id[i] for i in first_seen], pa.array(list(map(position.__getitem__, ids)), pa.int32())
+    ids = np.fromiter(map(id, values), np.uint64, n)
+    unique, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+    k = len(unique)
+    if k * 4 > n:
+        return None
+    order = np.argsort(first, kind="stable")  # the distinct objects by first appearance
+    rank = np.empty(k, np.int32)
+    rank[order] = np.arange(k, dtype=np.int32)
+    positions = np.ascontiguousarray(rank[inverse.reshape(-1)], np.int32)
+    return [values[i] for i in first[order].tolist()], pa.Array.from_buffers(
+        pa.int32(), n, [None, pa.py_buffer(positions)])
 
 
 def group_by_key_group(table: pa.Table, max_parallelism: int, *,

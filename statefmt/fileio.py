@@ -1,4 +1,5 @@
 """A small file-IO seam over fsspec: every read and write of statekit goes through here.
+Plain local paths use :class:`~statekit.statefmt.local_disk.LocalDisk` and never import fsspec.
 
 Reads are bounded and typed: :meth:`FileIO.open_input` and :meth:`FileIO.read_bytes` open
 only regular files (a FIFO, device, socket or directory is refused before any byte is read,
@@ -18,17 +19,15 @@ from __future__ import annotations
 import os
 import posixpath
 import stat
+import sys
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import IO, Any
 
-import fsspec
-from fsspec.implementations.local import LocalFileSystem
-from fsspec.spec import AbstractBufferedFile
-
 from statekit.statefmt.errors import BadInputError, PathNotFoundError, UnsafePathError
+from statekit.statefmt.local_disk import LocalDisk
 from statekit.statefmt.storage_options import storage_options_for
 
 __all__ = ["FileIO", "FileInfo", "fsync_dir"]
@@ -53,6 +52,7 @@ class FileIO:
     def __init__(self, fs: Any, protocol: str) -> None:
         self.fs = fs
         self.protocol = protocol
+        self._local = isinstance(fs, LocalDisk) or _is_fsspec_local(fs)
 
     @classmethod
     def for_path(cls, url: str, storage_options: dict[str, Any] | None = None) -> tuple[FileIO, str]:
@@ -64,18 +64,22 @@ class FileIO:
         if not url:
             raise BadInputError("empty path")
         options = storage_options_for(url, storage_options)
+        if not options and _plain_local(url):
+            return cls(LocalDisk(), LocalDisk.protocol), os.path.abspath(os.path.expanduser(url)).rstrip("/") or "/"
+        import fsspec
+
         try:
             fs, path = fsspec.core.url_to_fs(url, **options)
         except (ImportError, ValueError, TypeError) as exc:  # TypeError: an option the filesystem does not take
             raise BadInputError(f"cannot open filesystem: {exc}", path=url) from exc
         protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
-        if isinstance(fs, LocalFileSystem):
+        if _is_fsspec_local(fs):
             path = os.path.abspath(path)
         return cls(fs, protocol), path.rstrip("/") or "/"
 
     @property
     def is_local(self) -> bool:
-        return isinstance(self.fs, LocalFileSystem)
+        return self._local
 
     def url(self, path: str) -> str:
         """A user-facing name of an internal path (plain for local files)."""
@@ -288,6 +292,18 @@ class FileIO:
             self.fs.mv(src, dst, recursive=True)
 
 
+def _plain_local(url: str) -> bool:
+    """Whether fsspec would take ``url`` as a local path as it is: no protocol, no chain, none of
+    the prefixes its local filesystem strips (``file:``, ``local:``) and not a ``data:`` URL."""
+    return "://" not in url and "::" not in url and not url.startswith(("file:", "local:", "data:"))
+
+
+def _is_fsspec_local(fs: Any) -> bool:
+    """Whether ``fs`` is fsspec's local filesystem (fsspec is imported only if something did)."""
+    local = sys.modules.get("fsspec.implementations.local")
+    return local is not None and isinstance(fs, local.LocalFileSystem)
+
+
 def _check_limit(size: int, limit: int | None, url: str) -> None:
     if limit is not None and size > limit:
         raise BadInputError(f"{size} bytes is more than the {limit} bytes such a file may have", path=url)
@@ -310,6 +326,8 @@ def _abandon(f: Any) -> None:
             discard()  # s3fs: aborts the multipart upload
         except Exception:  # noqa: BLE001 - best effort; the caller's exception matters
             pass
+    from fsspec.spec import AbstractBufferedFile
+
     if isinstance(f, AbstractBufferedFile):
         f.closed = True  # so neither close() nor __del__ uploads the buffered bytes
 

@@ -61,9 +61,7 @@ class Backend:
 
     def put(self, relative: str, data: bytes) -> None:
         io, path = FileIO.for_path(self.url(relative), self.storage_options)
-        if io.is_local:
-            io.makedirs(io.fs._parent(path))
-        io.fs.pipe_file(path, data)
+        io.write_atomic(path, data)
 
     def read(self, relative: str) -> bytes:
         io, path = FileIO.for_path(self.url(relative), self.storage_options)

@@ -12,6 +12,7 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -41,3 +42,22 @@ def postgres_dsn(postgres_server: PostgresServer) -> str:
     """The DSN of a new, empty database on the shared server (started again if a test stopped it)."""
     postgres_server.start()
     return postgres_server.create_database(f"t_{uuid.uuid4().hex[:12]}")
+
+
+@pytest.fixture(autouse=True)
+def _close_rocksdb_backends(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Close every RocksDB backend a test created and left open (tests that build backends by
+    hand): its database directory lives in the system temp directory and goes with ``close``."""
+    from statekit.runtime.backend_rocksdb import RocksDBKeyedStateBackend
+
+    created: list[RocksDBKeyedStateBackend] = []
+    original = RocksDBKeyedStateBackend.__init__
+
+    def tracked(self: RocksDBKeyedStateBackend, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        created.append(self)
+
+    monkeypatch.setattr(RocksDBKeyedStateBackend, "__init__", tracked)
+    yield
+    for backend in created:
+        backend.close()

@@ -13,18 +13,22 @@ from typing import Any, TypeVar
 import mmh3
 import numpy
 import pyarrow as pa
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from statekit.statefmt import layout, numpy_support
 from statekit.statefmt.entries import (
+    _BY_OBJECT_PROBE,
     StateCodec,
+    _by_object,
     _numpy_hash_sort,
     _take_in_slots,
     group_by_key_group,
     hash_sort_indices,
     take_column,
 )
+from statekit.statefmt.errors import SerializationError
 from statekit.statefmt.keygroups import _numpy_fixed_width, key_hash_column
 from statekit.statefmt.metadata import StateDescriptor, StateKind
 from statekit.statefmt.serializers import (
@@ -196,6 +200,79 @@ def test_the_bench_shape_is_byte_identical_with_and_without_numpy() -> None:
         descriptor = StateDescriptor("count", StateKind.VALUE, value_type=value_type)
         for max_p in (128, 1000):
             assert file_bytes(descriptor, rows, max_p) == without_numpy(lambda: file_bytes(descriptor, rows, max_p))  # noqa: B023
+
+
+def window_rows(keys: int, windows: int, shared: bool) -> tuple[list[Any], list[Any]]:
+    """Window-shaped rows: (key, window) -> count and (key, window) -> {timer: True}; with
+    ``shared``, every key of a window holds the same namespace and timer objects (as the
+    runtime's tables do), else equal copies."""
+    contents, timers = [], []
+    for w in range(windows):
+        namespace, timer = (1_000 * w, 1_000 * w + 1_000), (0, 1_000 * w + 999)
+        for k in range(keys):
+            ns = namespace if shared else (*namespace,)  # a new, equal tuple
+            uk = timer if shared else (*timer,)
+            contents.append((f"key-{k * 7919 % 10_000}", ns, k % 17))
+            timers.append((f"key-{k * 7919 % 10_000}", ns, uk, True))
+    return contents, timers
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_window_state_is_byte_identical_with_and_without_numpy_and_shared_objects(shared: bool) -> None:
+    """Namespaces and timer user keys shared by thousands of rows are serialized once per
+    object (:func:`_by_object`), and block offsets rebased with NumPy: the same bytes as
+    without NumPy, and as equal but unshared objects, each serialized on its own."""
+    contents, timers = window_rows(3_000, 3, shared)
+    value = StateDescriptor("window-contents", StateKind.VALUE, namespace_type="list<int>")
+    timer = StateDescriptor("_window_timers", StateKind.MAP, value_type="bool", user_key_type="list<int>",
+                            namespace_type="list<int>")
+    for descriptor, rows in ((value, contents), (timer, timers)):
+        for max_p in (128, 1000):
+            data = file_bytes(descriptor, rows, max_p)
+            assert data == without_numpy(lambda: file_bytes(descriptor, rows, max_p))  # noqa: B023
+            unshared = window_rows(3_000, 3, False)[0 if descriptor is value else 1]
+            assert data == file_bytes(descriptor, unshared, max_p)
+
+
+@pytest.mark.parametrize("numpy_on", [True, False])
+def test_by_object_finds_distinct_objects_in_order_of_first_appearance(numpy_on: bool) -> None:
+    a, b, c = (1, 2), (True, 2), (*(1, 2),)  # equal tuples, three objects: never merged by equality
+    values = [b, a, b, c, a, None, c] * 40
+    found = _by_object(values) if numpy_on else without_numpy(lambda: _by_object(values))
+    assert found is not None
+    distinct, positions = found
+    assert [id(v) for v in distinct] == [id(b), id(a), id(c), id(None)]
+    assert positions.type == pa.int32()
+    assert [distinct[i] is v for i, v in zip(positions.to_pylist(), values)] == [True] * len(values)
+
+
+@pytest.mark.parametrize("numpy_on", [True, False])
+def test_by_object_declines_mostly_distinct_columns(numpy_on: bool) -> None:
+    run = (lambda f: f()) if numpy_on else without_numpy
+    assert run(lambda: _by_object([(i,) for i in range(100)])) is None
+    few = [(i % 25,) for i in range(100)]  # 100 objects, all distinct (a tuple per row)
+    assert run(lambda: _by_object(few)) is None
+    shared = [("x",), ("y",)]
+    assert run(lambda: _by_object([shared[i % 2] for i in range(100)])) is not None
+    # a long column whose first values are mostly distinct is declined from its start alone
+    long = [(i,) for i in range(_BY_OBJECT_PROBE)] + [shared[0]] * (8 * _BY_OBJECT_PROBE)
+    assert run(lambda: _by_object(long)) is None
+    assert _by_object([]) == ([], _by_object([])[1]) and len(_by_object([])[1]) == 0  # type: ignore[index]
+
+
+def test_user_key_type_errors_name_the_first_bad_user_key_in_row_order() -> None:
+    """Shared user keys are checked once per object; the error is the one checking every row gives."""
+    descriptor = StateDescriptor("m", StateKind.MAP, value_type="bool", user_key_type="list<int>")
+    good, bad1, bad2 = (1, 2), (1.5, 2), (1, "y")  # bad2 comes first in row order
+    rows = [(f"k{i}", [good, bad2, bad1][min(i // 50, 2)], True) for i in range(150)]
+    codec = StateCodec(descriptor, "msgpack", for_write=True)
+    with pytest.raises(SerializationError) as shared_error:
+        codec.encode_keyed_rows(rows)
+    unshared = [(k, (*u,), v) for k, u, v in rows]  # equal tuples, one object per row
+    with pytest.raises(SerializationError) as row_error:
+        codec.encode_keyed_rows(unshared)
+    assert str(shared_error.value) == str(row_error.value)
+    assert str(shared_error.value).endswith("expected int, got str")
 
 
 # ---------------------------------------------------------------- msgpack framing of ints
