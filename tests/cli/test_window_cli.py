@@ -44,7 +44,7 @@ def run(*args: str) -> Result:
 
 
 def _ms(value: Any) -> int | None:
-    return None if value is None else int(value.timestamp() * 1000)
+    return None if value is None else round(value.timestamp() * 1000)  # int() truncates x.999 s to the ms below
 
 
 def _table(out: Path, state: str) -> pa.Table:

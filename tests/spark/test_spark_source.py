@@ -28,7 +28,7 @@ def load(spark: Any, path: str, state: str | None = None, **options: str) -> Any
 
 
 def ms(value: dt.datetime | None) -> int | None:
-    return None if value is None else int(value.timestamp() * 1000)
+    return None if value is None else round(value.timestamp() * 1000)  # int() truncates x.999 s to the ms below
 
 
 def test_value_state_is_typed_and_equals_the_reader(spark: Any, sample: str) -> None:
