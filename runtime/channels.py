@@ -51,6 +51,7 @@ __all__ = [
     "PAIR_EMITTER",
     "ASSIGNING_EMITTER",
     "BATCH_HANDLER",
+    "LIST_HANDLER",
     "TimestampedBuffer",
     "BUFFER_SIZE",
     "Alignment",
@@ -82,6 +83,9 @@ ASSIGNING_EMITTER = "emit_assigned"
 # on a handler of (value, timestamp) records: ``batch(values, timestamps)``, the same for a whole
 # buffer's parallel lists (what TimestampedBuffer.deliver calls instead of one call per record)
 BATCH_HANDLER = "batch_handler"
+# on a handler of plain records: ``handle_all(records)``, the same for a whole list buffer, in
+# order (what a task calls instead of one call per record)
+LIST_HANDLER = "list_handler"
 _WAIT_SLICE_S = 0.002
 
 

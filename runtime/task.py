@@ -29,6 +29,7 @@ from statekit.runtime.barrier_handler import CheckpointBarrierHandler
 from statekit.runtime.channels import (
     END_OF_INPUT,
     END_OF_PARTITION,
+    LIST_HANDLER,
     MAIL,
     Alignment,
     Barrier,
@@ -492,6 +493,7 @@ class Task:
         self.handler = handler
         pending = handler.pending
         handlers = self.channel_handlers
+        handle_all = [None if h is None else getattr(h, LIST_HANDLER, None) for h in handlers]
         ended_input: set[int] = set()
         channels = len(self.channel_inputs)
         timer_ops = self.timer_ops
@@ -529,8 +531,12 @@ class Task:
                 handle = handlers[channel]
                 assert handle is not None
                 if payload.__class__ is list:
-                    for record in payload:
-                        handle(record)
+                    many = handle_all[channel]
+                    if many is not None:
+                        many(payload)
+                    else:
+                        for record in payload:
+                            handle(record)
                 else:
                     cast(TimestampedBuffer, payload).deliver(handle)
                 self.metrics.count_in(len(payload))

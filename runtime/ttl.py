@@ -21,8 +21,9 @@ Invariants:
   readable, and every write's expiry is its own access's ``now + ttl``. The one exception is
   the per-record time: while a keyed process operator processes a record, the heap value
   handles on the backend's ``record_clock`` use ``backend.record_time``, the one reading of that
-  clock the operator took for the record (:func:`record_timed_handler`), and it is None again
-  when the record is done; expiry is exact with respect to that reading.
+  clock the operator took for the record, or on the wall clock for the span of consecutive
+  records of one input buffer it belongs to (:func:`record_timed_handler`), and it is None again
+  when the record (span) is done; expiry is exact with respect to that reading.
 * An expired entry found by an access is removed by that access, whatever the visibility;
   ``RETURN_EXPIRED_IF_NOT_CLEANED_UP`` only makes that access still return it.
 * In a snapshot the expiry goes to the entry's ``expiry`` column. A list-state entry holds
@@ -43,6 +44,7 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from statekit.runtime.channels import LIST_HANDLER
 from statekit.runtime.state import AggregatingState, ListState, MapState, ReducingState, ValueState
 from statekit.statefmt.entries import KeyedColumns, KeyedStateEntry, MapStateEntry
 from statekit.statefmt.metadata import StateKind
@@ -82,6 +84,7 @@ _PLAIN_CLASSES = frozenset((bool, int, float, complex, str, bytes, tuple, frozen
 
 
 _time = time.time
+_SPAN_LIMIT = 64  # records one wall-clock reading serves at most (record_timed_handler)
 
 
 def system_clock() -> int:
@@ -608,6 +611,16 @@ def record_timed_handler(backend: KeyedStateBackend[Any], selector: Callable[[An
     time.time()``, taken inline without the multiplication: the seconds ``[lo, hi)`` that give one
     millisecond ``ms`` (:func:`_millisecond_window`) are computed once per millisecond, when ``t``
     leaves them (also backwards), and every record of that millisecond gets its one int object.
+
+    The wall-clock handler also takes a whole input buffer (its :data:`LIST_HANDLER`, which a
+    task calls instead of one call per record): there one reading serves a span of consecutive
+    records (a clock reading costs about as much as a small record's state access). The span
+    starts at one record and adapts within each buffer: it doubles, up to :data:`_SPAN_LIMIT`,
+    after a span whose next reading is still in the same millisecond, and is divided by ``d``
+    after one that took ``d >= 2`` milliseconds; readings of different buffers are never
+    compared (the task may wait between them). A record's time is therefore the reading taken
+    before the first record of its span: behind the clock by at most the time the records
+    before it in its span took (under a millisecond while records take the same time).
     """
     clock = backend.record_clock
     if clock is None:
@@ -637,6 +650,34 @@ def record_timed_handler(backend: KeyedStateBackend[Any], selector: Callable[[An
         finally:
             backend.record_time = None
 
+    span = 1  # records one reading serves in handle_all (persists across buffers)
+
+    def handle_all(values: list[Any]) -> None:
+        nonlocal lo, hi, ms, span
+        start, n = 0, len(values)
+        served: int | None = None  # the millisecond of this buffer's previous reading
+        while start < n:
+            now = _time()
+            if not lo <= now < hi:
+                ms, lo, hi = _millisecond_window(now)
+            if served is not None:
+                took = ms - served
+                if took <= 0:
+                    span = min(2 * span, _SPAN_LIMIT)
+                elif took > 1:
+                    span = max(1, span // took)
+            served = ms
+            end = start + span
+            backend.record_time = ms
+            try:
+                for value in (values if not start and end >= n else values[start:end]):
+                    backend.current_key = selector(value)
+                    process(value, ctx, out)
+            finally:
+                backend.record_time = None
+            start = end
+
+    setattr(handle_on_wall_clock, LIST_HANDLER, handle_all)
     return handle_on_wall_clock
 
 

@@ -5,6 +5,7 @@ class is not what ``type`` says, the float bounds of a millisecond)."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 from typing import Any
@@ -13,6 +14,7 @@ import pytest
 
 import statekit.runtime.ttl as ttl_module
 from statekit.runtime.backend import KeyedStateBackend, SubtaskScope, create_keyed_backend
+from statekit.runtime.channels import LIST_HANDLER
 from statekit.runtime.state import ValueStateDescriptor
 from statekit.runtime.ttl import ManualClock, RecordTimeHeapTtlValueState, StateTtlConfig, record_timed_handler
 from statekit.statefmt.keygroups import compute_key_group_range_for_operator_index
@@ -207,3 +209,124 @@ def test_the_wall_clock_handler_gives_the_system_clock_reading_at_the_window_bou
         assert times[-1] == ttl_module.system_clock(), t
     assert fake.readings == 2 * 7  # one reading per record (and one per check here)
     assert times[0] is times[1] is times[2] or ms <= 0  # one int object per millisecond
+
+
+# -- a whole buffer on the wall clock (LIST_HANDLER) -----------------------------------------------
+
+
+class SteppingTime(FakeTime):
+    """``time.time`` that moves ``step`` seconds after each reading."""
+
+    def __init__(self, seconds: float, step: float) -> None:
+        super().__init__(seconds)
+        self.step = step
+
+    def __call__(self) -> float:
+        now = super().__call__()
+        self.seconds += self.step
+        return now
+
+
+def buffer_handler(b: KeyedStateBackend[Any], process: Any) -> Any:
+    handle = record_timed_handler(b, lambda record: record, process, None, None)
+    assert handle is not None
+    many = getattr(handle, LIST_HANDLER)
+    assert callable(many)
+    return many
+
+
+def test_a_buffer_shares_readings_over_spans_that_double_while_the_millisecond_holds(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeTime(1_700_000_000.5)
+    monkeypatch.setattr(ttl_module, "_time", fake)
+    b = backend(ttl_module.system_clock)
+    value_state(b)
+    seen: list[tuple[Any, Any]] = []
+    many = buffer_handler(b, lambda v, c, o: seen.append((b.current_key, b.record_time)))
+    many(list(range(300)))
+    assert [key for key, _ in seen] == list(range(300))  # every record, in order, as its own key
+    assert {t for _, t in seen} == {1_700_000_000_500}
+    # spans 1, 2, 4, ..., 64, then 64 each: one reading per span
+    assert fake.readings == len([1, 2, 4, 8, 16, 32, 64, 64, 64, 45])
+    assert b.record_time is None
+    many(list(range(128)))  # the span persists across buffers
+    assert fake.readings == 10 + 2
+
+
+def test_a_span_that_took_milliseconds_is_divided_by_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = SteppingTime(1_700_000_000.0005, 0.0)  # mid-millisecond: float steps stay in theirs
+    monkeypatch.setattr(ttl_module, "_time", fake)
+    b = backend(ttl_module.system_clock)
+    value_state(b)
+    spans: dict[Any, int] = {}
+    many = buffer_handler(b, lambda v, c, o: spans.__setitem__(b.record_time, spans.get(b.record_time, 0) + 1))
+    many(list(range(127)))  # spans 1..64 at one millisecond: the span is 64 now
+    fake.step = 0.004  # from here every reading is 4 ms after the one before
+    spans.clear()
+    many(list(range(64 + 16 + 4 + 1 + 1 + 1)))
+    # the first reading of a buffer is compared with none; then 64 records took 4 ms: 64 // 4 = 16, ...
+    assert sorted(spans.values(), reverse=True) == [64, 16, 4, 1, 1, 1]
+    times = sorted(spans)
+    assert all(later - earlier == 4 for earlier, later in itertools.pairwise(times))
+
+
+def test_the_wait_between_buffers_does_not_shorten_the_span(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeTime(1_700_000_000.0)
+    monkeypatch.setattr(ttl_module, "_time", fake)
+    b = backend(ttl_module.system_clock)
+    value_state(b)
+    many = buffer_handler(b, lambda v, c, o: None)
+    many(list(range(127)))
+    fake.seconds += 3_600.0  # an hour idle before the next buffer
+    readings = fake.readings
+    many(list(range(128)))
+    assert fake.readings - readings == 2  # spans of 64 still
+
+
+def test_a_buffer_gives_the_state_the_per_record_path_gives(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same records through the buffer handler and through one call per record, at clocks
+    that give each span's reading to every record of it: equal tables, equal outputs."""
+    results = []
+    for whole in (True, False):
+        fake = SteppingTime(1_700_000_000.0, 0.0)
+        monkeypatch.setattr(ttl_module, "_time", fake)
+        b = backend(ttl_module.system_clock)
+        state = value_state(b)
+        out: list[Any] = []
+
+        def process(value: Any, ctx: Any, o: Any) -> None:
+            count = (state.value() or 0) + 1  # noqa: B023 (the state of this loop's run)
+            state.update(count)  # noqa: B023
+            out.append((value, count))  # noqa: B023
+
+        handle = record_timed_handler(b, lambda record: record[0], process, None, None)
+        assert handle is not None
+        records = [(f"k{i % 7}", i) for i in range(500)]
+        if whole:
+            getattr(handle, LIST_HANDLER)(records)
+        else:
+            for record in records:
+                handle(record)
+        fake.seconds += (TTL + 1) / 1000  # past every expiry: both tables must expire alike
+        handle(("k0", -1))
+        results.append((out, dict(table(b))))
+    assert results[0] == results[1]
+    assert results[0][0][-1] == (("k0", -1), 1)
+
+
+def test_a_record_that_raises_ends_its_buffer_and_clears_the_record_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ttl_module, "_time", FakeTime(1_700_000_000.0))
+    b = backend(ttl_module.system_clock)
+    value_state(b)
+    seen: list[Any] = []
+
+    def process(value: Any, ctx: Any, out: Any) -> None:
+        if value == 5:
+            raise RuntimeError("record 5")
+        seen.append(value)
+
+    many = buffer_handler(b, process)
+    with pytest.raises(RuntimeError, match="record 5"):
+        many(list(range(10)))
+    assert seen == [0, 1, 2, 3, 4]
+    assert b.record_time is None
