@@ -29,7 +29,7 @@ from statekit.runtime.backend import (
     write_keyed_rows,
 )
 from statekit.runtime.checkpoint_storage import CheckpointStorageLocation
-from statekit.runtime.state import AggregatingState, ListState, MapState, ReducingState, ValueState
+from statekit.runtime.state import AggregatingState, ListState, MapState, ReducingState, SharedMap, ValueState
 from statekit.runtime.ttl import TtlValue, ttl_rows, wrap_restored
 from statekit.statefmt.entries import KeyedColumns, KeyedStateEntry, MapStateEntry
 from statekit.statefmt.metadata import StateDescriptor, StateFile, StateKind
@@ -52,7 +52,13 @@ class _Table:
         self.sharing = 0
 
     def own(self, key: Any, value: Any) -> Any:
-        """``value`` of ``key`` safe to change in place (copied once while shared)."""
+        """``value`` of ``key`` safe to change in place (copied once while a snapshot shares the
+        table; a :class:`SharedMap`, which other keys hold too, always)."""
+        if value.__class__ is SharedMap:
+            value = self.data[key] = dict(value)
+            if self.sharing:
+                self.owned.add(key)
+            return value
         if not self.sharing or key in self.owned:
             return value
         shallow = self.descriptor.kind in (StateKind.LIST, StateKind.MAP)
@@ -185,6 +191,15 @@ class MapsByPair:
             self._data[pair] = {user_key: value}
         else:
             self._table.own(pair, current)[user_key] = value
+
+    def put_shared(self, pair: tuple[Any, Any], shared: SharedMap) -> None:
+        """Set the entries of ``shared`` in the map of ``pair``; a pair without a map holds
+        ``shared`` itself (no map of its own until it is changed)."""
+        current = self._data.get(pair)
+        if current is None:
+            self._data[pair] = shared
+        else:
+            self._table.own(pair, current).update(shared)
 
     def remove(self, pair: tuple[Any, Any], user_key: Any) -> None:
         """Remove ``user_key`` of the map of ``pair`` (no-op when absent); an emptied map goes."""

@@ -40,6 +40,7 @@ __all__ = [
     "AggregatingState",
     "BroadcastState",
     "ReadOnlyBroadcastState",
+    "SharedMap",
 ]
 
 T = TypeVar("T")
@@ -277,6 +278,16 @@ class MapState(State, Generic[T]):
     def is_empty(self) -> bool:
         """Whether the map has no entries."""
         return not self.items()
+
+
+class SharedMap(dict[Any, Any]):
+    """The map of a map-state entry that several entries of one backend hold at once (the one
+    timer of every (key, window) pair of a window, :mod:`statekit.runtime.windows.timers`).
+
+    Invariant: never changed in place once an entry holds it; a backend that changes the map of
+    an entry holding one first gives that entry a plain copy of its own."""
+
+    __slots__ = ()
 
 
 class ReducingState(State, Generic[T]):

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, Protocol, cast
 
 from statekit.runtime.backend import KeyedStateBackend
-from statekit.runtime.state import MapState, ValueState
+from statekit.runtime.state import MapState, SharedMap, ValueState
 
 __all__ = ["ValueAccess", "MapAccess", "HandleValues", "HandleMaps", "values_by_pair", "maps_by_pair"]
 
@@ -34,6 +34,10 @@ class MapAccess(Protocol):
     """A namespaced map state by ``(key, namespace)``."""
 
     def put(self, pair: Pair, user_key: Any, value: Any) -> None: ...
+
+    def put_shared(self, pair: Pair, shared: SharedMap) -> None:
+        """Set the entries of ``shared`` in the map of ``pair`` (a backend may let the pair hold
+        ``shared`` itself, see :class:`~statekit.runtime.state.SharedMap`)."""
 
     def remove(self, pair: Pair, user_key: Any) -> None: ...
 
@@ -82,6 +86,9 @@ class HandleMaps:
 
     def put(self, pair: Pair, user_key: Any, value: Any) -> None:
         self._scope(pair).put(user_key, value)
+
+    def put_shared(self, pair: Pair, shared: SharedMap) -> None:
+        self._scope(pair).put_all(shared)
 
     def remove(self, pair: Pair, user_key: Any) -> None:
         self._scope(pair).remove(user_key)

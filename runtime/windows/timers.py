@@ -22,7 +22,7 @@ from typing import Any
 
 from statekit.readers.window_state import WINDOW_NAMESPACE_TYPE, WINDOW_TIMERS_STATE
 from statekit.runtime.backend import KeyedStateBackend, hashable
-from statekit.runtime.state import MapState, MapStateDescriptor
+from statekit.runtime.state import MapState, MapStateDescriptor, SharedMap
 from statekit.runtime.watermarks import MIN_WATERMARK
 from statekit.runtime.windows.state_access import maps_by_pair
 from statekit.runtime.windows.windows import Window, window_of
@@ -37,8 +37,9 @@ PROCESSING_TIME = 1
 # fire(key, window, timestamp, domain, pair): pair is the (key, namespace) tuple of the timer's entry,
 # equal to the pair the window's state is keyed by (the very tuple stored, for the record path's timers)
 Fire = Callable[[Any, Window, int, int, tuple[Any, Any]], None]
-# a timestamp's timers: its state user key (one tuple shared by them all) and entry -> key
-Group = tuple[tuple[int, int], dict[tuple[Any, Any], Any]]
+# a timestamp's timers: its state user key (one tuple shared by them all), entry -> key, and the
+# state map of a pair with only this timer (one SharedMap held by all such pairs)
+Group = tuple[tuple[int, int], dict[tuple[Any, Any], Any], SharedMap]
 
 _MISSING: Any = object()
 
@@ -70,7 +71,8 @@ class WindowTimers:
         queue = self.queues[domain]
         group = queue.get(timestamp)
         if group is None:
-            group = queue[timestamp] = ((domain, timestamp), {})
+            user_key = (domain, timestamp)
+            group = queue[timestamp] = (user_key, {}, SharedMap({user_key: True}))
             heapq.heappush(self.heaps[domain], timestamp)
         return group
 
@@ -88,10 +90,10 @@ class WindowTimers:
         """A timer of ``pair`` ``(key, namespace)``, whose entry is ``(hashable(key), namespace)`` (the
         same tuple may serve as both when the key is hashable as it is)."""
         group = self.queues[domain].get(timestamp)
-        user_key, timers = group if group is not None else self._group(domain, timestamp)
+        _, timers, alone = group if group is not None else self._group(domain, timestamp)
         if entry in timers:
             return
-        self.pairs.put(pair, user_key, True)
+        self.pairs.put_shared(pair, alone)
         timers[entry] = pair[0]
 
     def delete(self, domain: int, timestamp: int, window: Window) -> None:
@@ -108,7 +110,7 @@ class WindowTimers:
             group = queue.get(timestamp)
             if group is None:
                 continue
-            user_key, timers = group
+            user_key, timers, _ = group
             namespace: Any = None
             window: Window | None = None
             while timers:  # timers registered for this timestamp while it fires join the pass
@@ -148,4 +150,4 @@ class WindowTimers:
         self._advance(EVENT_TIME, self.watermark)
 
     def pending(self) -> int:
-        return sum(len(timers) for queue in self.queues for _, timers in queue.values())
+        return sum(len(group[1]) for queue in self.queues for group in queue.values())

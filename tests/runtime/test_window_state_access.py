@@ -9,10 +9,11 @@ from typing import Any
 import pytest
 
 from statekit.runtime.backend import KeyedStateBackend, SubtaskScope, create_keyed_backend, state_backend
-from statekit.runtime.state import MapStateDescriptor, ValueStateDescriptor
+from statekit.runtime.state import MapStateDescriptor, SharedMap, ValueStateDescriptor
 from statekit.runtime.windows import TimeWindow
 from statekit.runtime.windows.state_access import HandleMaps, HandleValues, maps_by_pair, values_by_pair
 from statekit.runtime.windows.timers import EVENT_TIME, WINDOW_TIMERS, WindowTimers
+from statekit.runtime.windows.windows import window_of
 from statekit.statefmt.keygroups import compute_key_group_range_for_operator_index
 
 M = 128
@@ -142,3 +143,76 @@ def test_timers_fire_by_timestamp_then_registration_and_join_the_pass_of_their_t
         assert list(b.namespaces(WINDOW_TIMERS.name)) == []
     finally:
         b.close()
+
+
+def test_pairs_with_one_timer_hold_one_shared_map_that_no_write_changes(kind: str, tmp_path: Path) -> None:
+    """Every pair whose only timer is at one timestamp holds that timestamp's one map (hashmap);
+    a second timer, a removal or a scoped write gives the pair a map of its own and leaves the
+    others' as they were, also while a snapshot shares the table; both backends read the same."""
+    b = make(kind, tmp_path)
+    try:
+        timers = WindowTimers(b, lambda *args: None)
+        window = TimeWindow(0, 10)
+        for key in ("a", "b", "c", "d"):
+            b.current_key = key
+            timers.register(EVENT_TIME, 9, window)
+
+        def maps() -> dict[Any, dict[Any, Any]]:
+            out = {}
+            for key, namespace in b.namespaces(WINDOW_TIMERS.name):
+                b.current_key = key
+                timers.state.set_current_namespace(window_of(namespace))
+                out[key] = {tuple(k): v for k, v in timers.state.items()}
+            return out
+
+        if kind == "hashmap":
+            data = b.table_data(WINDOW_TIMERS.name)  # type: ignore[attr-defined]
+            held = [data[(key, (0, 10))] for key in "abcd"]
+            assert all(m is held[0] for m in held) and type(held[0]) is SharedMap
+        snapshot = b.snapshot() if kind == "hashmap" else None
+        try:
+            b.current_key = "a"
+            timers.register(EVENT_TIME, 19, window)  # a second timer: "a" gets its own map
+            b.current_key = "b"
+            timers.delete(EVENT_TIME, 9, window)  # b's only timer: its entry goes
+            b.current_key = "c"
+            timers.state.set_current_namespace(window)
+            timers.state.put((0, 29), True)  # a write through the scoped handle
+            assert maps() == {"a": {(0, 9): True, (0, 19): True}, "c": {(0, 9): True, (0, 29): True},
+                              "d": {(0, 9): True}}
+            if snapshot is not None:
+                copies = {t.descriptor.name: d for t, d in snapshot._copies}  # type: ignore[attr-defined]
+                assert {k: dict(v) for k, v in copies[WINDOW_TIMERS.name].items()} == {
+                    (key, (0, 10)): {(0, 9): True} for key in "abcd"}
+                data = b.table_data(WINDOW_TIMERS.name)  # type: ignore[attr-defined]
+                assert type(data[("a", (0, 10))]) is dict and type(data[("d", (0, 10))]) is SharedMap
+        finally:
+            if snapshot is not None:
+                snapshot.release()
+        fired: list[Any] = []
+        restored = WindowTimers(b, lambda key, w, t, d, pair: fired.append((key, t)))
+        restored.restore()
+        restored.advance_watermark(30)
+        assert sorted(fired) == [("a", 9), ("a", 19), ("c", 9), ("c", 29), ("d", 9)]
+        assert list(b.namespaces(WINDOW_TIMERS.name)) == []
+    finally:
+        b.close()
+
+
+def test_a_hashmap_table_owns_a_shared_map_before_any_change(tmp_path: Path) -> None:
+    b = make("hashmap", tmp_path)
+    mapped = b.get_state(MapStateDescriptor("m", value_type="bool", key_type="list<int>", namespace_type=NS))
+    maps = maps_by_pair(b, mapped)  # type: ignore[arg-type]
+    shared = SharedMap({(0, 9): True})
+    maps.put_shared(("a", (0, 10)), shared)
+    maps.put_shared(("b", (0, 10)), shared)
+    maps.put_shared(("a", (0, 10)), SharedMap({(0, 19): True}))  # into a's map: a copy of its own
+    maps.put(("b", (0, 10)), (0, 29), False)
+    b.current_key = "c"
+    mapped.set_current_namespace(TimeWindow(0, 10))
+    maps.put_shared(("c", (0, 10)), shared)
+    mapped.remove((0, 9))  # the scoped handle: c's only entry, the map goes
+    assert shared == {(0, 9): True} and type(shared) is SharedMap
+    data = b.table_data("m")  # type: ignore[attr-defined]
+    assert data == {("a", (0, 10)): {(0, 9): True, (0, 19): True}, ("b", (0, 10)): {(0, 9): True, (0, 29): False}}
+    assert all(type(m) is dict for m in data.values())
