@@ -16,9 +16,7 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import queue
-import shutil
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -41,6 +39,7 @@ from statekit.runtime.restore_mode import RestoreMode, parse_restore_mode
 from statekit.runtime.run_options import RunOptions, get_run_options, notify_job_listeners
 from statekit.runtime.subtask_checkpoint import ChannelSpec, SubtaskStats
 from statekit.runtime.task import Task
+from statekit.runtime.temp_dirs import TempDirs, sweep
 from statekit.runtime.watermarks import check_event_time_checkpoints, configure_task_time, edge_key_selector
 from statekit.statefmt.errors import JobError, JobFailedError, StatekitError
 from statekit.statefmt.job_id import new_job_id
@@ -122,7 +121,8 @@ class JobMaster:
         self.incremental = options.incremental if options.incremental is not None else env.incremental_checkpoints
         if self.incremental:
             self.state_backend.check_incremental()
-        self._temp_dirs: list[str] = []
+        sweep()  # the temporary directories of jobs whose process died without removing them
+        self._temp_dirs = TempDirs()
         storage_url = self.config.checkpoint_storage
         if storage_url is None and self.config.enabled:
             storage_url = self._temp_dir("statekit-checkpoints-")  # in-process failover only
@@ -193,9 +193,7 @@ class JobMaster:
         self._thread = threading.Thread(target=self._run, name=f"job-master-{self.job_id[:6]}", daemon=True)
 
     def _temp_dir(self, prefix: str) -> str:
-        path = tempfile.mkdtemp(prefix=prefix)
-        self._temp_dirs.append(path)
-        return path
+        return self._temp_dirs.create(prefix)
 
     def start(self) -> None:
         self._thread.start()
@@ -254,8 +252,7 @@ class JobMaster:
             self.coordinator.close()  # waits for snapshot threads: nothing changes after the end
             if status is JobStatus.CANCELED:
                 self._cleanup_cancelled()
-            for path in self._temp_dirs:
-                shutil.rmtree(path, ignore_errors=True)
+            self._temp_dirs.remove_all()
             self.handle.set_status(status, failure=failure if status is JobStatus.FAILED else None)
 
     def _attempts(self) -> tuple[JobStatus, str | None]:
