@@ -7,7 +7,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -58,12 +57,9 @@ def snapshots(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 
 @pytest.fixture
-def scratch_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def scratch_root(private_temp: Path) -> Path:
     """The system temp directory, private to the test: where views put their scratch space."""
-    root = tmp_path / "tmp"
-    root.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(root))
-    return root
+    return private_temp
 
 
 def _counts(reader: SavepointReader) -> dict[Any, Any]:

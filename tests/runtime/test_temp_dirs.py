@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -19,12 +18,9 @@ from statekit.runtime.temp_dirs import LOCK_NAME, PREFIX, TempDirs, sweep
 
 
 @pytest.fixture
-def temp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def temp(private_temp: Path) -> Path:
     """The process's temporary directory for this test (never the machine's /tmp)."""
-    base = tmp_path / "tmp"
-    base.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(base))
-    return base
+    return private_temp
 
 
 def children(base: Path) -> list[str]:
