@@ -103,18 +103,14 @@ def _kind(mode: int) -> str:
 def _entry_info(entry: os.DirEntry[str]) -> dict[str, Any]:
     """A directory entry's info, its type not following a symlink (its size does)."""
     out = entry.stat(follow_symlinks=False)
-    link = entry.is_symlink()
-    if entry.is_dir(follow_symlinks=False):
-        kind = "directory"
-    else:
-        kind = "file" if entry.is_file(follow_symlinks=False) else "other"
+    link = stat.S_ISLNK(out.st_mode)
     size = out.st_size
     if link:
         try:
             size = entry.stat(follow_symlinks=True).st_size
         except OSError:
             size = 0
-    return _info(entry.path, out, kind, size, link)
+    return _info(entry.path, out, _kind(out.st_mode), size, link)
 
 
 def _info(path: str, out: os.stat_result, kind: str, size: int, link: bool) -> dict[str, Any]:
