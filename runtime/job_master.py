@@ -39,7 +39,7 @@ from statekit.runtime.restore_mode import RestoreMode, parse_restore_mode
 from statekit.runtime.run_options import RunOptions, get_run_options, notify_job_listeners
 from statekit.runtime.subtask_checkpoint import ChannelSpec, SubtaskStats
 from statekit.runtime.task import Task
-from statekit.runtime.temp_dirs import TempDirs, sweep
+from statekit.runtime.temp_dirs import TempDirs
 from statekit.runtime.watermarks import check_event_time_checkpoints, configure_task_time, edge_key_selector
 from statekit.statefmt.errors import JobError, JobFailedError, StatekitError
 from statekit.statefmt.job_id import new_job_id
@@ -121,7 +121,6 @@ class JobMaster:
         self.incremental = options.incremental if options.incremental is not None else env.incremental_checkpoints
         if self.incremental:
             self.state_backend.check_incremental()
-        sweep()  # the temporary directories of jobs whose process died without removing them
         self._temp_dirs = TempDirs()
         storage_url = self.config.checkpoint_storage
         if storage_url is None and self.config.enabled:

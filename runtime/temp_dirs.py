@@ -1,7 +1,7 @@
 """The temporary directories of a running job (ephemeral checkpoint storage, a state backend's
 working directory): removed by the job at its end, and — when the process died without
-removing them (SIGKILL, out-of-memory kill, power loss) — by the next job that starts with the
-same temporary directory.
+removing them (SIGKILL, out-of-memory kill, power loss) — by the next job that makes one in the
+same temporary directory (:meth:`TempDirs.create` sweeps before a job's first directory).
 
 Invariants:
 
@@ -42,12 +42,17 @@ class TempDirs:
 
     def __init__(self) -> None:
         self._held: list[tuple[str, int | None]] = []
+        self._swept = False
 
     def create(self, prefix: str) -> str:
         """A new directory ``<temp>/<prefix>XXXXXXXX`` (``prefix`` starts with :data:`PREFIX`),
-        locked by this process until :meth:`remove_all`."""
+        locked by this process until :meth:`remove_all`; the first one of this job is made after
+        a :func:`sweep`."""
         if not prefix.startswith(PREFIX):
             raise ValueError(f"a job's temporary directory starts with {PREFIX!r}, not {prefix!r}")
+        if not self._swept:
+            sweep()
+            self._swept = True
         path = tempfile.mkdtemp(prefix=prefix)
         fd = None
         if fcntl is not None:

@@ -130,3 +130,16 @@ def test_the_next_job_sweeps_what_a_killed_job_left(temp: Path) -> None:
     done = subprocess.run([sys.executable, "-c", job, str(temp), "hashmap", "50"], timeout=120)
     assert done.returncode == 0
     assert children(temp) == []
+
+
+def test_a_jobs_first_directory_is_made_after_a_sweep(temp: Path) -> None:
+    made = killed_child_dirs(temp)
+    dirs = TempDirs()
+    first = dirs.create(PREFIX + "checkpoints-")
+    assert children(temp) == [os.path.basename(first)]  # the killed process's two are gone
+    later = killed_child_dirs(temp)
+    second = dirs.create(PREFIX + "rocksdb-")  # one sweep per job: these stay until the next job
+    assert set(children(temp)) == {os.path.basename(first), os.path.basename(second), *later}
+    assert not set(made) & set(children(temp))
+    dirs.remove_all()
+    assert sorted(os.path.basename(p) for p in sweep()) == sorted(later)
