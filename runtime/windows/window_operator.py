@@ -65,6 +65,8 @@ WINDOW_MERGING_SET = ValueStateDescriptor(WINDOW_MERGING_SET_STATE, value_type="
 WINDOW_WATERMARK = ListStateDescriptor("_watermark", value_type="int")
 # live windows the hot path keeps before its table starts again (a bound on its memory)
 _INTERNED_WINDOWS = 4096
+# never equal to a record's timestamp (an int or None)
+_NO_TIMESTAMP = object()
 
 
 def window_contents(kind: str) -> StateDescriptorBase:
@@ -304,17 +306,35 @@ class WindowOperator(StreamOperator):
         last_timestamp: int | None = None
         last_windows: list[LiveWindow] = []
         pruned_at = MIN_WATERMARK  # the watermark the live windows were last pruned at
+        # The fast path: a record of ``fast_timestamp`` falls in one window only, whose end the
+        # watermark has not reached (no late firing, no cleanup), and ``fast_pairs`` are that
+        # window's canonical pairs. A key with an int in the hashmap table is then only read,
+        # merged and stored — what the general path below does for it, without its checks.
+        fast = direct and reuse
+        fast_timestamp: object = _NO_TIMESTAMP
+        fast_pairs: Callable[[Any], tuple[Any, Any] | None] = {}.get
 
         def process(records: Iterable[tuple[Any, int | None]]) -> None:
             """Each ``(value, timestamp)`` record, in order (the watermark does not move meanwhile:
             watermarks arrive between buffers, and nothing here advances it)."""
-            nonlocal last_timestamp, last_windows, pruned_at
+            nonlocal last_timestamp, last_windows, pruned_at, fast_timestamp, fast_pairs
             watermark = timers.watermark
             if watermark != pruned_at:
                 windows.prune(watermark)
-                pruned_at, last_timestamp = watermark, None
+                pruned_at, last_timestamp, fast_timestamp = watermark, None, _NO_TIMESTAMP
             for value, timestamp in records:
                 key = selector(value)  # the backend's current key is set where a state handle needs it
+                if timestamp == fast_timestamp:
+                    pair = fast_pairs(key)
+                    if pair is not None:
+                        current = lookup(pair)
+                        if current.__class__ is int:
+                            updated = merge(value, current)
+                            if updated is not None:
+                                table[pair] = updated
+                            else:
+                                put(pair, updated)
+                            continue
                 if timestamp is None:
                     raise BadInputError(
                         f"operator {uid!r}: an event-time window got a record without a timestamp; "
@@ -326,6 +346,10 @@ class WindowOperator(StreamOperator):
                     found = windows(value, timestamp)
                     if reuse:
                         last_timestamp, last_windows = timestamp, found
+                        if fast and len(found) == 1 and found[0][2] > watermark:
+                            fast_timestamp, fast_pairs = timestamp, found[0][3].get
+                        else:
+                            fast_timestamp = _NO_TIMESTAMP
                 on_time = False
                 for window, namespace, end, pairs in found:
                     cleanup = end + lateness
