@@ -15,6 +15,7 @@ chunks and are checked on the way.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import posixpath
@@ -171,8 +172,20 @@ def _kernel_copy(source: IO[bytes], out: IO[bytes], offset: int, length: int, ur
                 raise
             continue  # nothing written: try the next way
         out.seek(0, os.SEEK_END)  # the stream's notion of its position follows the file's
+        _start_writeback(dst_fd)
         return True
     return False
+
+
+def _start_writeback(fd: int) -> None:
+    """Start writing the file's dirty pages to disk now (Linux starts the writeback of
+    ``POSIX_FADV_DONTNEED``'s range and keeps pages still dirty or under writeback), so the
+    fsync that makes the file durable waits for less: the copy of the next run, and the block
+    checks, overlap the disk. A hint only: it changes no byte and no durability promise."""
+    advise = getattr(os, "posix_fadvise", None)
+    if advise is not None:
+        with contextlib.suppress(OSError):
+            advise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
 
 
 def _kernel_copies(src_fd: int, dst_fd: int) -> list[Callable[[int, int], int]]:
