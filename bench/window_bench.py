@@ -3,7 +3,8 @@
 1,000,000 events over 10,000 keys at parallelism 2, checkpoints every 1 s (asynchronous
 hashmap snapshots to a temporary directory): a collection source with a bounded
 out-of-orderness watermark strategy (100 events per event-time millisecond, so a key has
-about 10 events per window at 10,000 keys), 1 s tumbling
+about 10 events per window at 10,000 keys; each source subtask's split covers the same event
+time, :func:`timed_events`), 1 s tumbling
 event-time windows counting per key (``aggregate``), a discarding sink. In the same run,
 the keyed running count of bench/runtime_bench.py over the same events; the ratio of the two
 throughputs is printed (goal: windows >= 0.5x the running count). Then the same running count
@@ -40,6 +41,23 @@ def _runtime_bench() -> ModuleType:
     return module
 
 
+def timed_events(events: list[str], parallelism: int) -> list[tuple[str, int]]:
+    """``(key, timestamp)`` records at 100 per event-time millisecond in all, in time order within
+    each of the ``parallelism`` even index splits a CollectionSource hands its subtasks, and every
+    split over the same event time (as partitions of one stream are). Timestamps in list order
+    instead would put split ``j`` ``j * len(events) / (100 * parallelism)`` ms ahead of split 0;
+    the watermark (the minimum over the splits) would hold that many ms of windows open per key,
+    and the state, and each snapshot of it, would grow with the number of events."""
+    base, extra = divmod(len(events), parallelism)
+    timed: list[tuple[str, int]] = []
+    start = 0
+    for split in range(parallelism):
+        size = base + (1 if split < extra else 0)
+        timed.extend((events[start + k], k * parallelism // 100) for k in range(size))
+        start += size
+    return timed
+
+
 def run_windows(events: list[str], parallelism: int, interval_ms: int, backend: str) -> tuple[float, int, int]:
     """(seconds, completed checkpoints, fired windows) of the windowed count."""
     from statekit.runtime.environment import StreamEnvironment
@@ -72,7 +90,7 @@ def run_windows(events: list[str], parallelism: int, interval_ms: int, backend: 
             self.fired.append(1)
 
     work = tempfile.mkdtemp(prefix="statekit-window-bench-")
-    timed = [(key, i // 100) for i, key in enumerate(events)]
+    timed = timed_events(events, parallelism)
     strategy = WatermarkStrategy.for_bounded_out_of_orderness(100).with_timestamp_assigner(lambda v, ts: v[1])
     sink = Counting()
     try:
