@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, ClassVar
 
 
 def _runtime_bench() -> ModuleType:
@@ -84,7 +84,7 @@ def run_windows(events: list[str], parallelism: int, interval_ms: int, backend: 
         """Counts the fired windows at about a discarding sink's cost: ``list.append`` is atomic
         under the GIL (a CollectSink takes a lock per record)."""
 
-        fired: list[int] = []
+        fired: ClassVar[list[int]] = []
 
         def invoke(self, value: Any) -> None:
             self.fired.append(1)

@@ -44,6 +44,11 @@ class WindowAssigner(ABC):
     def get_default_trigger(self) -> Trigger:
         """The trigger used unless ``.trigger(...)`` sets another."""
 
+    def same_windows(self, timestamp: int) -> tuple[int, int]:
+        """``[first, end)``: the timestamps around ``timestamp`` that get the windows it gets (of an
+        assigner ``by_timestamp_only``); at least ``timestamp`` itself."""
+        return timestamp, timestamp + 1
+
 
 class _Tumbling(WindowAssigner):
     by_timestamp_only = True
@@ -57,6 +62,10 @@ class _Tumbling(WindowAssigner):
     def assign_windows(self, element: Any, timestamp: int) -> list[Window]:
         start = timestamp - (timestamp - self.offset) % self.size
         return [TimeWindow(start, start + self.size)]
+
+    def same_windows(self, timestamp: int) -> tuple[int, int]:
+        start = timestamp - (timestamp - self.offset) % self.size
+        return start, start + self.size
 
 
 class TumblingEventTimeWindows(_Tumbling):
@@ -101,6 +110,14 @@ class _Sliding(WindowAssigner):
             windows.append(TimeWindow(start, start + self.size))
             start -= self.slide
         return windows
+
+    def same_windows(self, timestamp: int) -> tuple[int, int]:
+        # the windows of t start at the s = offset (mod slide) with t - size < s <= t: the same
+        # last start while t stays in [last, last + slide), the same first start while t - size
+        # stays in [first - slide, first)
+        last = timestamp - (timestamp - self.offset) % self.slide
+        first = last - (last - (timestamp - self.size) - 1) // self.slide * self.slide
+        return max(last, first - self.slide + self.size), min(last + self.slide, first + self.size)
 
 
 class SlidingEventTimeWindows(_Sliding):

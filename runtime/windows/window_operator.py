@@ -300,11 +300,13 @@ class WindowOperator(StreamOperator):
         lookup = table.get if direct else get
         apply, late_tag, uid = self._apply, self.spec.late_tag, self.ctx.uid
         fire = TriggerResult.FIRE
-        # an assigner that depends on the timestamp only: the windows of the last timestamp are
-        # reused (records mostly come in time order); the lists are never changed
-        reuse = self.assigner.by_timestamp_only
-        last_timestamp: int | None = None
+        # an assigner that depends on the timestamp only: the windows of the last assigned
+        # timestamp are reused for every timestamp in [span_first, span_end), the timestamps that
+        # get the same windows (records mostly come in time order); the lists are never changed
+        reuse, same_windows = self.assigner.by_timestamp_only, self.assigner.same_windows
+        span_first = span_end = 0
         last_windows: list[LiveWindow] = []
+        fast_found = False  # whether last_windows is one on-time window (see the fast path)
         pruned_at = MIN_WATERMARK  # the watermark the live windows were last pruned at
         # The fast path: a record of ``fast_timestamp`` falls in one window only, whose end the
         # watermark has not reached (no late firing, no cleanup), and ``fast_pairs`` are that
@@ -317,11 +319,11 @@ class WindowOperator(StreamOperator):
         def process(records: Iterable[tuple[Any, int | None]]) -> None:
             """Each ``(value, timestamp)`` record, in order (the watermark does not move meanwhile:
             watermarks arrive between buffers, and nothing here advances it)."""
-            nonlocal last_timestamp, last_windows, pruned_at, fast_timestamp, fast_pairs
+            nonlocal span_first, span_end, last_windows, fast_found, pruned_at, fast_timestamp, fast_pairs
             watermark = timers.watermark
             if watermark != pruned_at:
                 windows.prune(watermark)
-                pruned_at, last_timestamp, fast_timestamp = watermark, None, _NO_TIMESTAMP
+                pruned_at, span_first, span_end, fast_timestamp = watermark, 0, 0, _NO_TIMESTAMP
             for value, timestamp in records:
                 key = selector(value)  # the backend's current key is set where a state handle needs it
                 if timestamp == fast_timestamp:
@@ -340,13 +342,16 @@ class WindowOperator(StreamOperator):
                         f"operator {uid!r}: an event-time window got a record without a timestamp; "
                         "give the source a WatermarkStrategy with a timestamp assigner"
                     )
-                if timestamp == last_timestamp:
+                if span_first <= timestamp < span_end:
                     found = last_windows
+                    if fast_found:
+                        fast_timestamp = timestamp
                 else:
                     found = windows(value, timestamp)
                     if reuse:
-                        last_timestamp, last_windows = timestamp, found
-                        if fast and len(found) == 1 and found[0][2] > watermark:
+                        (span_first, span_end), last_windows = same_windows(timestamp), found
+                        fast_found = fast and len(found) == 1 and found[0][2] > watermark
+                        if fast_found:
                             fast_timestamp, fast_pairs = timestamp, found[0][3].get
                         else:
                             fast_timestamp = _NO_TIMESTAMP

@@ -14,7 +14,12 @@ from statekit.runtime.side_outputs import OutputTag
 from statekit.runtime.sinks import CollectSink
 from statekit.runtime.sources import CollectionSource
 from statekit.runtime.watermarks import WatermarkStrategy
-from statekit.runtime.windows import ProcessWindowFunction, TimeWindow, TumblingEventTimeWindows
+from statekit.runtime.windows import (
+    ProcessWindowFunction,
+    SlidingEventTimeWindows,
+    TimeWindow,
+    TumblingEventTimeWindows,
+)
 from statekit.runtime.windows.assigners import WindowAssigner
 from statekit.runtime.windows.triggers import EventTimeTrigger, Trigger
 from statekit.runtime.windows.windows import Window
@@ -139,3 +144,23 @@ def test_the_fast_path_fires_what_the_general_path_fires(events: list[tuple[str,
     fast = sums(TumblingEventTimeWindows.of(10), events, lateness, Sum(none_first))
     general = sums(TumblingByElement(10), events, lateness, Sum(none_first))
     assert fast == general
+
+
+@given(size=st.integers(1, 25), slide=st.integers(1, 25), offset=st.integers(0, 24), timestamp=st.integers(-80, 80),
+       sliding=st.booleans())
+def test_same_windows_is_the_whole_run_of_timestamps_with_the_same_windows(size: int, slide: int, offset: int,
+                                                                          timestamp: int, sliding: bool) -> None:
+    """The hot path reuses a timestamp's windows for every timestamp of ``same_windows``: each of
+    them gets the same windows, and the timestamps just outside get others."""
+    assigner: WindowAssigner = (SlidingEventTimeWindows.of(size, slide, offset % slide) if sliding
+                                else TumblingEventTimeWindows.of(size, offset % size))
+    first, end = assigner.same_windows(timestamp)
+    assert first <= timestamp < end
+    windows = assigner.assign_windows(None, timestamp)
+    assert all(assigner.assign_windows(None, t) == windows for t in range(first, end))
+    assert assigner.assign_windows(None, first - 1) != windows
+    assert assigner.assign_windows(None, end) != windows
+
+
+def test_an_assigner_that_reads_the_element_has_windows_of_one_timestamp() -> None:
+    assert SizeFromElement().same_windows(7) == (7, 8)
