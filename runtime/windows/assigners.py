@@ -33,7 +33,7 @@ class WindowAssigner(ABC):
     is_event_time: bool = True
     is_merging: bool = False
     # whether assign_windows depends on the timestamp only (never on the element), so the
-    # windows of a timestamp may be reused for the next record with that timestamp
+    # windows of a timestamp may be reused for the next records of ``same_windows`` timestamps
     by_timestamp_only: bool = False
 
     @abstractmethod
@@ -64,6 +64,8 @@ class _Tumbling(WindowAssigner):
         return [TimeWindow(start, start + self.size)]
 
     def same_windows(self, timestamp: int) -> tuple[int, int]:
+        if type(self).assign_windows is not _Tumbling.assign_windows:  # a subclass's own windows
+            return super().same_windows(timestamp)
         start = timestamp - (timestamp - self.offset) % self.size
         return start, start + self.size
 
@@ -112,6 +114,8 @@ class _Sliding(WindowAssigner):
         return windows
 
     def same_windows(self, timestamp: int) -> tuple[int, int]:
+        if type(self).assign_windows is not _Sliding.assign_windows:  # a subclass's own windows
+            return super().same_windows(timestamp)
         # the windows of t start at the s = offset (mod slide) with t - size < s <= t: the same
         # last start while t stays in [last, last + slide), the same first start while t - size
         # stays in [first - slide, first)

@@ -8,12 +8,14 @@ from typing import Any
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from statekit.runtime.channels import BATCH_HANDLER
 from statekit.runtime.environment import StreamEnvironment
 from statekit.runtime.functions import AggregateFunction
+from statekit.runtime.operators import OperatorContext, Output
 from statekit.runtime.side_outputs import OutputTag
 from statekit.runtime.sinks import CollectSink
 from statekit.runtime.sources import CollectionSource
-from statekit.runtime.watermarks import WatermarkStrategy
+from statekit.runtime.watermarks import TIMESTAMPED_HANDLER, WatermarkStrategy
 from statekit.runtime.windows import (
     ProcessWindowFunction,
     SlidingEventTimeWindows,
@@ -22,6 +24,7 @@ from statekit.runtime.windows import (
 )
 from statekit.runtime.windows.assigners import WindowAssigner
 from statekit.runtime.windows.triggers import EventTimeTrigger, Trigger
+from statekit.runtime.windows.window_operator import WindowOperator, WindowSpec
 from statekit.runtime.windows.windows import Window
 
 
@@ -79,33 +82,46 @@ class TumblingByElement(SizeFromElement):
         return [TimeWindow(start, start + self.size)]
 
 
-class Sum(AggregateFunction):
-    """Sums the records' last field; its accumulator is an int, or None before the first record
-    when ``none_first`` (a value the fast path must hand back to the general path)."""
+class SlidingByElement(SizeFromElement):
+    """Sliding windows (size 10, slide 4) the hot path cannot cache: the reference for the
+    cached sliding assigner."""
 
-    def __init__(self, none_first: bool = False) -> None:
-        self.none_first = none_first
+    def assign_windows(self, element: Any, timestamp: int) -> list[Window]:
+        return SlidingEventTimeWindows.of(10, 4).assign_windows(element, timestamp)
+
+
+class Sum(AggregateFunction):
+    """Sums the records' last field. ``mode``: ``int`` (an int accumulator); ``none_first``
+    (None before the first record); ``none_at_4`` (None, no contents, whenever the sum is 4: an
+    int turned into None); ``list`` (the weights in a list: contents that are not an int)."""
+
+    def __init__(self, mode: str = "int") -> None:
+        self.mode = mode
 
     def create_accumulator(self) -> Any:
-        return None if self.none_first else 0
+        return [] if self.mode == "list" else None if self.mode == "none_first" else 0
 
     def add(self, value: Any, accumulator: Any) -> Any:
+        if self.mode == "list":
+            return [*accumulator, value[3]]
         if accumulator is None:
             return None if value[3] == 0 else value[3]
-        return accumulator + value[3]
+        total = accumulator + value[3]
+        return None if self.mode == "none_at_4" and total == 4 else total
 
     def get_result(self, accumulator: Any) -> Any:
-        return accumulator
+        return sum(accumulator) if self.mode == "list" else accumulator
 
     def merge(self, a: Any, b: Any) -> Any:
         return a + b
 
 
-def sums(assigner: WindowAssigner, events: list[tuple[str, int, int]], lateness: int,
-         function: AggregateFunction) -> tuple[list[tuple[str, int, int, Any]], list[Any]]:
+def sums(assigner: WindowAssigner, events: list[tuple[Any, int, int]], lateness: int, function: AggregateFunction,
+         parallelism: int = 1) -> tuple[list[tuple[Any, int, int, Any]], list[Any]]:
     """(key, window start, window end, sum) per firing, and the late records, of a job over
     ``(key, timestamp, weight)`` records whose watermark follows every record (interval 0) with
-    an out-of-orderness of 3."""
+    an out-of-orderness of 3. With ``parallelism`` 2 the window subtasks see watermarks with no
+    record of their own in between (keys 'a' and 3 go to different subtasks)."""
     env = StreamEnvironment()
     strategy = (WatermarkStrategy.for_bounded_out_of_orderness(3).with_timestamp_assigner(lambda v, ts: v[1])
                 .with_watermark_interval(0))
@@ -120,30 +136,43 @@ def sums(assigner: WindowAssigner, events: list[tuple[str, int, int]], lateness:
     windowed = (env.from_source(CollectionSource([(k, t, 0, w) for k, t, w in events]), "events", strategy)
                 .uid("source").set_parallelism(1)
                 .key_by(lambda v: v[0]).window(assigner).allowed_lateness(lateness).side_output_late_data(late)
-                .aggregate(function, Tag()).uid("windows"))
-    windowed.sink_to(fired).uid("sink")
-    windowed.get_side_output(late).sink_to(dropped).uid("late")
+                .aggregate(function, Tag()).uid("windows").set_parallelism(parallelism))
+    windowed.sink_to(fired).uid("sink").set_parallelism(1)
+    windowed.get_side_output(late).sink_to(dropped).uid("late").set_parallelism(1)
     env.execute("fast path")
-    return sorted(fired.values, key=repr), sorted(dropped.values)
+    return sorted(fired.values, key=repr), sorted(dropped.values, key=repr)
 
 
 # runs of equal records: the fast path serves a record whose timestamp (and key) came just before
-events_strategy = st.lists(st.tuples(st.sampled_from("ab"), st.integers(0, 40), st.integers(0, 3), st.integers(1, 3)),
+events_strategy = st.lists(st.tuples(st.sampled_from(["a", "b", 3]), st.integers(0, 40), st.integers(0, 3),
+                                     st.integers(1, 3)),
                            max_size=25).map(lambda runs: [(k, t, w) for k, t, w, n in runs for _ in range(n)])
+CACHED = {"tumbling": (TumblingEventTimeWindows.of(10), TumblingByElement(10)),
+          "sliding": (SlidingEventTimeWindows.of(10, 4), SlidingByElement())}
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(events=events_strategy, lateness=st.sampled_from([0, 6]), none_first=st.booleans())
-@example(events=[("a", 12, 1), ("a", 14, 1), ("a", 5, 1), ("a", 5, 2)], lateness=6, none_first=False)
-def test_the_fast_path_fires_what_the_general_path_fires(events: list[tuple[str, int, int]], lateness: int,
-                                                         none_first: bool) -> None:
-    """Out-of-order records, late firings within the allowed lateness, dropped records and
-    accumulators that are not ints: the cached tumbling assigner (fast path) and one the hot
-    path cannot cache (general path) give the same firings and the same late records. (The
-    example: two records of a window the watermark passed, within the lateness, each fire.)"""
-    fast = sums(TumblingEventTimeWindows.of(10), events, lateness, Sum(none_first))
-    general = sums(TumblingByElement(10), events, lateness, Sum(none_first))
-    assert fast == general
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(events=events_strategy, lateness=st.sampled_from([0, 6]),
+       mode=st.sampled_from(["int", "none_first", "none_at_4", "list"]),
+       windows=st.sampled_from(sorted(CACHED)), parallelism=st.sampled_from([1, 2]))
+@example(events=[("a", 12, 1), ("a", 14, 1), ("a", 5, 1), ("a", 5, 2)], lateness=6, mode="int",
+         windows="tumbling", parallelism=1)
+@example(events=[("a", 5, 1), (3, 15, 1), ("a", 5, 1), ("a", 5, 1), ("a", 6, 1)], lateness=6, mode="int",
+         windows="tumbling", parallelism=2)
+def test_the_fast_path_fires_what_the_general_path_fires(events: list[tuple[Any, int, int]], lateness: int,
+                                                         mode: str, windows: str, parallelism: int) -> None:
+    """Out-of-order records, late firings within the allowed lateness, dropped records,
+    accumulators that are not ints or turn into None, tumbling and sliding windows, and window
+    subtasks whose watermark moves between their records: the cached assigner (the fast path,
+    windows reused over ``same_windows``) and one the hot path cannot cache (the general path)
+    give the same firings and the same late records. The examples: two records of a window the
+    watermark passed, within the lateness, each fire — also when the watermark moved on a
+    subtask without a record of its own in between (the windows assigned before that watermark,
+    and whether they took the fast path, are not reused after it)."""
+    cached, general = CACHED[windows]
+    fast = sums(cached, events, lateness, Sum(mode), parallelism)
+    reference = sums(general, events, lateness, Sum(mode), parallelism)
+    assert fast == reference
 
 
 @given(size=st.integers(1, 25), slide=st.integers(1, 25), offset=st.integers(0, 24), timestamp=st.integers(-80, 80),
@@ -164,3 +193,85 @@ def test_same_windows_is_the_whole_run_of_timestamps_with_the_same_windows(size:
 
 def test_an_assigner_that_reads_the_element_has_windows_of_one_timestamp() -> None:
     assert SizeFromElement().same_windows(7) == (7, 8)
+
+
+class InPlace(AggregateFunction):
+    """Appends each weight to its list in place (``add`` returns the same list), or keeps an
+    int sum that turns into None (no contents) whenever it reaches 4."""
+
+    def __init__(self, in_place: bool) -> None:
+        self.in_place = in_place
+
+    def create_accumulator(self) -> Any:
+        return [] if self.in_place else 0
+
+    def add(self, value: Any, accumulator: Any) -> Any:
+        if self.in_place:
+            accumulator.append(value[1])
+            return accumulator
+        total = accumulator + value[1]
+        return None if total == 4 else total
+
+    def get_result(self, accumulator: Any) -> Any:
+        return accumulator
+
+    def merge(self, a: Any, b: Any) -> Any:
+        return a + b
+
+
+def window_operator(function: AggregateFunction) -> tuple[WindowOperator, Any, list[Any]]:
+    """A tumbling (10 ms) event-time window operator subtask on the hashmap backend, its batch
+    handler ``(values, timestamps)`` and its output."""
+    spec = WindowSpec(TumblingEventTimeWindows.of(10), EventTimeTrigger(), 0, None, "aggregate", function)
+    op, out = WindowOperator(spec), []
+    op.setup(OperatorContext("w", "w", 0, 1, 128, key_selector=lambda v: v[0]), Output(out.append))
+    op.initialize_state()
+    op.open()
+    return op, getattr(getattr(op.element_handler(), TIMESTAMPED_HANDLER), BATCH_HANDLER), out
+
+
+def test_a_snapshot_keeps_the_contents_it_saw_when_the_record_path_changes_them_in_place() -> None:
+    """Contents that are not an int never take the fast path: the record path reads them copy
+    on write while a snapshot shares the table, so the snapshot keeps what it saw."""
+    op, batch, _ = window_operator(InPlace(in_place=True))
+    batch([("a", 1), ("a", 2)], [1, 1])  # the second record: the timestamp the first one cached
+    snapshot = op.keyed_backend.snapshot()
+    try:
+        batch([("a", 3), ("a", 4)], [1, 2])
+        copies = {table.descriptor.name: data for table, data in snapshot._copies}  # type: ignore[attr-defined]
+        live = {slot.descriptor.name: slot.data for slot in op.keyed_backend.slots()}  # type: ignore[union-attr]
+        (pair, seen), = copies["window-contents"].items()
+        assert seen == [1, 2]
+        assert live["window-contents"][pair] == [1, 2, 3, 4]
+    finally:
+        snapshot.release()
+
+
+def test_an_int_turned_into_none_removes_the_contents_on_the_fast_path() -> None:
+    """``add`` giving None for an int (on the fast path: same timestamp, same key) leaves no
+    entry in the table, as ``put(pair, None)`` does on the general path: a snapshot holds none."""
+    op, batch, _ = window_operator(InPlace(in_place=False))
+    batch([("a", 1), ("a", 3)], [1, 1])  # 1, then 1 + 3 = 4 -> None
+    live = {slot.descriptor.name: slot.data for slot in op.keyed_backend.slots()}  # type: ignore[union-attr]
+    assert dict(live["window-contents"]) == {}
+    batch([("a", 2)], [1])
+    assert list(live["window-contents"].values()) == [2]
+
+
+class Aligned(TumblingEventTimeWindows):
+    """A subclass with windows of its own, [0, 3) and [3, 10) in every 10 ms, still by the
+    timestamp only: it must not be given its parent's ``same_windows``."""
+
+    def assign_windows(self, element: Any, timestamp: int) -> list[Window]:
+        base = timestamp - timestamp % 10
+        return [TimeWindow(base, base + 3) if timestamp % 10 < 3 else TimeWindow(base + 3, base + 10)]
+
+
+class AlignedByElement(Aligned):
+    by_timestamp_only = False
+
+
+def test_a_subclass_with_windows_of_its_own_gets_the_windows_of_each_timestamp() -> None:
+    assert Aligned(10).same_windows(4) == (4, 5)
+    events = [("a", 4, 1), ("a", 3, 1), ("a", 2, 1), ("a", 30, 1)]
+    assert sums(Aligned(10), events, 0, Sum()) == sums(AlignedByElement(10), events, 0, Sum())
