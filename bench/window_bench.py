@@ -43,18 +43,18 @@ def _runtime_bench() -> ModuleType:
 
 def timed_events(events: list[str], parallelism: int) -> list[tuple[str, int]]:
     """``(key, timestamp)`` records at 100 per event-time millisecond in all, in time order within
-    each of the ``parallelism`` even index splits a CollectionSource hands its subtasks, and every
-    split over the same event time (as partitions of one stream are). Timestamps in list order
-    instead would put split ``j`` ``j * len(events) / (100 * parallelism)`` ms ahead of split 0;
-    the watermark (the minimum over the splits) would hold that many ms of windows open per key,
-    and the state, and each snapshot of it, would grow with the number of events."""
-    base, extra = divmod(len(events), parallelism)
+    each of the ``parallelism`` index splits a CollectionSource hands its subtasks
+    (``sources.index_split``), and every split over the same event time (as partitions of one
+    stream are). Timestamps in list order instead would put split ``j`` ``j * len(events) / (100
+    * parallelism)`` ms ahead of split 0; the watermark (the minimum over the splits) would hold
+    that many ms of windows open per key, and the state, and each snapshot of it, would grow
+    with the number of events."""
+    from statekit.runtime.sources import index_split
+
     timed: list[tuple[str, int]] = []
-    start = 0
     for split in range(parallelism):
-        size = base + (1 if split < extra else 0)
-        timed.extend((events[start + k], k * parallelism // 100) for k in range(size))
-        start += size
+        start, end = index_split(0, len(events) - 1, parallelism, split)
+        timed.extend((events[i], (i - start) * parallelism // 100) for i in range(start, end + 1))
     return timed
 
 

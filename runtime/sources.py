@@ -25,6 +25,7 @@ __all__ = [
     "FileSource",
     "NumberSequenceSource",
     "CollectionSource",
+    "index_split",
 ]
 
 
@@ -215,6 +216,14 @@ class _FileSourceReader(SourceReader):
 SPLITS = ListStateDescriptor("splits", value_type="struct<next:int,end:int>")
 
 
+def index_split(first: int, last: int, parallelism: int, subtask: int) -> tuple[int, int]:
+    """The indexes ``[start, end]`` (inclusive; none when ``end < start``) that ``subtask`` of
+    ``parallelism`` reads of ``first..last``: even splits in order, the first ones one longer."""
+    base, extra = divmod(max(0, last - first + 1), parallelism)
+    start = first + subtask * base + min(subtask, extra)
+    return start, start + base + (1 if subtask < extra else 0) - 1
+
+
 class _SplitReader(SourceReader):
     """Reads ``[next, end]`` index splits; the splits are even-split list state."""
 
@@ -229,11 +238,8 @@ class _SplitReader(SourceReader):
         if ctx.is_restored():
             self.splits = [[int(s["next"]), int(s["end"])] for s in self.state.get()]
             return
-        count = self.last - self.first + 1
-        base, extra = divmod(max(0, count), self.ctx.parallelism)
-        start = self.first + self.ctx.subtask * base + min(self.ctx.subtask, extra)
-        size = base + (1 if self.ctx.subtask < extra else 0)
-        self.splits = [[start, start + size - 1]] if size > 0 else []
+        start, end = index_split(self.first, self.last, self.ctx.parallelism, self.ctx.subtask)
+        self.splits = [[start, end]] if start <= end else []
 
     def elements(self, first: int, last: int) -> list[Any]:
         """The records of indexes ``first..last`` (inclusive)."""
