@@ -56,12 +56,6 @@ def snapshots(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     return {"checkpoint": str(checkpoint), "savepoint": str(savepoint), "base": str(base), "texts": str(texts)}
 
 
-@pytest.fixture
-def scratch_root(private_temp: Path) -> Path:
-    """The system temp directory, private to the test: where views put their scratch space."""
-    return private_temp
-
-
 def _counts(reader: SavepointReader) -> dict[Any, Any]:
     return {e.key: e.value for e in reader.read_keyed_state("counter", "count")}
 
@@ -72,7 +66,7 @@ def test_the_checkpoint_is_native_and_incremental(snapshots: dict[str, str]) -> 
     assert any(f.shared for f in metadata.native_files()), "no SST file in the job's shared/"
 
 
-def test_read_keyed_state_equals_the_canonical_savepoint(snapshots: dict[str, str], scratch_root: Path) -> None:
+def test_read_keyed_state_equals_the_canonical_savepoint(snapshots: dict[str, str], private_temp: Path) -> None:
     native = SavepointReader.read(snapshots["checkpoint"])
     expected = _counts(SavepointReader.read(snapshots["savepoint"]))
     assert len(expected) > 100
@@ -80,9 +74,9 @@ def test_read_keyed_state_equals_the_canonical_savepoint(snapshots: dict[str, st
     view = native.canonical().snapshot
     assert isinstance(view, NativeView) and view.url == native.path
     assert view.metadata.format is SnapshotFormat.CANONICAL
-    assert list(scratch_root.iterdir()), "the view keeps its files while it is open"
+    assert list(private_temp.iterdir()), "the view keeps its files while it is open"
     view.close()
-    assert list(scratch_root.iterdir()) == []
+    assert list(private_temp.iterdir()) == []
 
 
 def test_inspect_shows_the_sizes_and_entries_of_the_native_state(snapshots: dict[str, str]) -> None:
@@ -112,7 +106,7 @@ def test_rescale_gives_a_canonical_savepoint_of_the_same_entries(snapshots: dict
 
 
 def test_a_damaged_shared_file_fails_and_leaves_no_scratch(snapshots: dict[str, str], tmp_path: Path,
-                                                           scratch_root: Path) -> None:
+                                                           private_temp: Path) -> None:
     job = Path(snapshots["checkpoint"]).parent
     copy = tmp_path / "job"
     shutil.copytree(job, copy, symlinks=True)
@@ -122,7 +116,7 @@ def test_a_damaged_shared_file_fails_and_leaves_no_scratch(snapshots: dict[str, 
         stream.write(b"x")
     with pytest.raises(CorruptStateError, match="size"):
         canonical_view(snapshot)
-    assert list(scratch_root.iterdir()) == []
+    assert list(private_temp.iterdir()) == []
     assert os.path.getsize(snapshot.file_path(shared.path)) == shared.size + 1  # the snapshot was not touched
 
 
