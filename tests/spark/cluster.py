@@ -23,16 +23,25 @@ import time
 import urllib.request
 from pathlib import Path
 
-__all__ = ["SparkCluster", "free_port", "python_without_statekit"]
+__all__ = ["SparkCluster", "free_port", "free_ports", "python_without_statekit"]
 
 START_TIMEOUT = 120.0
 
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct free ports: every probe stays bound until all are chosen."""
+    probes = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
+    try:
+        for probe in probes:
+            probe.bind(("127.0.0.1", 0))
+        return [int(probe.getsockname()[1]) for probe in probes]
+    finally:
+        for probe in probes:
+            probe.close()
 
 
 def spark_home() -> str:
@@ -47,8 +56,7 @@ class SparkCluster:
     def __init__(self, directory: Path, workers: int = 2) -> None:
         self.directory = directory
         self.workers = workers
-        self.port = free_port()
-        self.ui_port = free_port()
+        self.port, self.ui_port, *self._worker_ports = free_ports(2 + 2 * workers)
         self._procs: list[tuple[subprocess.Popen[bytes], Path]] = []
 
     @property
@@ -76,7 +84,8 @@ class SparkCluster:
                         "--port", str(self.port), "--webui-port", str(self.ui_port))
             for index in range(self.workers):
                 self._spawn(f"worker-{index}", "org.apache.spark.deploy.worker.Worker", self.url,
-                            "--host", "127.0.0.1", "--port", str(free_port()), "--webui-port", str(free_port()),
+                            "--host", "127.0.0.1", "--port", str(self._worker_ports[2 * index]),
+                            "--webui-port", str(self._worker_ports[2 * index + 1]),
                             "--cores", "1", "--memory", "1g",
                             "--work-dir", str(self.directory / f"work-{index}"))
             self._wait_for_workers()
@@ -89,7 +98,8 @@ class SparkCluster:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.ui_port}/json/", timeout=2) as response:
                 state = json.load(response)
-        except OSError:
+        except (OSError, ValueError):
+            # While the master's UI starts, its root page answers every path, /json/ too, as HTML.
             return 0
         return sum(1 for worker in state.get("workers", []) if worker.get("state") == "ALIVE")
 
