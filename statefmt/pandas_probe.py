@@ -42,7 +42,10 @@ def answer_pandas_probe() -> None:
     blocker = _PandasAbsent()
     sys.meta_path.insert(0, blocker)
     try:
-        pa.array([], pa.null())  # the shim's first probe, answered "no pandas"
+        # the shim's first probes, answered "no pandas": pyarrow 26 asks on the first
+        # conversion of an untyped sequence, older versions on any first pa.array
+        pa.array([])
+        pa.array([], pa.null())
     finally:
         sys.meta_path.remove(blocker)
 

@@ -38,6 +38,26 @@ print(json.dumps({"pandas": "pandas" in sys.modules}))
 """
 
 
+UNTYPED = """
+import json, sys
+import pyarrow as pa
+import pyarrow.compute as pc
+pa.array([1, 2])
+pa.array([False])
+pc.equal(pa.array([1], pa.uint32()), 1)
+pa.scalar(3)
+print(json.dumps({"pandas": "pandas" in sys.modules}))
+"""
+
+
+def test_untyped_lists_and_python_scalars_keep_pandas_out_too() -> None:
+    """pyarrow 26 probes again on the first untyped conversion (a list, a Python int handed to
+    a compute function): the hook answers that probe as well."""
+    assert run(UNTYPED)["pandas"] is True
+    assert run(HOOK, UNTYPED)["pandas"] is False
+    assert run("import pyarrow", HOOK, UNTYPED)["pandas"] is False
+
+
 def test_without_the_hook_pyarrow_imports_pandas() -> None:
     """The cost the hook removes is real in this environment (else the next test proves nothing)."""
     assert run(ARRAYS)["pandas"] is True
