@@ -8,12 +8,26 @@ blocks of known checksums needs no pass over the blocks' bytes.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable
 
 __all__ = ["crc32", "crc32_combine", "format_checksum", "parse_checksum", "Crc32"]
 
 
+def _fastest_crc32() -> Callable[[bytes | bytearray | memoryview, int], int]:
+    """ISA-L's CRC-32 (the ``isal`` package: the zlib polynomial with carry-less multiplication,
+    ~30 GB/s here against zlib's ~6), else zlib's own: the same values either way."""
+    try:
+        from isal.isal_zlib import crc32 as isal_crc32
+    except ImportError:  # a platform without its wheel: zlib, slower only
+        return zlib.crc32
+    return isal_crc32
+
+
+_crc32 = _fastest_crc32()
+
+
 def crc32(data: bytes | bytearray | memoryview, value: int = 0) -> int:
-    return zlib.crc32(data, value) & 0xFFFFFFFF
+    return _crc32(data, value) & 0xFFFFFFFF
 
 
 def format_checksum(value: int) -> str:
@@ -105,7 +119,7 @@ class Crc32:
         self.size = 0
 
     def update(self, data: bytes | bytearray | memoryview) -> None:
-        self.value = zlib.crc32(data, self.value)
+        self.value = _crc32(data, self.value)
         self.size += len(data)
 
     def combine(self, checksum: int, length: int) -> None:
