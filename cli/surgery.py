@@ -58,7 +58,8 @@ def rescale(path: str, parallelism: int | None, max_parallelism: int | None, ope
     Same max parallelism: each new subtask's files are assembled from whole key-group
     blocks copied by byte range (checksums verified), no entry decoded.
     --max-parallelism: every entry's key group is recomputed from its key hash and the
-    entries are regrouped and re-sorted, streaming with bounded memory.
+    entries are regrouped and re-sorted, streaming with bounded memory; to a multiple of
+    the old max parallelism, each old block is cut into its new key groups, nothing spilled.
     An Apache Flink canonical savepoint takes --max-parallelism only (docs/FLINK.md): each
     key moves to the key group Flink assigns it, entry bytes copied.
     The source is never modified; OUT appears whole (_metadata last) or not at all.

@@ -14,9 +14,14 @@ Three actions per operator:
   block into one. Operator state is redistributed by mode
   (:mod:`statekit.writers.operator_state_redistribution`).
 * ``regroup`` — a new max parallelism: every entry's key group is recomputed from its stored
-  ``key_hash`` (``key_hash % M2``, vectorized), and entries are regrouped and re-sorted with
-  bounded memory (:class:`statekit.writers.key_group_sorter.KeyGroupSorter`), written in
-  the current format (:func:`statekit.statefmt.encoding.current_write_format`).
+  ``key_hash`` (``key_hash % M2``, vectorized), written in the current format
+  (:func:`statekit.statefmt.encoding.current_write_format`). When ``M2`` is a multiple of the
+  old max parallelism and the old files are in the current format, each old block is cut
+  into its new key groups by sweeps over the old blocks, nothing spilled
+  (:mod:`statekit.writers.key_group_split`), unless that would read the old blocks more than
+  :data:`~statekit.writers.key_group_split.MAX_READS_PER_PARENT` times; otherwise entries
+  are regrouped and re-sorted with bounded memory
+  (:class:`statekit.writers.key_group_sorter.KeyGroupSorter`). Both give the same bytes.
 
 Guarantees: the source is only read; the output directory appears whole (``_metadata``
 last) or not at all, so a damaged source (bad block CRC, truncated file, wrong size) fails
@@ -25,10 +30,13 @@ the whole rescale with nothing at the output. The output is a canonical savepoin
 
 from __future__ import annotations
 
+import posixpath
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +45,7 @@ from statekit.readers.savepoint_reader import SavepointReader
 from statekit.statefmt import layout
 from statekit.statefmt.encoding import BlockCodec, current_write_format, is_serialized, keyed_schema
 from statekit.statefmt.entries import StateCodec
-from statekit.statefmt.errors import BadInputError, StateNotFoundError
+from statekit.statefmt.errors import BadInputError, CorruptStateError, StateNotFoundError
 from statekit.statefmt.fileio import FileIO
 from statekit.statefmt.keygroups import (
     KeyGroupRange,
@@ -46,8 +54,15 @@ from statekit.statefmt.keygroups import (
     subtask_skew,
 )
 from statekit.statefmt.metadata import OperatorMetadata, StateDescriptor, StateFile, SubtaskState
-from statekit.statefmt.statefile import IndexEntry
-from statekit.writers.key_group_sorter import DEFAULT_MEMORY_BUDGET, DuplicateMode, KeyGroupSorter, sort_key_group_table
+from statekit.statefmt.statefile import IndexEntry, StateFileWriter
+from statekit.writers.key_group_sorter import (
+    DEFAULT_MEMORY_BUDGET,
+    DuplicateMode,
+    KeyGroupSorter,
+    in_block_order,
+    sort_key_group_table,
+)
+from statekit.writers.key_group_split import MAX_READS_PER_PARENT, children, split_reads, split_schedule
 from statekit.writers.metadata_builder import SnapshotMetadataBuilder, subtask_states
 from statekit.writers.operator_copy import copy_operator
 from statekit.writers.operator_state_redistribution import planned_operator_elements, redistribute_operator_state
@@ -69,6 +84,7 @@ __all__ = [
 
 COPY, RESCALE, REGROUP = "copy", "rescale", "regroup"
 _WRITERS = 2
+_SPLIT_AHEAD = 8  # new blocks cut and not yet written, at most (memory: about as many blocks)
 
 
 def keyed_file_size(block_bytes: int, blocks: int, header_size: int = layout.STATE_FILE_HEADER.size) -> int:
@@ -644,6 +660,11 @@ class _Job:
         # a version whose order sorts by key hash first the same way
         in_order = target.max_parallelism % op.max_parallelism == 0 and \
             all(c.version == version for c in index.codecs)
+        if in_order and target.max_parallelism % op.max_parallelism == 0:
+            ranges = [target.new_range(i) for i in range(target.parallelism)]
+            steps = split_schedule(op.max_parallelism, target.max_parallelism, ranges)
+            if split_reads(steps, op.max_parallelism) <= MAX_READS_PER_PARENT:
+                return self._split_state(io, directory, target, index, forms)
         with KeyGroupSorter(target.max_parallelism, target.parallelism, memory_budget=self.memory_budget,
                             expected_bytes=expected, duplicates=DuplicateMode.LAST, spill_dir=self.spill_dir,
                             presorted=in_order, version=version) as sorter:
@@ -658,6 +679,93 @@ class _Job:
                 return write_keyed_file(io, directory, relative, state, recorded), groups
 
             return sorter.drain(write)
+
+
+    def _split_state(self, io: FileIO, directory: str, target: _Target, index: _KeyedIndex,
+                     forms: _ValueConformer) -> list[tuple[StateFile, set[int]]]:
+        """Write the new files of a state whose new max parallelism is a multiple of the old
+        one by sweeps over the old blocks (:mod:`statekit.writers.key_group_split`), nothing
+        spilled. This thread reads, checks and cuts the old blocks; a writer thread encodes
+        and writes the new blocks in the order they are cut (at most :data:`_SPLIT_AHEAD`
+        waiting), and finishes each new file (index, footer, fsync) after its last key group
+        while the sweeps go on."""
+        op = target.op
+        state = index.state
+        version = current_write_format().version
+        owners = {e.key_group: f for f in index.files for e in f.index}
+        lengths = {e.key_group: e.length for f in index.files for e in f.index}
+        per_row = sum(f.file.size for f in index.files) / max(1, sum(e.entries for f in index.files for e in f.index))
+        ranges = [target.new_range(i) for i in range(target.parallelism)]
+        groups: list[set[int]] = [set() for _ in ranges]
+        written: list[StateFile | None] = [None] * len(ranges)
+        with ExitStack() as stack:
+            by_index = {st.index: st for st in op.subtasks}
+            sources = {id(f): stack.enter_context(self.reader.open_subtask_file(op, by_index[f.subtask], f.file))
+                       for f in index.files}
+            outputs: list[tuple[str, StateFileWriter, ExitStack]] = []
+            for i in range(len(ranges)):
+                relative = layout.state_file_path(op.uid, state, i, target.parallelism)
+                closing = stack.enter_context(ExitStack())  # closed early by finish(i), else on the way out
+                out = closing.enter_context(io.open_output(posixpath.join(directory, relative)))
+                outputs.append((relative, StateFileWriter(out, layout.FILE_KIND_KEYED, path=relative), closing))
+            pool = ThreadPoolExecutor(max_workers=1)
+            stack.callback(pool.shutdown, wait=True, cancel_futures=True)  # before any output closes
+            pending: deque[Future[None]] = deque()
+
+            def write(i: int, key_group: int, child: pa.RecordBatch) -> None:
+                outputs[i][1].write_block(key_group, child)
+                self._tick(state, child.num_rows * per_row)
+
+            def finish(i: int) -> None:
+                relative, writer, closing = outputs[i]
+                summary = writer.finish()
+                closing.close()
+                written[i] = StateFile(state, relative, summary.size, summary.checksum, summary.entries)
+
+            def submit(task: Callable[..., None], *args: Any) -> None:
+                pending.append(pool.submit(task, *args))
+                while pending and (len(pending) > _SPLIT_AHEAD or pending[0].done()):
+                    pending.popleft().result()  # a failed write fails the split here
+
+            for step in split_schedule(op.max_parallelism, target.max_parallelism, ranges):
+                old = owners.get(step.parent)
+                if old is not None:
+                    parent = sources[id(old)].read_block(step.parent)
+                    assert parent is not None
+                    if step.parent in lengths:
+                        self._advance(old.file.path, lengths.pop(step.parent))  # read progress, once per block
+                    parent = _ordered_parent(forms.conform(parent), op.max_parallelism, step.parent, version,
+                                             old.file.path)
+                    cut = children(parent, target.max_parallelism, [k for _, k in step.targets])
+                    for (i, key_group), child in zip(step.targets, cut):
+                        if child.num_rows:
+                            groups[i].add(key_group)
+                            submit(write, i, key_group, child)
+                for i, key_group in step.targets:
+                    if key_group == ranges[i].end:
+                        submit(finish, i)
+            while pending:
+                pending.popleft().result()
+        done = [file for file in written if file is not None]
+        assert len(done) == len(written), "every new subtask ends at the last key group of its range"
+        return list(zip(done, groups))
+
+
+def _ordered_parent(batch: pa.RecordBatch, max_parallelism: int, key_group: int, version: int,
+                    path: str) -> pa.RecordBatch:
+    """An old block in the entry order of ``version``, its entries unique (sorted and resolved as
+    the sorter does when they are not); an entry of another key group is corruption."""
+    import pyarrow as pa
+
+    if in_block_order(batch, max_parallelism, key_group, version):
+        return batch
+    blocks = list(sort_key_group_table(pa.Table.from_batches([batch]), max_parallelism, DuplicateMode.LAST,
+                                       presorted=True, version=version))
+    foreign = [g for g, _ in blocks if g != key_group]
+    if foreign:
+        raise CorruptStateError(f"the block holds entries of key group {foreign[0]} (key_hash % {max_parallelism})",
+                                path=path, key_group=key_group)
+    return blocks[0][1]
 
 
 class _ValueConformer:
