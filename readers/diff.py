@@ -51,7 +51,7 @@ from statekit.readers.savepoint_reader import SavepointReader
 from statekit.readers.typed_columns import python_values, to_json_text
 from statekit.readers.window_state import window_of_namespace, window_state_role
 from statekit.statefmt.encoding import is_serialized, keyed_schema
-from statekit.statefmt.entries import StateCodec
+from statekit.statefmt.entries import StateCodec, hash_sort_indices
 from statekit.statefmt.errors import BadInputError, StateNotFoundError
 from statekit.statefmt.metadata import OperatorMetadata, StateDescriptor, StateKind
 from statekit.statefmt.spill import ArrowSpill
@@ -692,12 +692,12 @@ def compare_rows(a: pa.Table, b: pa.Table, counts: _Counts, sink: DifferenceSink
 
 
 def _sorted(table: pa.Table) -> pa.Table:
-    """Rows in the canonical order of identities: (key hash, key, namespace, user key)."""
-    import pyarrow.compute as pc
-
+    """Rows in the canonical order of identities: (key hash, key, namespace, user key), by a
+    radix sort of the key hashes (one key group: max parallelism 1), then of each run of
+    equal hashes by the other columns."""
     if table.num_rows < 2:
         return table
-    return table.take(pc.sort_indices(table, sort_keys=[(c, "ascending") for c in _SORT_COLUMNS]))
+    return table.take(hash_sort_indices(table, 1, list(_SORT_COLUMNS[1:])))
 
 
 # ---------------------------------------------------------------- keyed state, different max parallelism
