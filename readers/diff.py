@@ -42,6 +42,7 @@ import json
 import math
 from collections import Counter
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -691,6 +692,15 @@ def compare_rows(a: pa.Table, b: pa.Table, counts: _Counts, sink: DifferenceSink
         }))
 
 
+def _sorted_pair(a: pa.Table, b: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """Both sides of a bucket :func:`_sorted`, side b in a second thread (the radix sort and
+    the take release the GIL), each combined into one chunk."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        other = pool.submit(lambda: _sorted(b).combine_chunks())
+        first = _sorted(a).combine_chunks()
+        return first, other.result()
+
+
 def _sorted(table: pa.Table) -> pa.Table:
     """Rows in the canonical order of identities: (key hash, key, namespace, user key), by a
     radix sort of the key hashes (one key group: max parallelism 1), then of each run of
@@ -714,9 +724,9 @@ def _diff_regrouped(ra: SavepointReader, rb: SavepointReader, pair: StatePair, c
     chunks = _Chunks(_identity(pair.descriptor), counts, sink, form)
     with _GroupSource(ra, pair.op_a, pair.name) as side_a, _GroupSource(rb, pair.op_b, pair.name) as side_b:
         for bucket in range(buckets):
-            a = _sorted(form.concat([form.conform("a", x) for x in side_a.bucket(bucket, buckets)]))
-            b = _sorted(form.concat([form.conform("b", x) for x in side_b.bucket(bucket, buckets)]))
-            chunks.add_pair(a.combine_chunks(), b.combine_chunks())
+            a = form.concat([form.conform("a", x) for x in side_a.bucket(bucket, buckets)])
+            b = form.concat([form.conform("b", x) for x in side_b.bucket(bucket, buckets)])
+            chunks.add_pair(*_sorted_pair(a, b))
     chunks.flush()
     counts.compared += pair.op_a.max_parallelism
 
@@ -799,7 +809,7 @@ def _diff_by_hash(ra: SavepointReader, rb: SavepointReader, pair: StatePair, cou
             rows = {side: spill.load(f"{side}-{bucket}") for side in sides}
             if direct is not None and source is not None:
                 rows[direct[0]] = form.concat([form.conform(direct[0], x) for x in source.bucket(bucket, buckets)])
-            chunks.add_pair(_sorted(rows["a"]).combine_chunks(), _sorted(rows["b"]).combine_chunks())
+            chunks.add_pair(*_sorted_pair(rows["a"], rows["b"]))
             chunks.flush()
     counts.compared += pair.op_a.max_parallelism
 
