@@ -54,7 +54,7 @@ from statekit.statefmt.keygroups import (
     subtask_skew,
 )
 from statekit.statefmt.metadata import OperatorMetadata, StateDescriptor, StateFile, SubtaskState
-from statekit.statefmt.statefile import IndexEntry, StateFileWriter
+from statekit.statefmt.statefile import IndexEntry, StateFileReader, StateFileWriter
 from statekit.writers.key_group_sorter import (
     DEFAULT_MEMORY_BUDGET,
     DuplicateMode,
@@ -62,7 +62,7 @@ from statekit.writers.key_group_sorter import (
     in_block_order,
     sort_key_group_table,
 )
-from statekit.writers.key_group_split import MAX_READS_PER_PARENT, children, split_reads, split_schedule
+from statekit.writers.key_group_split import MAX_READS_PER_PARENT, SplitStep, children, split_reads, split_schedule
 from statekit.writers.metadata_builder import SnapshotMetadataBuilder, subtask_states
 from statekit.writers.operator_copy import copy_operator
 from statekit.writers.operator_state_redistribution import planned_operator_elements, redistribute_operator_state
@@ -84,7 +84,8 @@ __all__ = [
 
 COPY, RESCALE, REGROUP = "copy", "rescale", "regroup"
 _WRITERS = 2
-_SPLIT_AHEAD = 8  # new blocks cut and not yet written, at most (memory: about as many blocks)
+_SPLIT_AHEAD = 4  # old blocks cut ahead, and new blocks cut and not yet written, at most
+_CUTTERS = 2  # threads reading, checking and cutting old blocks for a split
 
 
 def keyed_file_size(block_bytes: int, blocks: int, header_size: int = layout.STATE_FILE_HEADER.size) -> int:
@@ -685,10 +686,12 @@ class _Job:
                      forms: _ValueConformer) -> list[tuple[StateFile, set[int]]]:
         """Write the new files of a state whose new max parallelism is a multiple of the old
         one by sweeps over the old blocks (:mod:`statekit.writers.key_group_split`), nothing
-        spilled. This thread reads, checks and cuts the old blocks; a writer thread encodes
-        and writes the new blocks in the order they are cut (at most :data:`_SPLIT_AHEAD`
-        waiting), and finishes each new file (index, footer, fsync) after its last key group
-        while the sweeps go on."""
+        spilled. :data:`_CUTTERS` threads read, check and cut the old blocks, up to
+        :data:`_SPLIT_AHEAD` steps ahead, each through readers of its own; this thread hands
+        the new blocks, in schedule order, to a writer thread, which encodes and writes them
+        (at most :data:`_SPLIT_AHEAD` waiting) and finishes each new file (index, footer, fsync)
+        after its last key group while the sweeps go on. Pyarrow's compute, the reads, the
+        CRCs and the writes release the GIL."""
         op = target.op
         state = index.state
         version = current_write_format().version
@@ -698,10 +701,37 @@ class _Job:
         ranges = [target.new_range(i) for i in range(target.parallelism)]
         groups: list[set[int]] = [set() for _ in ranges]
         written: list[StateFile | None] = [None] * len(ranges)
+        by_index = {st.index: st for st in op.subtasks}
+        local = threading.local()  # each cutting thread reads through readers of its own
+        opened = threading.Lock()
         with ExitStack() as stack:
-            by_index = {st.index: st for st in op.subtasks}
-            sources = {id(f): stack.enter_context(self.reader.open_subtask_file(op, by_index[f.subtask], f.file))
-                       for f in index.files}
+            sources = stack.enter_context(ExitStack())  # closed after both pools have stopped
+
+            def source(old: _OldFile) -> StateFileReader:
+                readers: dict[int, StateFileReader] | None = getattr(local, "readers", None)
+                if readers is None:
+                    readers = local.readers = {}
+                reader = readers.get(id(old))
+                if reader is None:
+                    with opened:
+                        reader = sources.enter_context(self.reader.open_subtask_file(op, by_index[old.subtask],
+                                                                                     old.file))
+                    readers[id(old)] = reader
+                return reader
+
+            def cut(step: SplitStep) -> list[pa.RecordBatch] | None:
+                old = owners.get(step.parent)
+                if old is None:
+                    return None  # an old key group without entries has none to give
+                parent = source(old).read_block(step.parent)
+                assert parent is not None
+                length = lengths.pop(step.parent, None)
+                if length is not None:
+                    self._advance(old.file.path, length)  # read progress, once per block
+                parent = _ordered_parent(forms.conform(parent), op.max_parallelism, step.parent, version,
+                                         old.file.path)
+                return children(parent, target.max_parallelism, [k for _, k in step.targets])
+
             outputs: list[tuple[str, StateFileWriter, ExitStack]] = []
             for i in range(len(ranges)):
                 relative = layout.state_file_path(op.uid, state, i, target.parallelism)
@@ -710,6 +740,8 @@ class _Job:
                 outputs.append((relative, StateFileWriter(out, layout.FILE_KIND_KEYED, path=relative), closing))
             pool = ThreadPoolExecutor(max_workers=1)
             stack.callback(pool.shutdown, wait=True, cancel_futures=True)  # before any output closes
+            cutters = ThreadPoolExecutor(max_workers=_CUTTERS)
+            stack.callback(cutters.shutdown, wait=True, cancel_futures=True)
             pending: deque[Future[None]] = deque()
 
             def write(i: int, key_group: int, child: pa.RecordBatch) -> None:
@@ -727,20 +759,20 @@ class _Job:
                 while pending and (len(pending) > _SPLIT_AHEAD or pending[0].done()):
                     pending.popleft().result()  # a failed write fails the split here
 
-            for step in split_schedule(op.max_parallelism, target.max_parallelism, ranges):
-                old = owners.get(step.parent)
-                if old is not None:
-                    parent = sources[id(old)].read_block(step.parent)
-                    assert parent is not None
-                    if step.parent in lengths:
-                        self._advance(old.file.path, lengths.pop(step.parent))  # read progress, once per block
-                    parent = _ordered_parent(forms.conform(parent), op.max_parallelism, step.parent, version,
-                                             old.file.path)
-                    cut = children(parent, target.max_parallelism, [k for _, k in step.targets])
-                    for (i, key_group), child in zip(step.targets, cut):
-                        if child.num_rows:
-                            groups[i].add(key_group)
-                            submit(write, i, key_group, child)
+            steps = split_schedule(op.max_parallelism, target.max_parallelism, ranges)
+            cuts: deque[Future[list[pa.RecordBatch] | None]] = deque()
+            ahead = iter(steps)
+            for step in steps:  # cut up to _SPLIT_AHEAD steps ahead; written in schedule order
+                while len(cuts) <= _SPLIT_AHEAD:
+                    upcoming = next(ahead, None)
+                    if upcoming is None:
+                        break
+                    cuts.append(cutters.submit(cut, upcoming))
+                pieces = cuts.popleft().result()
+                for (i, key_group), child in zip(step.targets, pieces or ()):
+                    if child.num_rows:
+                        groups[i].add(key_group)
+                        submit(write, i, key_group, child)
                 for i, key_group in step.targets:
                     if key_group == ranges[i].end:
                         submit(finish, i)
