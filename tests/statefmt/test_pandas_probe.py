@@ -165,3 +165,23 @@ def test_a_job_run_by_the_launcher_writes_its_snapshots_without_importing_pandas
                       "pandas": "pandas" in sys.modules}}))
     """
     assert run(code) == {"code": 0, "savepoint": 1, "pandas": False}
+
+
+def test_an_embedded_job_writes_its_checkpoints_without_importing_pandas(tmp_path: Path) -> None:
+    """``env.execute`` in a user's own program installs the hook too (no launcher involved)."""
+    code = f"""
+    import glob, json, sys
+    from statekit.runtime.environment import StreamEnvironment
+    from statekit.runtime.sinks import DiscardingSink
+
+    env = StreamEnvironment().set_parallelism(2)
+    env.enable_checkpointing(20, checkpoint_storage={str(tmp_path / "chk")!r})
+    (env.from_collection([f"k{{i % 100}}" for i in range(200000)], "events").uid("events")
+        .key_by(lambda k: k).reduce(lambda a, b: a).uid("reduce")
+        .sink_to(DiscardingSink(), "sink").uid("sink"))
+    handle = env.execute_async("probe")
+    handle.wait()
+    print(json.dumps({{"checkpoints": handle.checkpoint_stats()["counts"]["completed"] > 0,
+                      "pandas": "pandas" in sys.modules}}))
+    """
+    assert run(code) == {"checkpoints": True, "pandas": False}
