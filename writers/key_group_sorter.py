@@ -412,9 +412,9 @@ def in_block_order(batch: pa.RecordBatch, max_parallelism: int, key_group: int, 
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    if version == 1 or batch.num_rows == 0:
-        return False
     hashes = batch.column("key_hash")
+    if version == 1 or batch.num_rows == 0 or hashes.null_count:
+        return False
     groups = pc.remainder(hashes, pa.scalar(max_parallelism, hashes.type))
     if not pc.all(pc.equal(groups, pa.scalar(key_group, groups.type))).as_py():
         return False

@@ -26,11 +26,15 @@ from statekit.statefmt.keygroups import KeyGroupRange
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["SplitStep", "children", "split_schedule", "split_reads"]
+__all__ = ["MAX_READS_PER_PARENT", "MAX_SPLIT_OUTPUTS", "SplitStep", "children", "split_schedule", "split_reads"]
 
 MAX_READS_PER_PARENT = 3
 """A split reads each parent at most this many times (sweeps); more, and the rescale
 regroups through :class:`~statekit.writers.key_group_sorter.KeyGroupSorter` instead."""
+
+MAX_SPLIT_OUTPUTS = 64
+"""A split writes every new file at once (a file descriptor and a 1 MiB write buffer each);
+more new subtasks than this, and the rescale regroups through the sorter instead."""
 
 
 @dataclass(frozen=True)
@@ -43,21 +47,28 @@ class SplitStep:
 
 def split_schedule(old_max: int, new_max: int, ranges: Sequence[KeyGroupRange]) -> list[SplitStep]:
     """The sweeps of a split from ``old_max`` to ``new_max`` key groups (a multiple) into new
-    subtasks of ``ranges``, as steps in reading order."""
+    subtasks of ``ranges``, as steps in reading order. Work: one visit per new key group and
+    per old key group of each sweep (subtasks wait in lists by the old key group they need)."""
     if old_max <= 0 or new_max % old_max:
         raise ValueError(f"max parallelism {new_max} is not a multiple of {old_max}")
+    waiting: dict[int, list[int]] = {}  # old key group -> subtasks whose next key group it holds
     cursor = [r.start for r in ranges]
+    for i, r in enumerate(ranges):
+        if r.start <= r.end:
+            waiting.setdefault(r.start % old_max, []).append(i)
     steps: list[SplitStep] = []
-    while any(cursor[i] <= r.end for i, r in enumerate(ranges)):
+    while waiting:
         for parent in range(old_max):
+            subtasks = waiting.pop(parent, None)
+            if subtasks is None:
+                continue
             targets = []
-            for i, r in enumerate(ranges):
-                k = cursor[i]
-                if k <= r.end and k % old_max == parent:
-                    targets.append((i, k))
-                    cursor[i] = k + 1
-            if targets:
-                steps.append(SplitStep(parent, tuple(targets)))
+            for i in sorted(subtasks):
+                targets.append((i, cursor[i]))
+                cursor[i] += 1
+                if cursor[i] <= ranges[i].end:
+                    waiting.setdefault(cursor[i] % old_max, []).append(i)
+            steps.append(SplitStep(parent, tuple(targets)))
     return steps
 
 

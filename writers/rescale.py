@@ -62,7 +62,14 @@ from statekit.writers.key_group_sorter import (
     in_block_order,
     sort_key_group_table,
 )
-from statekit.writers.key_group_split import MAX_READS_PER_PARENT, SplitStep, children, split_reads, split_schedule
+from statekit.writers.key_group_split import (
+    MAX_READS_PER_PARENT,
+    MAX_SPLIT_OUTPUTS,
+    SplitStep,
+    children,
+    split_reads,
+    split_schedule,
+)
 from statekit.writers.metadata_builder import SnapshotMetadataBuilder, subtask_states
 from statekit.writers.operator_copy import copy_operator
 from statekit.writers.operator_state_redistribution import planned_operator_elements, redistribute_operator_state
@@ -661,11 +668,13 @@ class _Job:
         # a version whose order sorts by key hash first the same way
         in_order = target.max_parallelism % op.max_parallelism == 0 and \
             all(c.version == version for c in index.codecs)
-        if in_order and target.max_parallelism % op.max_parallelism == 0:
+        # the split keeps every new file open: local files only (an object store's writer
+        # buffers a part per file), at most MAX_SPLIT_OUTPUTS of them; version 2 blocks only
+        if in_order and version >= 2 and io.is_local and target.parallelism <= MAX_SPLIT_OUTPUTS:
             ranges = [target.new_range(i) for i in range(target.parallelism)]
             steps = split_schedule(op.max_parallelism, target.max_parallelism, ranges)
             if split_reads(steps, op.max_parallelism) <= MAX_READS_PER_PARENT:
-                return self._split_state(io, directory, target, index, forms)
+                return self._split_state(io, directory, target, index, forms, steps)
         with KeyGroupSorter(target.max_parallelism, target.parallelism, memory_budget=self.memory_budget,
                             expected_bytes=expected, duplicates=DuplicateMode.LAST, spill_dir=self.spill_dir,
                             presorted=in_order, version=version) as sorter:
@@ -683,11 +692,11 @@ class _Job:
 
 
     def _split_state(self, io: FileIO, directory: str, target: _Target, index: _KeyedIndex,
-                     forms: _ValueConformer) -> list[tuple[StateFile, set[int]]]:
+                     forms: _ValueConformer, steps: list[SplitStep]) -> list[tuple[StateFile, set[int]]]:
         """Write the new files of a state whose new max parallelism is a multiple of the old
         one by sweeps over the old blocks (:mod:`statekit.writers.key_group_split`), nothing
         spilled. :data:`_CUTTERS` threads read, check and cut the old blocks, up to
-        :data:`_SPLIT_AHEAD` steps ahead, each through readers of its own; this thread hands
+        :data:`_SPLIT_AHEAD` steps ahead, each through a reader of its own; this thread hands
         the new blocks, in schedule order, to a writer thread, which encodes and writes them
         (at most :data:`_SPLIT_AHEAD` waiting) and finishes each new file (index, footer, fsync)
         after its last key group while the sweeps go on. Pyarrow's compute, the reads, the
@@ -702,22 +711,39 @@ class _Job:
         groups: list[set[int]] = [set() for _ in ranges]
         written: list[StateFile | None] = [None] * len(ranges)
         by_index = {st.index: st for st in op.subtasks}
-        local = threading.local()  # each cutting thread reads through readers of its own
-        opened = threading.Lock()
-        with ExitStack() as stack:
-            sources = stack.enter_context(ExitStack())  # closed after both pools have stopped
+        # Each cutting thread reads through one reader of its own at a time: a sweep reads the
+        # old files one after another, so a thread reopens a file at most once per sweep.
+        open_readers: dict[int, tuple[_OldFile, StateFileReader, ExitStack]] = {}  # by thread
+        registry = threading.Lock()
 
-            def source(old: _OldFile) -> StateFileReader:
-                readers: dict[int, StateFileReader] | None = getattr(local, "readers", None)
-                if readers is None:
-                    readers = local.readers = {}
-                reader = readers.get(id(old))
-                if reader is None:
-                    with opened:
-                        reader = sources.enter_context(self.reader.open_subtask_file(op, by_index[old.subtask],
-                                                                                     old.file))
-                    readers[id(old)] = reader
-                return reader
+        def source(old: _OldFile) -> StateFileReader:
+            thread = threading.get_ident()
+            with registry:
+                current = open_readers.get(thread)
+            if current is not None and current[0] is old:
+                return current[1]
+            with registry:
+                open_readers.pop(thread, None)
+            if current is not None:
+                current[2].close()
+            closing = ExitStack()
+            try:
+                reader = closing.enter_context(self.reader.open_subtask_file(op, by_index[old.subtask], old.file))
+            except BaseException:
+                closing.close()
+                raise
+            with registry:
+                open_readers[thread] = (old, reader, closing)
+            return reader
+
+        def close_readers() -> None:
+            with registry:
+                for _, _, closing in open_readers.values():
+                    closing.close()
+                open_readers.clear()
+
+        with ExitStack() as stack:
+            stack.callback(close_readers)  # after both pools have stopped (callbacks run last first)
 
             def cut(step: SplitStep) -> list[pa.RecordBatch] | None:
                 old = owners.get(step.parent)
@@ -759,7 +785,6 @@ class _Job:
                 while pending and (len(pending) > _SPLIT_AHEAD or pending[0].done()):
                     pending.popleft().result()  # a failed write fails the split here
 
-            steps = split_schedule(op.max_parallelism, target.max_parallelism, ranges)
             cuts: deque[Future[list[pa.RecordBatch] | None]] = deque()
             ahead = iter(steps)
             for step in steps:  # cut up to _SPLIT_AHEAD steps ahead; written in schedule order
@@ -789,8 +814,8 @@ def _ordered_parent(batch: pa.RecordBatch, max_parallelism: int, key_group: int,
     the sorter does when they are not); an entry of another key group is corruption."""
     import pyarrow as pa
 
-    if in_block_order(batch, max_parallelism, key_group, version):
-        return batch
+    if not batch.num_rows or in_block_order(batch, max_parallelism, key_group, version):
+        return batch  # an empty block (valid, if pointless) has no entries to cut
     blocks = list(sort_key_group_table(pa.Table.from_batches([batch]), max_parallelism, DuplicateMode.LAST,
                                        presorted=True, version=version))
     foreign = [g for g, _ in blocks if g != key_group]

@@ -214,3 +214,95 @@ def test_children_cut_a_parent_by_the_new_key_group_in_its_order(
         hashes = child.column("key_hash").to_pylist()
         assert all(h % 32 == k for h in hashes) and hashes == sorted(hashes)
     assert children(cut[0], 32, [wanted[0]]) == [cut[0]]  # a parent that is one child whole
+
+
+def test_an_empty_old_block_gives_no_entries_and_no_error(tmp_path: Path, split_calls: list[int],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A block of 0 entries passes verify (found by review: the split raised IndexError)."""
+    import statekit.statefmt.statefile as statefile
+
+    original = statefile.StateFileWriter.write_blocks
+
+    def with_an_empty_first_block(self: Any, groups: Any) -> None:
+        groups = list(groups)
+        if groups and groups[0][0] > 0:
+            if self.codec is None:
+                self._start(statefile.BlockCodec.for_writing(self._kind, groups[0][1].schema,
+                                                             statefile.current_write_format()))
+            self._write_parts(0, 0, self.codec.encode_parts(groups[0][1].slice(0, 0)))
+        original(self, groups)
+
+    monkeypatch.setattr(statefile.StateFileWriter, "write_blocks", with_an_empty_first_block)
+    SavepointWriter.new_savepoint(64).with_operator(
+        "op", {VALUE: [(f"key-{i}", i) for i in range(3, 40)]}, parallelism=1).write(str(tmp_path / "source"))
+    monkeypatch.setattr(statefile.StateFileWriter, "write_blocks", original)
+    assert [(g, b.num_rows) for g, b in blocks_of(str(tmp_path / "source"))][0] == (0, 0)
+    rescale_savepoint(str(tmp_path / "source"), str(tmp_path / "split"), max_parallelism=128, parallelism=2)
+    assert split_calls == [1]
+    monkeypatch.setattr(rescale_module, "MAX_READS_PER_PARENT", 0)
+    rescale_savepoint(str(tmp_path / "source"), str(tmp_path / "sorted"), max_parallelism=128, parallelism=2)
+    assert state_files(str(tmp_path / "split")) == state_files(str(tmp_path / "sorted"))
+
+
+def test_a_cutting_thread_holds_one_old_file_open_at_a_time(tmp_path: Path, split_calls: list[int],
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by review: every cutter kept every old file open (file descriptors: 2 x old
+    parallelism, on top of the new files)."""
+    import contextlib
+    import threading
+
+    source = write_source(str(tmp_path), [f"key-{i}" for i in range(3000)], 64, 32)
+    reader_type = type(SavepointReader.read(source))
+    original = reader_type.open_subtask_file
+    open_now, most = [0], [0]
+    lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def counted(self: Any, *args: Any) -> Iterator[Any]:
+        with original(self, *args) as reader:
+            with lock:
+                open_now[0] += 1
+                most[0] = max(most[0], open_now[0])
+            try:
+                yield reader
+            finally:
+                with lock:
+                    open_now[0] -= 1
+
+    monkeypatch.setattr(reader_type, "open_subtask_file", counted)
+    rescale_savepoint(source, str(tmp_path / "out"), max_parallelism=128, parallelism=4)
+    assert split_calls == [1, 1]
+    assert most[0] <= rescale_module._CUTTERS and open_now[0] == 0
+    assert verify_snapshot(str(tmp_path / "out")).ok
+
+
+@pytest.mark.parametrize("case", ["format version 1", "object store output", "many new subtasks"])
+def test_where_the_split_would_cost_more_the_sorter_writes(case: str, tmp_path: Path, split_calls: list[int]) -> None:
+    """Found by review: in format version 1 the split wrote other bytes than the sorter (blocks
+    not compacted); to an object store, every open file buffers a part (s3fs: up to 50 MiB)."""
+    import uuid
+
+    from statekit.statefmt.encoding import WriteFormat, writing_format
+
+    keys = [f"key-{i}" for i in range(800)]
+    if case == "format version 1":
+        with writing_format(WriteFormat(version=1)):
+            source = write_source(str(tmp_path), keys, 16, 2)
+            rescale_savepoint(source, str(tmp_path / "out"), max_parallelism=64, parallelism=3)
+    elif case == "object store output":
+        source = write_source(str(tmp_path), keys, 16, 2)
+        rescale_savepoint(source, f"memory://statekit-split-{uuid.uuid4().hex}", max_parallelism=64, parallelism=3)
+    else:
+        from statekit.writers.key_group_split import MAX_SPLIT_OUTPUTS
+
+        source = write_source(str(tmp_path), keys, 64, 2)
+        rescale_savepoint(source, str(tmp_path / "out"), max_parallelism=256, parallelism=MAX_SPLIT_OUTPUTS + 1)
+    assert split_calls == []
+
+
+def test_null_key_hashes_are_left_to_the_full_check(source_blocks: list[tuple[int, pa.RecordBatch]]) -> None:
+    key_group, batch = source_blocks[0]
+    hashes = batch.column("key_hash").to_pylist()
+    hashes[1] = None
+    nulled = batch.set_column(batch.schema.get_field_index("key_hash"), "key_hash", pa.array(hashes, pa.uint32()))
+    assert not in_block_order(nulled, 4, key_group, 2)
