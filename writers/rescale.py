@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from statekit.readers.progress import Advance, ProgressFactory, no_progress
 from statekit.readers.savepoint_reader import SavepointReader
@@ -74,7 +74,7 @@ from statekit.writers.metadata_builder import SnapshotMetadataBuilder, subtask_s
 from statekit.writers.operator_copy import copy_operator
 from statekit.writers.operator_state_redistribution import planned_operator_elements, redistribute_operator_state
 from statekit.writers.staging import check_output_dir, staged_output_dir
-from statekit.writers.state_writer import BlockRun, commit_metadata, write_block_runs, write_keyed_file
+from statekit.writers.state_writer import BlockRun, commit_metadata, start_writeback, write_block_runs, write_keyed_file
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -93,6 +93,7 @@ COPY, RESCALE, REGROUP = "copy", "rescale", "regroup"
 _WRITERS = 2
 _SPLIT_AHEAD = 4  # old blocks cut ahead, and new blocks cut and not yet written, at most
 _CUTTERS = 2  # threads reading, checking and cutting old blocks for a split
+_WRITEBACK_BYTES = 8 << 20  # a split's new file starts its writeback every this many bytes
 
 
 def keyed_file_size(block_bytes: int, blocks: int, header_size: int = layout.STATE_FILE_HEADER.size) -> int:
@@ -759,11 +760,13 @@ class _Job:
                 return children(parent, target.max_parallelism, [k for _, k in step.targets])
 
             outputs: list[tuple[str, StateFileWriter, ExitStack]] = []
+            flushed: list[tuple[IO[bytes], int]] = []  # each output, and the bytes handed to the OS
             for i in range(len(ranges)):
                 relative = layout.state_file_path(op.uid, state, i, target.parallelism)
                 closing = stack.enter_context(ExitStack())  # closed early by finish(i), else on the way out
                 out = closing.enter_context(io.open_output(posixpath.join(directory, relative)))
                 outputs.append((relative, StateFileWriter(out, layout.FILE_KIND_KEYED, path=relative), closing))
+                flushed.append((out, 0))
             pool = ThreadPoolExecutor(max_workers=1)
             stack.callback(pool.shutdown, wait=True, cancel_futures=True)  # before any output closes
             cutters = ThreadPoolExecutor(max_workers=_CUTTERS)
@@ -771,8 +774,14 @@ class _Job:
             pending: deque[Future[None]] = deque()
 
             def write(i: int, key_group: int, child: pa.RecordBatch) -> None:
-                outputs[i][1].write_block(key_group, child)
+                writer = outputs[i][1]
+                writer.write_block(key_group, child)
                 self._tick(state, child.num_rows * per_row)
+                out, done = flushed[i]
+                if writer.position - done >= _WRITEBACK_BYTES:  # the disk starts while the sweeps go on
+                    out.flush()
+                    start_writeback(out.fileno(), done, writer.position - done)
+                    flushed[i] = out, writer.position
 
             def finish(i: int) -> None:
                 relative, writer, closing = outputs[i]

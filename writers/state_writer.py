@@ -172,12 +172,12 @@ def _kernel_copy(source: IO[bytes], out: IO[bytes], offset: int, length: int, ur
                 raise
             continue  # nothing written: try the next way
         end = out.seek(0, os.SEEK_END)  # the stream's notion of its position follows the file's
-        _start_writeback(dst_fd, end - length, length)
+        start_writeback(dst_fd, end - length, length)
         return True
     return False
 
 
-def _start_writeback(fd: int, offset: int, length: int) -> None:
+def start_writeback(fd: int, offset: int, length: int) -> None:
     """Start writing the just-copied range of the file to disk now (Linux starts the writeback
     of ``POSIX_FADV_DONTNEED``'s range and keeps its pages while they are dirty or under
     writeback), so the fsync that makes the file durable waits for less: the copy of the next

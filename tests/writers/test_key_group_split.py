@@ -306,3 +306,26 @@ def test_null_key_hashes_are_left_to_the_full_check(source_blocks: list[tuple[in
     hashes[1] = None
     nulled = batch.set_column(batch.schema.get_field_index("key_hash"), "key_hash", pa.array(hashes, pa.uint32()))
     assert not in_block_order(nulled, 4, key_group, 2)
+
+
+def test_the_split_starts_each_new_files_writeback_as_it_grows(tmp_path: Path, split_calls: list[int],
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every few MiB a new file's new bytes are handed to the OS with a writeback hint, range
+    after range from the start; the hint changes no byte."""
+    source = write_source(str(tmp_path), [f"key-{i}" for i in range(4000)], 16, 2)
+    hinted: dict[int, list[tuple[int, int]]] = {}
+
+    def record(fd: int, offset: int, length: int) -> None:
+        assert os.fstat(fd).st_size >= offset + length, "a hint beyond what was flushed"
+        hinted.setdefault(os.fstat(fd).st_ino, []).append((offset, length))
+
+    monkeypatch.setattr(rescale_module, "start_writeback", record)
+    monkeypatch.setattr(rescale_module, "_WRITEBACK_BYTES", 2048)
+    rescale_savepoint(source, str(tmp_path / "split"), max_parallelism=64, parallelism=3)
+    assert split_calls == [1, 1]
+    assert len(hinted) == 6  # two states, three new files each
+    for ranges in hinted.values():
+        assert ranges[0][0] == 0 and all(a + n == b for (a, n), (b, _) in zip(ranges, ranges[1:]))
+    monkeypatch.setattr(rescale_module, "MAX_READS_PER_PARENT", 0)
+    rescale_savepoint(source, str(tmp_path / "sorted"), max_parallelism=64, parallelism=3)
+    assert state_files(str(tmp_path / "split")) == state_files(str(tmp_path / "sorted"))
