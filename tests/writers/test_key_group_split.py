@@ -4,6 +4,7 @@ schedule, the block-order check it relies on, and the same bytes as the sorter's
 
 from __future__ import annotations
 
+import itertools
 import os
 import tempfile
 from collections.abc import Iterator
@@ -236,7 +237,7 @@ def test_an_empty_old_block_gives_no_entries_and_no_error(tmp_path: Path, split_
     SavepointWriter.new_savepoint(64).with_operator(
         "op", {VALUE: [(f"key-{i}", i) for i in range(3, 40)]}, parallelism=1).write(str(tmp_path / "source"))
     monkeypatch.setattr(statefile.StateFileWriter, "write_blocks", original)
-    assert [(g, b.num_rows) for g, b in blocks_of(str(tmp_path / "source"))][0] == (0, 0)
+    assert next((g, b.num_rows) for g, b in blocks_of(str(tmp_path / "source"))) == (0, 0)
     rescale_savepoint(str(tmp_path / "source"), str(tmp_path / "split"), max_parallelism=128, parallelism=2)
     assert split_calls == [1]
     monkeypatch.setattr(rescale_module, "MAX_READS_PER_PARENT", 0)
@@ -325,7 +326,7 @@ def test_the_split_starts_each_new_files_writeback_as_it_grows(tmp_path: Path, s
     assert split_calls == [1, 1]
     assert len(hinted) == 6  # two states, three new files each
     for ranges in hinted.values():
-        assert ranges[0][0] == 0 and all(a + n == b for (a, n), (b, _) in zip(ranges, ranges[1:]))
+        assert ranges[0][0] == 0 and all(a + n == b for (a, n), (b, _) in itertools.pairwise(ranges))
     monkeypatch.setattr(rescale_module, "MAX_READS_PER_PARENT", 0)
     rescale_savepoint(source, str(tmp_path / "sorted"), max_parallelism=64, parallelism=3)
     assert state_files(str(tmp_path / "split")) == state_files(str(tmp_path / "sorted"))
