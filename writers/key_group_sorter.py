@@ -479,8 +479,6 @@ def _sorted_within_groups(table: pa.Table, groups: pa.Array, order_columns: tupl
     if table.num_rows < 2:
         return True
     same_group = pc.equal(*_adjacent(groups))
-    if order_columns[0] == "key_hash" and _hashes_increase(table, same_group):
-        return True
     ordered = None
     for name in reversed(order_columns):
         left, right = _adjacent(_column(table, name))
@@ -490,16 +488,6 @@ def _sorted_within_groups(table: pa.Table, groups: pa.Array, order_columns: tupl
             ordered = pc.or_(pc.less(left, right), pc.and_(pc.equal(left, right), ordered))
     assert ordered is not None
     return not pc.any(pc.and_(same_group, pc.invert(ordered))).as_py()
-
-
-def _hashes_increase(table: pa.Table, same_group: pa.Array) -> bool:
-    """Whether ``key_hash`` strictly increases wherever two adjacent rows share a key group:
-    then the rows are in version 2's order and unique (equal entries have equal hashes)
-    without a look at the other columns."""
-    import pyarrow.compute as pc
-
-    left, right = _adjacent(_column(table, "key_hash"))
-    return not pc.any(pc.and_(same_group, pc.greater_equal(left, right))).as_py()
 
 
 def _column(table: pa.Table, name: str) -> pa.Array:
@@ -525,8 +513,6 @@ def _resolve_duplicates(table: pa.Table, groups: pa.Array, mode: DuplicateMode) 
 
     if table.num_rows < 2:
         return table, groups
-    if "key_hash" in table.column_names and _hashes_increase(table, pc.equal(*_adjacent(groups))):
-        return table, groups  # every entry has a hash of its own within its key group
     same = _equal_to_next(table, groups)
     if not pc.any(same).as_py():
         return table, groups
