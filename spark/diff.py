@@ -113,11 +113,11 @@ class _SparkDiff:
     # ------------------------------------------------------------ keyed state (executors)
 
     def _frame(self, reader: SavepointReader, pair: StatePair, present: bool) -> DataFrame:
-        from statekit.spark.source import RAW_SCHEMA, read_state
+        from statekit.spark.source import RAW_SCHEMA, scan_state
 
         if not present:
             return self.spark.createDataFrame([], RAW_SCHEMA)
-        frame: DataFrame = read_state(self.spark, reader.path, pair.uid, pair.name,
+        frame: DataFrame = scan_state(self.spark, reader.path, pair.uid, pair.name,
                                       storage_options=self.storage_options,
                                       options={"raw": "true", "includeExpired": "true",
                                                "trustPickle": str(self.trust_pickle).lower()})

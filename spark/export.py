@@ -176,9 +176,9 @@ def export_statekit(spec: ExportSpec, progress: ProgressFactory | None = None) -
 def _statekit_table(spec: ExportSpec, source: str, uid: str, name: str, kind: str,
                     options: dict[str, str], window: _WindowColumns | None = None) -> ExportTable:
     def frame(spark: SparkSession) -> DataFrame:
-        from statekit.spark.source import read_state
+        from statekit.spark.source import scan_state
 
-        df = read_state(spark, source, uid, name, storage_options=spec.storage_options, options=options)
+        df = scan_state(spark, source, uid, name, storage_options=spec.storage_options, options=options)
         return df if window is None else with_window_columns(df, window.role, window.path)
 
     return ExportTable(uid, name, kind, frame)

@@ -38,6 +38,7 @@ from statekit.statefmt.layout import staging_dir_name
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
 __all__ = [
     "SparkSettings", "get_spark", "stop_spark", "spark_log_path", "spark_errors", "map_in_arrow",
@@ -308,7 +309,8 @@ def stop_spark() -> None:
             _SESSION = None
 
 
-def map_in_arrow(frame: DataFrame, func: Callable[[Iterator[Any]], Iterator[Any]], schema: str) -> DataFrame:
+def map_in_arrow(frame: DataFrame, func: Callable[[Iterator[Any]], Iterator[Any]],
+                 schema: str | StructType) -> DataFrame:
     """``frame.mapInArrow(func, schema)``, also where pandas is not installed.
 
     The Arrow map path moves Arrow batches only; pyspark merely checks for pandas on the

@@ -98,6 +98,7 @@ __all__ = [
     "KeyGroupSlice",
     "register_data_source",
     "read_state",
+    "scan_state",
     "resolve_state",
     "spark_type",
     "FORMAT_NAME",
@@ -142,6 +143,58 @@ def read_state(
     for key, value in (options or {}).items():
         reader = reader.option(key, value)
     return reader.load(path)
+
+
+def scan_state(
+    spark: SparkSession,
+    path: str,
+    operator: str | None = None,
+    state: str | None = None,
+    *,
+    storage_options: dict[str, Any] | None = None,
+    partitions: int | None = None,
+    options: Mapping[str, str] | None = None,
+) -> DataFrame:
+    """The rows and schema of :func:`read_state`, planned in this process and read by ``mapInArrow``.
+
+    The data source plans in Python processes of its own: a fresh session's first read starts
+    three planner daemons and workers (lookup, ``create_data_source``, ``plan_data_source_read``)
+    before any read task. Here the driver resolves the plan and cuts the key-group slices
+    itself, and the read tasks are one per slice over ``spark.range``: only the executors'
+    Python workers start. No filter pushdown: for reading whole states (export, diff).
+
+    Raises:
+        BadInputError, StateNotFoundError: As the data source does, here in the driver.
+    """
+    from statekit.spark.session import default_parallelism, map_in_arrow
+
+    settings: dict[str, str] = {"path": path, **(options or {})}
+    if operator:
+        settings["operator"] = operator
+    if state:
+        settings["state"] = state
+    if storage_options:
+        settings["storageOptions"] = json.dumps(storage_options)
+    settings["minPartitions"] = str(partitions or 2 * default_parallelism(spark))
+    plan = _build_plan(settings)
+    schema = plan.spark_schema()
+    reader = StatekitReader(plan, schema)
+    slices = reader.partitions()
+    tasks = spark.range(0, len(slices), 1, max(1, len(slices)))
+    return map_in_arrow(tasks, _SliceScan(reader, slices), schema)
+
+
+@dataclass(frozen=True)
+class _SliceScan:
+    """The ``mapInArrow`` function of :func:`scan_state`: reads the slices its task's ids name."""
+
+    reader: StatekitReader
+    slices: list[InputPartition]
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for index in batch.column(0).to_pylist():
+                yield from self.reader.read(self.slices[index])
 
 
 # ---------------------------------------------------------------- Spark types

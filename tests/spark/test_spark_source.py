@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from statekit.readers.savepoint_reader import SavepointReader
-from statekit.spark.source import read_state
+from statekit.spark.source import read_state, scan_state
+from statekit.statefmt.errors import BadInputError, PathNotFoundError, StateNotFoundError, UntrustedSerializerError
 from statekit.statefmt.keygroups import assign_to_key_group, compute_operator_index_for_key_group
 from statekit.statefmt.metadata import StateDescriptor, StateKind
 from statekit.writers.savepoint_writer import SavepointWriter
@@ -119,6 +120,53 @@ def test_pickle_is_refused_unless_trusted(spark: Any, tmp_path: Path) -> None:
 def test_unknown_state_is_a_clear_error(spark: Any, sample: str) -> None:
     with pytest.raises(Exception, match="no operator has a state named 'nope'"):
         load(spark, sample, "nope").collect()
+
+
+@pytest.mark.parametrize(("operator", "state", "options"), [
+    ("counter", "count", {}), ("counter", "tags", {}), ("counter", "history", {}), ("counter", "session", {}),
+    ("counter", "session", {"includeExpired": "true"}), ("counter", "count", {"raw": "true"}),
+    ("counter", "tags", {"raw": "true"}), ("source", "offsets", {}), ("source", "seen", {}),
+    ("source", "rules", {}), ("source", "offsets", {"raw": "true"}), (None, None, {})])
+def test_a_scan_gives_the_data_source_rows_and_schema(spark: Any, sample: str, operator: str | None,
+                                                      state: str | None, options: dict[str, str]) -> None:
+    scanned = scan_state(spark, sample, operator, state, options=options)
+    loaded = read_state(spark, sample, operator, state, options=options)
+    assert scanned.schema == loaded.schema
+    rows = sorted(map(str, scanned.collect()))
+    assert rows == sorted(map(str, loaded.collect())) and rows
+
+
+def test_a_scan_starts_no_data_source_planner(spark: Any, sample: str) -> None:
+    frame = scan_state(spark, sample, "counter", "count", partitions=5)
+    plan = frame._jdf.queryExecution().executedPlan().toString()
+    assert "MapInArrow" in plan and "PythonDataSource" not in plan and "BatchScan" not in plan
+    assert frame.rdd.getNumPartitions() >= 5
+    assert read_state(spark, sample, "counter", "count")._jdf.queryExecution().executedPlan().toString().count(
+        "BatchScan") == 1  # the data source's plan, for contrast
+
+
+def test_a_scan_of_an_empty_state_has_no_rows(spark: Any, tmp_path: Path) -> None:
+    path = str(tmp_path / "empty")
+    SavepointWriter.new_savepoint(128).with_operator("op", {StateDescriptor("v", StateKind.VALUE, value_type="int"): []},
+                                                       parallelism=2).write(path)
+    frame = scan_state(spark, path, "op", "v")
+    assert frame.collect() == [] and frame.schema["value"].dataType.simpleString() == "bigint"
+
+
+def test_a_scan_fails_in_the_driver_on_bad_input(spark: Any, sample: str, tmp_path: Path) -> None:
+    with pytest.raises(StateNotFoundError, match="no operator has a state named 'nope'"):
+        scan_state(spark, sample, None, "nope")
+    with pytest.raises(PathNotFoundError, match=str(tmp_path / "missing")):
+        scan_state(spark, str(tmp_path / "missing"), "counter", "count")
+    with pytest.raises(BadInputError, match="storageOptions is not valid JSON"):
+        scan_state(spark, sample, "counter", "count", options={"storageOptions": "{"})
+    path = str(tmp_path / "pickled")
+    SavepointWriter.new_savepoint(128).with_operator(
+        "op", {StateDescriptor("p", StateKind.VALUE, value_serializer="pickle"): [(1, {"a": 1})]}).write(path)
+    with pytest.raises(UntrustedSerializerError, match="trust"):
+        scan_state(spark, path, "op", "p")
+    assert [json.loads(r.value) for r in scan_state(spark, path, "op", "p", options={"trustPickle": "true"}).collect()
+            ] == [{"a": 1}]
 
 
 @pytest.mark.s3
