@@ -130,19 +130,21 @@ def read_state(
 ) -> DataFrame:
     """``spark.read.format("statekit")`` with at least two read tasks per core (``partitions`` sets the minimum)."""
     reader = spark.read.format(FORMAT_NAME)
-    if operator:
-        reader = reader.option("operator", operator)
-    if state:
-        reader = reader.option("state", state)
-    if storage_options:
-        reader = reader.option("storageOptions", json.dumps(storage_options))
-    from statekit.spark.session import default_parallelism
-
-    wanted = partitions or 2 * default_parallelism(spark)
-    reader = reader.option("minPartitions", str(wanted))
-    for key, value in (options or {}).items():
+    for key, value in _source_options(spark, operator, state, storage_options, partitions, options).items():
         reader = reader.option(key, value)
     return reader.load(path)
+
+
+def _source_options(spark: SparkSession, operator: str | None, state: str | None,
+                    storage_options: dict[str, Any] | None, partitions: int | None,
+                    options: Mapping[str, str] | None) -> dict[str, str]:
+    """The data source's options for :func:`read_state` and :func:`scan_state` (``options`` last: they win)."""
+    from statekit.spark.session import default_parallelism
+
+    chosen = {"operator": operator or "", "state": state or "",
+              "storageOptions": json.dumps(storage_options) if storage_options else "",
+              "minPartitions": str(partitions or 2 * default_parallelism(spark))}
+    return {**{key: value for key, value in chosen.items() if value}, **(options or {})}
 
 
 def scan_state(
@@ -164,18 +166,12 @@ def scan_state(
     Python workers start. No filter pushdown: for reading whole states (export, diff).
 
     Raises:
-        BadInputError, StateNotFoundError: As the data source does, here in the driver.
+        BadInputError, PathNotFoundError, StateNotFoundError, UntrustedSerializerError: As the
+            data source does, here in the driver, before any Spark job.
     """
-    from statekit.spark.session import default_parallelism, map_in_arrow
+    from statekit.spark.session import map_in_arrow
 
-    settings: dict[str, str] = {"path": path, **(options or {})}
-    if operator:
-        settings["operator"] = operator
-    if state:
-        settings["state"] = state
-    if storage_options:
-        settings["storageOptions"] = json.dumps(storage_options)
-    settings["minPartitions"] = str(partitions or 2 * default_parallelism(spark))
+    settings = {"path": path, **_source_options(spark, operator, state, storage_options, partitions, options)}
     plan = _build_plan(settings)
     schema = plan.spark_schema()
     reader = StatekitReader(plan, schema)

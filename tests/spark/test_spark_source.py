@@ -141,6 +141,7 @@ def test_a_scan_starts_no_data_source_planner(spark: Any, sample: str) -> None:
     plan = frame._jdf.queryExecution().executedPlan().toString()
     assert "MapInArrow" in plan and "PythonDataSource" not in plan and "BatchScan" not in plan
     assert frame.rdd.getNumPartitions() >= 5
+    assert scan_state(spark, sample, "counter", "count", options={"numPartitions": "3"}).rdd.getNumPartitions() == 3
     assert read_state(spark, sample, "counter", "count")._jdf.queryExecution().executedPlan().toString().count(
         "BatchScan") == 1  # the data source's plan, for contrast
 
