@@ -27,7 +27,9 @@ from statekit.spark.export import ExportResult, ExportSpec, ExportTable, export_
 from statekit.statefmt.errors import BadInputError, StateNotFoundError
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
     from statekit.flink.storage import FlinkSnapshot
 
@@ -102,14 +104,78 @@ def flink_state_frame(spark: SparkSession, *, snapshot: FlinkSnapshot, uid: str,
     """One state as a DataFrame, decoded on the executors in slices of key groups.
 
     RocksDB state is sliced by whole subtasks (each slice opens one instance), canonical
-    streams key group by key group (:func:`statekit.flink.entries.key_group_slices`).
+    streams key group by key group (:func:`statekit.flink.entries.key_group_slices`). One
+    ``mapInArrow`` task per slice over ``spark.range`` returns Arrow batches (classic sessions
+    and Spark Connect alike).
     """
     from statekit.flink.entries import key_group_slices
+    from statekit.spark.session import default_parallelism, map_in_arrow
 
-    slices = key_group_slices(snapshot, uid, spark.sparkContext.defaultParallelism)
-    rows = spark.sparkContext.parallelize(slices, len(slices)).flatMap(functools.partial(
-        _decode_slice, snapshot.path, uid, state, snapshot.storage_options, snapshot.uids, value_type))
-    return spark.createDataFrame(rows, schema=schema)
+    slices = key_group_slices(snapshot, uid, default_parallelism(spark))
+    struct = spark.createDataFrame([], schema).schema  # the DDL as a StructType (no job)
+    decode = _SliceDecoder(snapshot.path, uid, state, snapshot.storage_options, snapshot.uids, value_type,
+                           tuple(tuple(s) for s in slices), struct)
+    return map_in_arrow(spark.range(0, len(slices), 1, max(1, len(slices))), decode, struct)
+
+
+@dataclass(frozen=True)
+class _SliceDecoder:
+    """The ``mapInArrow`` function of :func:`flink_state_frame`: the rows of the slices its
+    task's ids name, as Arrow batches of the state's Spark schema."""
+
+    path: str
+    uid: str
+    state: str
+    storage_options: dict[str, Any] | None
+    uids: tuple[str, ...]
+    value_type: str | None
+    slices: tuple[tuple[int, ...], ...]
+    schema: StructType
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import itertools
+
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        target = to_arrow_schema(self.schema, timezone="UTC")
+        given = epoch_ms_schema(target)
+        for batch in batches:
+            for index in batch.column(0).to_pylist():
+                rows = _decode_slice(self.path, self.uid, self.state, self.storage_options, self.uids,
+                                     self.value_type, list(self.slices[index]))
+                while chunk := list(itertools.islice(rows, _BATCH_ROWS)):
+                    yield rows_to_batch(chunk, given, target)
+
+
+_BATCH_ROWS = 16384
+
+
+def epoch_ms_schema(target: pa.Schema) -> pa.Schema:
+    """``target`` with every timestamp (also inside lists, maps and structs) as epoch
+    milliseconds: the form in which the Flink decoders give timestamps (ints)."""
+    import pyarrow as pa
+
+    def of(t: pa.DataType) -> pa.DataType:
+        if pa.types.is_timestamp(t):
+            return pa.timestamp("ms", tz=t.tz)
+        if pa.types.is_map(t):
+            return pa.map_(of(t.key_type), of(t.item_type))
+        if pa.types.is_list(t) or pa.types.is_large_list(t):
+            return pa.list_(t.value_field.with_type(of(t.value_type)))
+        if pa.types.is_struct(t):
+            return pa.struct([t.field(i).with_type(of(t.field(i).type)) for i in range(t.num_fields)])
+        return t
+
+    return pa.schema([f.with_type(of(f.type)) for f in target], metadata=target.metadata)
+
+
+def rows_to_batch(rows: list[tuple[Any, ...]], given: pa.Schema, target: pa.Schema) -> pa.RecordBatch:
+    """Rows of Python values (timestamps as epoch ms, :func:`epoch_ms_schema`) as a batch of ``target``."""
+    import pyarrow as pa
+
+    columns = list(zip(*rows))
+    arrays = [pa.array(column, type=g.type).cast(t.type) for column, g, t in zip(columns, given, target)]
+    return pa.RecordBatch.from_arrays(arrays, schema=target)
 
 
 def export_flink(spec: ExportSpec, progress: ProgressFactory | None = None, *, uids: tuple[str, ...] = (),
@@ -125,11 +191,8 @@ def export_flink(spec: ExportSpec, progress: ProgressFactory | None = None, *, u
     Raises:
         StateNotFoundError: Unknown operator or state.
         BadInputError: Not a canonical savepoint, a state asked for that cannot be decoded,
-            nothing to export, an existing output, ``--remote`` (Spark Connect has no RDDs).
+            nothing to export, an existing output.
     """
-    if spec.spark.remote is not None:
-        raise BadInputError("exporting an Apache Flink snapshot needs a classic Spark session (--master): "
-                            "it decodes on RDDs, which Spark Connect does not have", path=spec.path)
     from statekit.flink.entries import state_value_types
     from statekit.flink.snapshot import open_flink_snapshot
 

@@ -3,7 +3,7 @@
 The server (master local[2]) runs Python workers where statekit is NOT importable: every job
 below works only because statekit ships itself as a Connect artifact. The CLI runs as its own
 process (this test process holds the classic local[2] session) and its results are compared
-with the same command on local[2]. Kept to one export and one diff: the machine has 2 cores.
+with the same command on local[2]. Kept to two exports (statekit, Apache Flink) and one diff: the machine has 2 cores.
 """
 
 from __future__ import annotations
@@ -65,6 +65,18 @@ def test_export_over_spark_connect_equals_local(spark: Any, connect_server: Any,
     assert not [p for p in Path(tmp_path).iterdir() if p.name.startswith(".")]  # no staging left
 
 
+def test_a_flink_savepoint_exports_over_spark_connect_as_locally(spark: Any, connect_server: Any,
+                                                                 tmp_path: Path) -> None:
+    reference = str(tmp_path / "local")
+    run_export(ExportSpec(str(FLINK_SAVEPOINT), reference, state="python-state-count", spark=LOCAL))
+    out = str(tmp_path / "remote")
+    result = run_cli(connect_server, "export", str(FLINK_SAVEPOINT), "-o", out, "--state", "python-state-count")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["rows"] == 1000
+    remote_rows = table_rows(out)
+    assert sum(map(len, remote_rows.values())) == 1000 and remote_rows == table_rows(reference)
+
+
 def _counts(path: str, items: dict[str, int]) -> str:
     SavepointWriter.new_savepoint(128).with_operator("counter", {COUNT: list(items.items())}, parallelism=2).write(path)
     return path
@@ -91,7 +103,6 @@ def test_diff_over_spark_connect_equals_local(spark: Any, connect_server: Any, t
      "--master and --remote exclude each other"),
     (["diff", "a", "b", "--remote", "sc://127.0.0.1:1", "--engine", "local"], "it excludes --engine local"),
     (["export", "snap", "-o", "out", "--remote", "http://127.0.0.1:1"], "is not a Spark Connect URL"),
-    (["export", str(FLINK_SAVEPOINT), "-o", "out", "--remote", "sc://127.0.0.1:1"], "Spark Connect does not have"),
 ])
 def test_bad_remote_options_are_one_line_bad_input(args: list[str], message: str) -> None:
     from click.testing import CliRunner

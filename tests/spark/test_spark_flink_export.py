@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import shutil
@@ -13,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from statekit.cli.main import cli
+from statekit.spark.flink_export import epoch_ms_schema, rows_to_batch
 
 pytestmark = pytest.mark.spark
 
@@ -39,6 +41,40 @@ def test_export_writes_typed_decoded_rows_and_names_what_it_skipped(spark: Any, 
     assert counts == {f"key-{i}": 9 if i < 303 else 8 for i in range(1000)}
     assert {row["key_group"] for row in table.to_pylist()} <= set(range(128))
     assert not [p for p in os.listdir(tmp_path) if p.startswith(".")]
+
+
+def test_a_declared_timestamp_value_exports_as_a_utc_timestamp(spark: Any, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    result = CliRunner().invoke(cli, ["export", str(SAVEPOINT), "-o", str(out), "--master", "local[2]", "--state",
+                                      "python-state-count", "--value-type", "timestamp"])
+    assert result.exit_code == 0, result.output
+    table = ds.dataset(out, format="parquet").to_table()
+    assert str(table.schema.field("value").type) == "timestamp[us, tz=UTC]"
+    epoch = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+    stamps = {row["key"]["f0"]: (row["value"] - epoch) // dt.timedelta(milliseconds=1) for row in table.to_pylist()}
+    assert stamps == {f"key-{i}": 9 if i < 303 else 8 for i in range(1000)}  # the counts, read as epoch ms
+
+
+def test_rows_become_batches_with_epoch_ms_timestamps_at_any_depth() -> None:
+    import pyarrow as pa
+
+    target = pa.schema([
+        pa.field("t", pa.timestamp("us", tz="UTC")),
+        pa.field("s", pa.struct([pa.field("at", pa.timestamp("us", tz="UTC")), pa.field("n", pa.int64())])),
+        pa.field("l", pa.list_(pa.timestamp("us", tz="UTC"))),
+        pa.field("m", pa.map_(pa.string(), pa.timestamp("us", tz="UTC"))),
+        pa.field("b", pa.binary())])
+    given = epoch_ms_schema(target)
+    assert str(given.field("s").type) == "struct<at: timestamp[ms, tz=UTC], n: int64>"
+    assert str(given.field("m").type) == "map<string, timestamp[ms, tz=UTC]>"
+    batch = rows_to_batch([(1_700_000_000_123, {"at": 5, "n": 1}, [1, None], {"k": 2}, b"x"),
+                           (None, None, None, None, None)], given, target)
+    assert batch.schema == target
+    row = batch.to_pylist()[0]
+    assert row["t"] == dt.datetime(2023, 11, 14, 22, 13, 20, 123000, tzinfo=dt.timezone.utc)
+    assert row["s"]["at"] == dt.datetime(1970, 1, 1, 0, 0, 0, 5000, tzinfo=dt.timezone.utc)
+    assert row["l"][0].microsecond == 1000 and row["l"][1] is None and row["m"][0][1].microsecond == 2000
+    assert batch.to_pylist()[1] == {"t": None, "s": None, "l": None, "m": None, "b": None}
 
 
 def test_bad_requests_exit_2_with_one_line_and_leave_no_output(spark: Any, tmp_path: Path) -> None:
