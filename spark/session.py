@@ -97,6 +97,10 @@ def _base_conf(master: str, verbose: bool, class_archive: str | None = "false") 
             "spark.driver.host": "127.0.0.1",
             "spark.sql.shuffle.partitions": str(2 * _local_cores(master)),
         })
+    from statekit.spark.shipping import is_local_master
+
+    if is_local_master(master):  # the workers run this interpreter, statekit importable (no shipping)
+        conf["spark.python.daemon.module"] = "statekit.spark.worker_daemon"
     from statekit.spark.class_archive import java_options as class_archive_options
 
     java_options = [] if verbose else [f"-Dlog4j.configurationFile=file:{_quiet_log4j2_file()}"]
