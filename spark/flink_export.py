@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from statekit.readers.progress import ProgressFactory
 from statekit.spark.export import ExportResult, ExportSpec, ExportTable, export_tables
-from statekit.statefmt.errors import BadInputError, StateNotFoundError
+from statekit.statefmt.errors import BadInputError, CorruptStateError, StateNotFoundError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -144,10 +144,36 @@ class _SliceDecoder:
                 rows = _decode_slice(self.path, self.uid, self.state, self.storage_options, self.uids,
                                      self.value_type, list(self.slices[index]))
                 while chunk := list(itertools.islice(rows, _BATCH_ROWS)):
-                    yield rows_to_batch(chunk, given, target)
+                    try:
+                        yield rows_to_batch(chunk, given, target)
+                    except _UNFIT as exc:
+                        row, reason = _first_unfit(chunk, given, target, exc)
+                        raise CorruptStateError(
+                            f"state {self.state!r} of operator {self.uid!r}, key group {row[5]}: a value does not "
+                            f"fit its Spark column ({reason}); is the declared type right?", path=self.path) from None
 
 
 _BATCH_ROWS = 16384
+
+
+_UNFIT: tuple[type[BaseException], ...] = (ValueError, TypeError, OverflowError)  # Arrow's errors derive from these
+
+
+def _first_unfit(rows: list[tuple[Any, ...]], given: pa.Schema, target: pa.Schema,
+                 error: BaseException) -> tuple[tuple[Any, ...], str]:
+    """The first row of a batch that failed :func:`rows_to_batch` which fails alone, and why."""
+    for row in rows:
+        try:
+            rows_to_batch([row], given, target)
+        except _UNFIT as exc:
+            error = exc
+            return row, _first_line(exc)
+    return rows[0], _first_line(error)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def epoch_ms_schema(target: pa.Schema) -> pa.Schema:

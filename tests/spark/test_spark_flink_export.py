@@ -55,6 +55,20 @@ def test_a_declared_timestamp_value_exports_as_a_utc_timestamp(spark: Any, tmp_p
     assert stamps == {f"key-{i}": 9 if i < 303 else 8 for i in range(1000)}  # the counts, read as epoch ms
 
 
+def test_a_value_that_does_not_fit_its_declared_type_is_one_line_naming_the_key_group(spark: Any,
+                                                                                      tmp_path: Path) -> None:
+    pyflink = GOLDEN.parent / "pyflink-2.3" / "hashmap" / "savepoints" / "savepoint-48634f-b2be849ccf0d"
+    out = tmp_path / "out"
+    # doubles read as epoch milliseconds: far outside Spark's timestamp range
+    result = CliRunner().invoke(cli, ["export", str(pyflink), "-o", str(out), "--master", "local[2]", "--operator",
+                                      "profile", "--state", "python-state-ratio", "--value-type", "timestamp"])
+    assert result.exit_code == 2, result.output
+    assert len(result.output.strip().splitlines()) == 1 and str(pyflink) in result.output
+    assert "state 'python-state-ratio' of operator 'profile', key group " in result.output
+    assert "out of bounds timestamp" in result.output and "is the declared type right?" in result.output
+    assert not out.exists() and not [p for p in os.listdir(tmp_path) if p.startswith(".")]
+
+
 def test_rows_become_batches_with_epoch_ms_timestamps_at_any_depth() -> None:
     import pyarrow as pa
 
