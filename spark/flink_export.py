@@ -109,19 +109,18 @@ def flink_state_frame(spark: SparkSession, *, snapshot: FlinkSnapshot, uid: str,
     and Spark Connect alike).
     """
     from statekit.flink.entries import key_group_slices
-    from statekit.spark.session import default_parallelism, map_in_arrow
+    from statekit.spark.session import default_parallelism, map_slices
 
     slices = key_group_slices(snapshot, uid, default_parallelism(spark))
     struct = spark.createDataFrame([], schema).schema  # the DDL as a StructType (no job)
-    decode = _SliceDecoder(snapshot.path, uid, state, snapshot.storage_options, snapshot.uids, value_type,
-                           tuple(tuple(s) for s in slices), struct)
-    return map_in_arrow(spark.range(0, len(slices), 1, max(1, len(slices))), decode, struct)
+    decode = _SliceDecoder(snapshot.path, uid, state, snapshot.storage_options, snapshot.uids, value_type, struct)
+    return map_slices(spark, [tuple(s) for s in slices], decode, struct)
 
 
 @dataclass(frozen=True)
 class _SliceDecoder:
-    """The ``mapInArrow`` function of :func:`flink_state_frame`: the rows of the slices its
-    task's ids name, as Arrow batches of the state's Spark schema."""
+    """Reads one slice of key groups of a state (executor side), as Arrow batches of the
+    state's Spark schema."""
 
     path: str
     uid: str
@@ -129,28 +128,26 @@ class _SliceDecoder:
     storage_options: dict[str, Any] | None
     uids: tuple[str, ...]
     value_type: str | None
-    slices: tuple[tuple[int, ...], ...]
     schema: StructType
 
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def __call__(self, key_groups: tuple[int, ...]) -> Iterator[pa.RecordBatch]:
         import itertools
 
         from pyspark.sql.pandas.types import to_arrow_schema
 
         target = to_arrow_schema(self.schema, timezone="UTC")
         given = epoch_ms_schema(target)
-        for batch in batches:
-            for index in batch.column(0).to_pylist():
-                rows = _decode_slice(self.path, self.uid, self.state, self.storage_options, self.uids,
-                                     self.value_type, list(self.slices[index]))
-                while chunk := list(itertools.islice(rows, _BATCH_ROWS)):
-                    try:
-                        yield rows_to_batch(chunk, given, target)
-                    except _UNFIT as exc:
-                        row, reason = _first_unfit(chunk, given, target, exc)
-                        raise CorruptStateError(
-                            f"state {self.state!r} of operator {self.uid!r}, key group {row[5]}: a value does not "
-                            f"fit its Spark column ({reason}); is the declared type right?", path=self.path) from None
+        rows = _decode_slice(self.path, self.uid, self.state, self.storage_options, self.uids, self.value_type,
+                             list(key_groups))
+        while chunk := list(itertools.islice(rows, _BATCH_ROWS)):
+            try:
+                yield rows_to_batch(chunk, given, target)
+            except _UNFIT as exc:
+                row, reason = _first_unfit(chunk, given, target, exc)
+                raise CorruptStateError(
+                    f"state {self.state!r} of operator {self.uid!r}, key group "
+                    f"{row[target.get_field_index('key_group')]}: a value does not fit its Spark column "
+                    f"({reason}); is the declared type right?", path=self.path) from None
 
 
 _BATCH_ROWS = 16384
@@ -166,7 +163,6 @@ def _first_unfit(rows: list[tuple[Any, ...]], given: pa.Schema, target: pa.Schem
         try:
             rows_to_batch([row], given, target)
         except _UNFIT as exc:
-            error = exc
             return row, _first_line(exc)
     return rows[0], _first_line(error)
 

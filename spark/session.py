@@ -27,10 +27,10 @@ import re
 import sys
 import tempfile
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from statekit.statefmt import errors
 from statekit.statefmt.errors import BadInputError, StatekitError
@@ -40,8 +40,10 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
+T = TypeVar("T")
+
 __all__ = [
-    "SparkSettings", "get_spark", "stop_spark", "spark_log_path", "spark_errors", "map_in_arrow",
+    "SparkSettings", "get_spark", "stop_spark", "spark_log_path", "spark_errors", "map_in_arrow", "map_slices",
     "SparkJobError", "OutputDir", "DEFAULT_MASTER", "QUIET_LOG4J2", "is_connect", "default_parallelism",
     "CONNECT_SCHEME",
 ]
@@ -336,6 +338,28 @@ def map_in_arrow(frame: DataFrame, func: Callable[[Iterator[Any]], Iterator[Any]
     udf = _create_udf(func, schema, PythonEvalType.SQL_MAP_ARROW_ITER_UDF)
     column = udf(*[frame[c] for c in frame.columns])
     return SparkDataFrame(frame._jdf.mapInArrow(column._jc, False, None), frame.sparkSession)
+
+
+def map_slices(spark: SparkSession, slices: Sequence[T], read: Callable[[T], Iterator[Any]],
+               schema: str | StructType) -> DataFrame:
+    """A DataFrame of ``read(slice)`` (Arrow record batches) for every slice, one task per
+    slice: :func:`map_in_arrow` over ``spark.range``, whose row ids name the slices. The
+    slices are planned in this process, so no Python planner process starts."""
+    tasks = spark.range(0, len(slices), 1, max(1, len(slices)))
+    return map_in_arrow(tasks, _EachSlice(tuple(slices), read), schema)
+
+
+@dataclass(frozen=True)
+class _EachSlice(Generic[T]):
+    """The ``mapInArrow`` function of :func:`map_slices`: reads the slices its task's ids name."""
+
+    slices: tuple[T, ...]
+    read: Callable[[T], Iterator[Any]]
+
+    def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
+        for batch in batches:
+            for index in batch.column(0).to_pylist():
+                yield from self.read(self.slices[index])
 
 
 class SparkJobError(StatekitError):  # type: ignore[misc, unused-ignore]

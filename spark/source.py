@@ -169,28 +169,13 @@ def scan_state(
         BadInputError, PathNotFoundError, StateNotFoundError, UntrustedSerializerError: As the
             data source does, here in the driver, before any Spark job.
     """
-    from statekit.spark.session import map_in_arrow
+    from statekit.spark.session import map_slices
 
     settings = {"path": path, **_source_options(spark, operator, state, storage_options, partitions, options)}
     plan = _build_plan(settings)
     schema = plan.spark_schema()
     reader = StatekitReader(plan, schema)
-    slices = reader.partitions()
-    tasks = spark.range(0, len(slices), 1, max(1, len(slices)))
-    return map_in_arrow(tasks, _SliceScan(reader, slices), schema)
-
-
-@dataclass(frozen=True)
-class _SliceScan:
-    """The ``mapInArrow`` function of :func:`scan_state`: reads the slices its task's ids name."""
-
-    reader: StatekitReader
-    slices: list[InputPartition]
-
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            for index in batch.column(0).to_pylist():
-                yield from self.reader.read(self.slices[index])
+    return map_slices(spark, reader.partitions(), reader.read, schema)
 
 
 # ---------------------------------------------------------------- Spark types
