@@ -20,8 +20,9 @@ makes the plan (every input check, shared by both engines). The local engine
 * different max parallelism: by buckets of ``key_hash % g`` where ``g`` divides both max
   parallelisms (the key groups ``b, b + g, ...`` of each side, read straight from the
   files) when such a bucket is at most :data:`BUCKET_BYTES`; else entries are spilled into
-  hash buckets of that size. A bucket is sorted into identity order (key hash, key,
-  namespace, user key) on both sides and compared like a changed block.
+  hash buckets of that size. Both sides of a bucket are put in identity order (key hash,
+  key, namespace, user key) as permutations; when they hold the same identities, side b's
+  rows are gathered into side a's order and compared row by row, else the bucket is joined.
 
 Values are compared as stored: typed columns of one primitive type directly, anything else
 as serialized bytes (:class:`_ValueForm`). Memory stays bounded by a chunk (or a bucket)
@@ -55,6 +56,7 @@ from statekit.statefmt.encoding import is_serialized, keyed_schema
 from statekit.statefmt.entries import StateCodec, hash_sort_indices
 from statekit.statefmt.errors import BadInputError, StateNotFoundError
 from statekit.statefmt.metadata import OperatorMetadata, StateDescriptor, StateKind
+from statekit.statefmt.numpy_support import integer_view, numpy_or_none, pooled_empty
 from statekit.statefmt.spill import ArrowSpill
 from statekit.statefmt.statefile import IndexEntry
 
@@ -673,8 +675,11 @@ class _Chunks:
         self.aligned, self.joined, self.rows = ([], []), ([], []), 0
 
 
-def compare_rows(a: pa.Table, b: pa.Table, counts: _Counts, sink: DifferenceSink | None) -> None:
-    """Compare two tables holding the same identities in the same order (no join needed)."""
+def compare_rows(a: pa.Table, b: pa.Table, counts: _Counts, sink: DifferenceSink | None,
+                 order: pa.Array | None = None) -> None:
+    """Compare two tables holding the same identities in the same order (no join needed);
+    ``order``: the rows' positions in identity order, the order differing rows go out in
+    (default: as they are)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -683,31 +688,75 @@ def compare_rows(a: pa.Table, b: pa.Table, counts: _Counts, sink: DifferenceSink
     counts.changed += n_changed
     counts.unchanged += a.num_rows - n_changed
     if n_changed and sink is not None and sink.wanted:
-        rows = a.filter(changed)
+        if order is None:
+            rows, b_rows = a.filter(changed), b.filter(changed)
+        else:
+            picked = pc.filter(order, pc.take(changed, order))
+            rows, b_rows = a.take(picked), b.take(picked)
         sink.add(pa.table({
             "change": pa.array(["changed"] * n_changed, pa.string()),
             "key": rows.column("key"), "namespace": rows.column("namespace"), "user_key": rows.column("user_key"),
-            "value_a": rows.column("value"), "value_b": b.filter(changed).column("value"),
+            "value_a": rows.column("value"), "value_b": b_rows.column("value"),
             "key_hash": rows.column("key_hash"),
         }))
 
 
-def _sorted_pair(a: pa.Table, b: pa.Table) -> tuple[pa.Table, pa.Table]:
-    """Both sides of a bucket :func:`_sorted`, side b in a second thread (the radix sort and
-    the take release the GIL), each combined into one chunk."""
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        other = pool.submit(lambda: _sorted(b).combine_chunks())
-        first = _sorted(a).combine_chunks()
-        return first, other.result()
+def _compare_bucket(chunks: _Chunks, a: pa.Table, b: pa.Table) -> None:
+    """Compare one bucket of both sides, rows in any order: row by row when both hold the
+    same identities (side b's rows gathered into side a's order, :func:`_matched_rows`),
+    else by a join. Differing rows go out in identity order either way."""
+    matched = _matched_rows(a, b, chunks.identity)
+    if matched is None:
+        chunks.add(a, b)
+        return
+    b_rows, order = matched
+    chunks.flush()  # what is pending goes out first: the sink sees buckets in order
+    compare_rows(a, b_rows, chunks.counts, chunks.sink, order)
 
 
-def _sorted(table: pa.Table) -> pa.Table:
-    """Rows in the canonical order of identities: (key hash, key, namespace, user key), by a
-    radix sort of the key hashes (one key group: max parallelism 1), then of each run of
-    equal hashes by the other columns."""
-    if table.num_rows < 2:
-        return table
-    return table.take(hash_sort_indices(table, 1, list(_SORT_COLUMNS[1:])))
+def _matched_rows(a: pa.Table, b: pa.Table, identity: list[str]) -> tuple[pa.Table, pa.Array] | None:
+    """``(b's rows in a's row order, a's rows in identity order)`` when ``a`` and ``b`` hold
+    the same identities; None otherwise.
+
+    Both sides are put in identity order — (key hash, key, namespace, user key): a radix
+    sort of the key hashes, side b in a second thread (the sort releases the GIL) — but
+    only as permutations: when the ordered hashes agree, row ``perm_a[j]`` of a and row
+    ``perm_b[j]`` of b hold the same identity, so one gather of b's compared columns by
+    ``q`` (``q[perm_a[j]] = perm_b[j]``) aligns them. Side a is not gathered at all."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = a.num_rows
+    if n != b.num_rows:
+        return None
+    if n < 2:
+        perm_a = perm_b = pa.array(range(n), pa.uint32())
+    else:
+        ties = list(_SORT_COLUMNS[1:])
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            other = pool.submit(hash_sort_indices, b, 1, ties)
+            perm_a = hash_sort_indices(a, 1, ties)
+            perm_b = other.result()
+    if not pc.take(a.column("key_hash"), perm_a).equals(pc.take(b.column("key_hash"), perm_b)):
+        return None
+    q = _compose(perm_a, perm_b)
+    b_rows = b.select([*identity, "value"]).take(q)
+    if not all(a.column(name).equals(b_rows.column(name)) for name in identity):
+        return None
+    return b_rows, perm_a
+
+
+def _compose(perm_a: pa.Array, perm_b: pa.Array) -> pa.Array:
+    """``q`` with ``q[perm_a[j]] = perm_b[j]`` for every j (two permutations of one length)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    np = numpy_or_none()
+    if np is None:  # the inverse of a permutation is the order that sorts it
+        return pc.take(perm_b, pc.sort_indices(perm_a))
+    q = pooled_empty(np, len(perm_a), np.uint32)
+    q[integer_view(np, perm_a)] = integer_view(np, perm_b)
+    return pa.array(q, pa.uint32())
 
 
 # ---------------------------------------------------------------- keyed state, different max parallelism
@@ -723,10 +772,12 @@ def _diff_regrouped(ra: SavepointReader, rb: SavepointReader, pair: StatePair, c
     form = _value_form(ra, rb, pair)
     chunks = _Chunks(_identity(pair.descriptor), counts, sink, form)
     with _GroupSource(ra, pair.op_a, pair.name) as side_a, _GroupSource(rb, pair.op_b, pair.name) as side_b:
-        for bucket in range(buckets):
-            a = form.concat([form.conform("a", x) for x in side_a.bucket(bucket, buckets)])
-            b = form.concat([form.conform("b", x) for x in side_b.bucket(bucket, buckets)])
-            chunks.add_pair(*_sorted_pair(a, b))
+        def load(bucket: int) -> tuple[pa.Table, pa.Table]:
+            return (form.concat([form.conform("a", x) for x in side_a.bucket(bucket, buckets)]),
+                    form.concat([form.conform("b", x) for x in side_b.bucket(bucket, buckets)]))
+
+        for a, b in map(load, range(buckets)):
+            _compare_bucket(chunks, a, b)
     chunks.flush()
     counts.compared += pair.op_a.max_parallelism
 
@@ -759,10 +810,9 @@ class _GroupSource:
 
 def _spill(spill: ArrowSpill, side: str, batch: pa.RecordBatch, buckets: int) -> None:
     """Cut ``batch`` by ``key_hash % buckets`` into the spill's ``<side>-<bucket>`` buckets."""
-    import pyarrow as pa
     import pyarrow.compute as pc
 
-    bucket = pc.remainder(batch.column("key_hash"), pa.scalar(buckets, pa.uint32()))
+    bucket = _remainder(batch.column("key_hash"), buckets)
     order = pc.sort_indices(bucket)
     ordered, bucket = batch.take(order), bucket.take(order)
     runs = pc.run_end_encode(bucket)
@@ -770,6 +820,18 @@ def _spill(spill: ArrowSpill, side: str, batch: pa.RecordBatch, buckets: int) ->
     for value, end in zip(runs.values.to_pylist(), runs.run_ends.to_pylist()):
         spill.append(f"{side}-{value}", ordered.slice(start, end - start))
         start = end
+
+
+def _remainder(hashes: pa.Array, divisor: int) -> pa.Array:
+    """``hashes % divisor`` (uint32): NumPy divides by a constant through multiplications,
+    about ten times Arrow's ``remainder``."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    np = numpy_or_none()
+    if np is None or hashes.null_count:
+        return pc.remainder(hashes, pa.scalar(divisor, pa.uint32()))
+    return pa.array(np.remainder(integer_view(np, hashes), np.uint32(divisor)), pa.uint32())
 
 
 def _state_bytes(pair: StatePair) -> int:
@@ -805,11 +867,15 @@ def _diff_by_hash(ra: SavepointReader, rb: SavepointReader, pair: StatePair, cou
                 for _, _, batch in reader.read_keyed_batches(pair.uid, pair.name):
                     _spill(spill, side, form.conform(side, batch), buckets)
         spill.finish()
-        for bucket in range(buckets):
+
+        def load(bucket: int) -> tuple[pa.Table, pa.Table]:
             rows = {side: spill.load(f"{side}-{bucket}") for side in sides}
             if direct is not None and source is not None:
                 rows[direct[0]] = form.concat([form.conform(direct[0], x) for x in source.bucket(bucket, buckets)])
-            chunks.add_pair(*_sorted_pair(rows["a"], rows["b"]))
+            return rows["a"], rows["b"]
+
+        for a, b in map(load, range(buckets)):
+            _compare_bucket(chunks, a, b)
             chunks.flush()
     counts.compared += pair.op_a.max_parallelism
 

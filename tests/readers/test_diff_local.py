@@ -7,6 +7,8 @@ from typing import Any
 
 import pyarrow.dataset as ds
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from statekit.readers import diff as diff_module
 from statekit.readers.diff import DiffSpec, SavepointDiff
@@ -136,6 +138,74 @@ def test_different_max_parallelism_by_hash_buckets_gives_the_same_answer(
     changed = {e.key: (e.value_a, e.value_b) for e in s.examples if e.change == "changed"}
     assert changed == {f"k{i}": (i, i + 1000) for i in range(500, 600)}
     assert {e.key for e in s.examples if e.change == "only_in_b"} == {f"k{i}" for i in range(1000, 1100)}
+
+
+@pytest.mark.parametrize(("max_b", "needed", "cut"), [
+    (96, 1, [32]),  # buckets of key groups both sides share (gcd 32), read straight from the files
+    (96, 40, [64]),  # hash buckets: a (more blocks: the larger side) read by key groups (64 divides 128), b spilled
+    (100, 300, [300]),  # hash buckets: no divisor fits, both sides spilled
+])
+def test_different_max_parallelism_same_keys_are_matched_row_by_row(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, max_b: int, needed: int, cut: list[int]) -> None:
+    """The same keys on both sides at other max parallelisms: each bucket's rows are matched by
+    identity (no join), and the differing entries come out bucket by bucket in identity order
+    (key hash, key) — the order of a diff that sorts both sides."""
+    import msgpack
+
+    from statekit.statefmt.keygroups import key_hash
+
+    a = write(tmp_path / "a", counts(0, 2000), max_parallelism=128)
+    b = write(tmp_path / "b", counts(0, 2000, changed=range(0, 2000, 7)), max_parallelism=max_b, parallelism=3)
+    _force_buckets(monkeypatch, a, b, needed)
+    monkeypatch.setattr(diff_module, "join_chunk", None)  # the join must not be needed
+    buckets: list[int] = []
+    regrouped = diff_module._diff_regrouped
+
+    def record_regrouped(*args: Any) -> None:
+        buckets.append(args[-1])
+        regrouped(*args)
+
+    def record_remainder(hashes: Any, divisor: int) -> Any:
+        buckets.append(divisor)
+        return remainder(hashes, divisor)
+
+    remainder = diff_module._remainder
+    monkeypatch.setattr(diff_module, "_diff_regrouped", record_regrouped)
+    monkeypatch.setattr(diff_module, "_remainder", record_remainder)
+    s = state(diff_savepoints(a, b, keys=True, limit=10_000))
+    assert (s.only_in_a, s.only_in_b, s.changed, s.unchanged) == (0, 0, 286, 1714)
+    assert {e.key: (e.value_a, e.value_b) for e in s.examples} == {f"k{i}": (i, i + 1000) for i in range(0, 2000, 7)}
+    hashes = {e.key: key_hash(msgpack.packb(e.key)) for e in s.examples}
+    assert sorted(set(buckets)) == cut  # the bucket count of the path taken
+    expected = sorted(hashes, key=lambda k: (hashes[k] % cut[0], hashes[k], msgpack.packb(k)))
+    assert [e.key for e in s.examples] == expected
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(keys_a=st.sets(st.integers(0, 400), max_size=150), keys_b=st.sets(st.integers(0, 400), max_size=150),
+       changed=st.sets(st.integers(0, 400)), max_a=st.sampled_from([7, 32, 128]), max_b=st.sampled_from([12, 96, 100]),
+       needed=st.sampled_from([1, 3, 50]))
+def test_different_max_parallelism_agrees_with_a_dict_comparison(
+        tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch, keys_a: set[int], keys_b: set[int],
+        changed: set[int], max_a: int, max_b: int, needed: int) -> None:
+    """Any two key sets at any two max parallelisms, cut into any number of buckets: the counts
+    and the differing entries are those of comparing two dicts."""
+    root = tmp_path_factory.mktemp("cross")
+    rows_a = {f"k{i}": i for i in sorted(keys_a)}
+    rows_b = {f"k{i}": i + (7 if i in changed else 0) for i in sorted(keys_b)}
+    a = write(root / "a", list(rows_a.items()), max_parallelism=max_a)
+    b = write(root / "b", list(rows_b.items()), max_parallelism=max_b, parallelism=3)
+    with monkeypatch.context() as patch:
+        _force_buckets(patch, a, b, needed)
+        s = state(diff_savepoints(a, b, keys=True, limit=10_000))
+    both = rows_a.keys() & rows_b.keys()
+    differ = {k for k in both if rows_a[k] != rows_b[k]}
+    assert (s.only_in_a, s.only_in_b, s.changed, s.unchanged) == (
+        len(rows_a.keys() - both), len(rows_b.keys() - both), len(differ), len(both) - len(differ))
+    assert {(e.change, e.key, e.value_a, e.value_b) for e in s.examples} == (
+        {("only_in_a", k, rows_a[k], None) for k in rows_a.keys() - both}
+        | {("only_in_b", k, None, rows_b[k]) for k in rows_b.keys() - both}
+        | {("changed", k, rows_a[k], rows_b[k]) for k in differ})
 
 
 def test_small_chunks_give_the_same_counts(base: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
