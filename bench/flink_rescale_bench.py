@@ -39,6 +39,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from timed_children import use_bytecode_caches
+
 from statekit.flink.keygroups import flink_murmur_hash
 from statekit.flink.metadata_writer import (
     Edit,
@@ -224,6 +226,7 @@ def main() -> None:
                         help="keeps the generated savepoint between runs")
     parser.add_argument("--grow", nargs=3, metavar=("BASE", "KEYS", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    use_bytecode_caches()
     if args.grow:
         grow(Path(args.grow[0]), int(args.grow[1]), Path(args.grow[2]))
         return

@@ -32,6 +32,8 @@ import tempfile
 import time
 from typing import Any
 
+from timed_children import use_bytecode_caches
+
 STATEKIT = [sys.executable, "-m", "statekit.cli.main"]
 
 
@@ -139,6 +141,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=2, help="Runs per case; the fastest counts.")
     parser.add_argument("--write-input", metavar="DIR", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    use_bytecode_caches()
     if args.write_input:
         write_input(args.write_input, args.entries)
         return

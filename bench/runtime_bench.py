@@ -11,7 +11,7 @@ of each counts: the job run first pays the process's one-time costs (imports, fi
 allocations), and a ratio of two runs minutes apart carries the load of two moments.
 
 Usage: python bench/runtime_bench.py [--events 1000000] [--keys 100000] [--parallelism 2]
-                                     [--interval-ms 1000] [--backend hashmap|rocksdb] [--repeat 3]
+                                     [--interval-ms 1000] [--backend hashmap|rocksdb] [--repeat 5]
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import argparse
 import gc
 import logging
 import shutil
+import statistics
 import tempfile
 import time
 from typing import Any
@@ -76,7 +77,7 @@ def main() -> None:
     parser.add_argument("--parallelism", type=int, default=2)
     parser.add_argument("--interval-ms", type=int, default=1000)
     parser.add_argument("--backend", default="hashmap")
-    parser.add_argument("--repeat", type=int, default=3, help="interleaved runs of each job; the best counts")
+    parser.add_argument("--repeat", type=int, default=5, help="interleaved runs of each job; the best counts")
     args = parser.parse_args()
     logging.basicConfig(level=logging.ERROR)
 
@@ -98,8 +99,11 @@ def main() -> None:
           f"  = {off_s / floor_s:.1f}x the floor's time")
     print(f"  runtime, checkpoint every {args.interval_ms} ms  {n / on_s:>12,.0f} events/s  ({on_s:.2f} s, "
           f"{completed} checkpoints incl. the final one)")
+    pairs = sorted(on / off for (off, _), (on, _) in zip(offs, ons))
     print(f"  checkpoint overhead               {on_s / off_s:>12.2f}x  (time with / time without; "
           f"best of {args.repeat} interleaved runs)")
+    print(f"  overhead of each pair (off, on)   {', '.join(f'{r:.2f}x' for r in pairs)}  "
+          f"(median {statistics.median(pairs):.2f}x)")
     print(f"  every run (s): off {', '.join(f'{t:.2f}' for t, _ in offs)}; on {', '.join(f'{t:.2f}' for t, _ in ons)}")
 
 

@@ -17,6 +17,12 @@ step does not warm the export's workers); planning the state's DataFrame
 (``read_state(...).schema``: the data source's planner process imports statekit and reads
 ``_metadata``); the export; the export again.
 
+``--floor`` measures what no export can avoid (also one fresh session): a ``mapInArrow``
+job over ``spark.range`` whose function only passes its input on — the shape of the
+export's read, without statekit — run three times (the first is Spark's first Python SQL job
+of the session: the worker daemon, its workers, the JVM's first use of the Arrow runner),
+then the export twice. First trivial job minus a warm one is the session's fixed cost.
+
 ``--cli N`` also times ``statekit export SAVEPOINT -o OUT --master MASTER`` N times as a
 child process, end to end: one process is one fresh session, so this is what a user waits for.
 
@@ -30,7 +36,7 @@ export — a figure that the other users of a shared machine change much less th
 clock — and the 1-minute load average before and after.
 
 Usage: python bench/spark_first_run_bench.py [--entries 1000000] [--master local[2]] [--dir DIR]
-       [--steps] [--cli N] [--conf KEY=VALUE]
+       [--steps | --floor] [--cli N] [--conf KEY=VALUE]
 """
 
 from __future__ import annotations
@@ -44,6 +50,8 @@ import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
+
+from timed_children import use_bytecode_caches
 
 
 def timed(func: Callable[[], Any]) -> tuple[float, Any]:
@@ -136,6 +144,29 @@ def steps(savepoint: str, work: str, master: str, conf: dict[str, str]) -> list[
             ("export again (warm)", warm_s)]
 
 
+def floor(savepoint: str, work: str, master: str, conf: dict[str, str]) -> list[tuple[str, float]]:
+    from statekit.spark.engine import export
+    from statekit.spark.export import ExportSpec
+    from statekit.spark.session import SparkSettings, map_in_arrow
+
+    settings = SparkSettings(master, conf)
+    start_s, spark = timed(settings.session)
+    cores = spark.sparkContext.defaultParallelism
+    figures = [("session start", start_s)]
+    for n in range(3):
+        seconds, _ = timed(lambda: map_in_arrow(spark.range(0, cores, 1, cores), _passed_on, "id long").collect())
+        figures.append((f"trivial mapInArrow job #{n + 1}", seconds))
+    for n in range(2):
+        seconds, _ = timed(lambda n=n: export(ExportSpec(savepoint, os.path.join(work, f"floor-{n}"), spark=settings)))
+        figures.append((f"export #{n + 1} after the trivial jobs", seconds))
+    figures.append(("fixed cost of a session's first job", figures[1][1] - figures[2][1]))
+    return figures
+
+
+def _passed_on(batches: Any) -> Any:
+    yield from batches
+
+
 def cli_runs(savepoint: str, work: str, master: str, conf: dict[str, str], repeat: int) -> list[tuple[str, float]]:
     command = [os.path.join(os.path.dirname(sys.executable), "statekit"), "export", savepoint, "--master", master]
     for key, value in conf.items():
@@ -156,9 +187,11 @@ def main() -> None:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--dir", default=None, help="keep the savepoint here (reused when it exists)")
     parser.add_argument("--steps", action="store_true", help="the first export's one-time costs, step by step")
+    parser.add_argument("--floor", action="store_true", help="Spark's fixed cost of a session's first Python job")
     parser.add_argument("--cli", type=int, default=0, metavar="N", help="also time the CLI N times")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args()
+    use_bytecode_caches()
     conf = dict(pair.split("=", 1) for pair in args.conf)
 
     root = args.dir or tempfile.mkdtemp(prefix="statekit-spark-first-run-")
@@ -169,7 +202,8 @@ def main() -> None:
         if not os.path.exists(os.path.join(savepoint, "_metadata")):
             write_savepoint(savepoint, args.entries)
         load_before = load_average()
-        figures = (steps if args.steps else fresh_session)(savepoint, work, args.master, conf)
+        mode = steps if args.steps else floor if args.floor else fresh_session
+        figures = mode(savepoint, work, args.master, conf)
         if args.cli:
             figures += cli_runs(savepoint, work, args.master, conf, args.cli)
         print(f"{args.entries:,} rows, {args.master}, conf {conf or 'default'}, "
