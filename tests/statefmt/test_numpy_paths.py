@@ -143,6 +143,17 @@ def test_numpy_sort_equals_the_radix_sort(rows: list[tuple[int, bytes]], max_p: 
         without_numpy(lambda: hash_sort_indices(table, max_p, ["key"])))
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 2**32 - 1), min_size=64, max_size=200), min_size=1, max_size=4),
+       st.sampled_from([1, 128, 1000]))
+def test_numpy_sort_of_sorted_runs_equals_the_stable_order(runs: list[list[int]], max_p: int) -> None:
+    """Keys made of long sorted runs (NumPy's merge sort): the same indices as a stable sort."""
+    hashes = [h for run in runs for h in sorted(run)]
+    sorted_ = _numpy_hash_sort(pa.array(hashes, pa.uint32()), max_p)
+    assert sorted_ is not None
+    assert sorted_.to_pylist() == sorted(range(len(hashes)), key=lambda i: (hashes[i] % max_p, hashes[i], i))
+
+
 # ---------------------------------------------------------------- take of short values
 
 
