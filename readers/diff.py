@@ -465,7 +465,9 @@ def values_differ(a: Any, b: Any) -> pa.Array:
 def join_chunk(a: pa.Table, b: pa.Table, identity: list[str], counts: _Counts, sink: DifferenceSink | None) -> None:
     """Full outer join of two chunks holding the same key groups; adds to ``counts``.
 
-    A row is in A (B) when its key hash from A (B) is set: values may be null."""
+    A row is in A (B) when its key hash from A (B) is set: values may be null. The join's
+    own order is not defined: differing rows go to the sink in identity order (key hash,
+    key, namespace, user key)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -490,7 +492,8 @@ def join_chunk(a: pa.Table, b: pa.Table, identity: list[str], counts: _Counts, s
             key_hash = pc.coalesce(rows.column("hash_a"), rows.column("hash_b"))
             if "user_key" not in identity:
                 rows = rows.append_column("user_key", pa.nulls(rows.num_rows, pa.binary()))
-            sink.add(rows.append_column("change", change).append_column("key_hash", key_hash))
+            rows = rows.append_column("change", change).append_column("key_hash", key_hash)
+            sink.add(rows.take(hash_sort_indices(rows, 1, list(_SORT_COLUMNS[1:]))))
 
 
 # ---------------------------------------------------------------- the form values are compared in
@@ -704,13 +707,15 @@ def compare_rows(a: pa.Table, b: pa.Table, counts: _Counts, sink: DifferenceSink
 def _compare_bucket(chunks: _Chunks, a: pa.Table, b: pa.Table) -> None:
     """Compare one bucket of both sides, rows in any order: row by row when both hold the
     same identities (side b's rows gathered into side a's order, :func:`_matched_rows`),
-    else by a join. Differing rows go out in identity order either way."""
+    else by a join (:func:`join_chunk`, pending with other joined buckets up to
+    :data:`CHUNK_ROWS`). A matched bucket's differing rows go out in identity order, after
+    those of every bucket before it."""
     matched = _matched_rows(a, b, chunks.identity)
     if matched is None:
         chunks.add(a, b)
         return
     b_rows, order = matched
-    chunks.flush()  # what is pending goes out first: the sink sees buckets in order
+    chunks.flush()
     compare_rows(a, b_rows, chunks.counts, chunks.sink, order)
 
 
@@ -718,9 +723,9 @@ def _matched_rows(a: pa.Table, b: pa.Table, identity: list[str]) -> tuple[pa.Tab
     """``(b's rows in a's row order, a's rows in identity order)`` when ``a`` and ``b`` hold
     the same identities; None otherwise.
 
-    Both sides are put in identity order — (key hash, key, namespace, user key): a radix
-    sort of the key hashes, side b in a second thread (the sort releases the GIL) — but
-    only as permutations: when the ordered hashes agree, row ``perm_a[j]`` of a and row
+    Both sides are put in identity order — (key hash, key, namespace, user key): a sort of
+    the key hashes (:func:`~statekit.statefmt.entries.hash_sort_indices`), side b in a
+    second thread (the sort releases the GIL) — but only as permutations: when the ordered hashes agree, row ``perm_a[j]`` of a and row
     ``perm_b[j]`` of b hold the same identity, so one gather of b's compared columns by
     ``q`` (``q[perm_a[j]] = perm_b[j]``) aligns them. Side a is not gathered at all."""
     import pyarrow as pa
@@ -766,8 +771,8 @@ def _diff_regrouped(ra: SavepointReader, rb: SavepointReader, pair: StatePair, c
                     sink: DifferenceSink | None, buckets: int) -> None:
     """Different max parallelism, compared by bucket ``key_hash % buckets`` where ``buckets``
     divides both max parallelisms: a bucket is the key groups ``b, b + buckets, ...`` of
-    each side, read straight from the files (no spill), sorted into identity order and
-    compared like a changed block. Memory: one bucket of both sides."""
+    each side, read straight from the files (no spill), and compared by
+    :func:`_compare_bucket`. Memory: one bucket of both sides."""
     assert pair.op_a is not None and pair.op_b is not None
     form = _value_form(ra, rb, pair)
     chunks = _Chunks(_identity(pair.descriptor), counts, sink, form)
@@ -776,8 +781,8 @@ def _diff_regrouped(ra: SavepointReader, rb: SavepointReader, pair: StatePair, c
             return (form.concat([form.conform("a", x) for x in side_a.bucket(bucket, buckets)]),
                     form.concat([form.conform("b", x) for x in side_b.bucket(bucket, buckets)]))
 
-        for a, b in map(load, range(buckets)):
-            _compare_bucket(chunks, a, b)
+        for bucket in range(buckets):  # no bucket is held while the next one loads
+            _compare_bucket(chunks, *load(bucket))
     chunks.flush()
     counts.compared += pair.op_a.max_parallelism
 
@@ -874,8 +879,8 @@ def _diff_by_hash(ra: SavepointReader, rb: SavepointReader, pair: StatePair, cou
                 rows[direct[0]] = form.concat([form.conform(direct[0], x) for x in source.bucket(bucket, buckets)])
             return rows["a"], rows["b"]
 
-        for a, b in map(load, range(buckets)):
-            _compare_bucket(chunks, a, b)
+        for bucket in range(buckets):  # no bucket is held while the next one loads
+            _compare_bucket(chunks, *load(bucket))
             chunks.flush()
     counts.compared += pair.op_a.max_parallelism
 

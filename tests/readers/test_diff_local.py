@@ -208,6 +208,60 @@ def test_different_max_parallelism_agrees_with_a_dict_comparison(
         | {("changed", k, rows_a[k], rows_b[k]) for k in differ})
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.permutations(range(40)), st.permutations(range(40)), st.lists(st.integers(0, 2**32 - 1), max_size=50),
+       st.integers(1, 1000))
+def test_composed_permutations_and_remainders_with_and_without_numpy(
+        monkeypatch: pytest.MonkeyPatch, perm_a: list[int], perm_b: list[int], hashes: list[int], divisor: int) -> None:
+    """``q[perm_a[j]] = perm_b[j]`` and ``hash % divisor``: NumPy's paths and Arrow's agree."""
+    import pyarrow as pa
+
+    from statekit.statefmt import numpy_support
+
+    a, b, h = pa.array(perm_a, pa.uint32()), pa.array(perm_b, pa.uint32()), pa.array(hashes, pa.uint32())
+    fast = diff_module._compose(a, b).to_pylist(), diff_module._remainder(h, divisor).to_pylist()
+    with monkeypatch.context() as patch:
+        patch.setattr(numpy_support, "_numpy", None)
+        assert (diff_module._compose(a, b).to_pylist(), diff_module._remainder(h, divisor).to_pylist()) == fast
+    assert [fast[0][i] for i in perm_a] == perm_b
+    assert fast[1] == [x % divisor for x in hashes]
+
+
+def test_map_state_of_floats_across_max_parallelisms(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Map state (identity: key, namespace and user key; several user keys a key) with float
+    values across max parallelisms, matched row by row: a float differs by its bits (-0.0 is
+    not 0.0, NaN equals NaN), and nothing else does."""
+    import math
+
+    weights = StateDescriptor("weights", StateKind.MAP, value_type="double", user_key_type="string")
+    before = [(f"k{i}", f"u{j}", float(i * 10 + j)) for i in range(300) for j in range(3)]
+    after = [(k, u, -0.0 if (k, u) == ("k7", "u0") else math.nan if (k, u) == ("k9", "u1") else
+              v + 0.5 if (k, u) == ("k11", "u2") else v) for k, u, v in before]
+    before = [(k, u, math.nan) if (k, u) == ("k9", "u1") else (k, u, v) for k, u, v in before]
+    a = write(tmp_path / "a", [], extra={weights: before}, max_parallelism=128)
+    b = write(tmp_path / "b", [], extra={weights: after}, max_parallelism=96, parallelism=3)
+    monkeypatch.setattr(diff_module, "join_chunk", None)  # the same identities: no join
+    s = state(diff_savepoints(a, b, keys=True), "weights")
+    assert (s.only_in_a, s.only_in_b, s.changed, s.unchanged) == (0, 0, 2, 898)
+    assert {(e.key, e.user_key, e.value_a, e.value_b) for e in s.examples} == {("k7", "u0", 70.0, -0.0),
+                                                                             ("k11", "u2", 112.0, 112.5)}
+
+
+def test_joined_differences_come_out_in_identity_order(tmp_path: Path) -> None:
+    """Buckets with added and removed keys are joined: their differing rows go out in
+    identity order (key hash, key), whatever order the join gives."""
+    import msgpack
+
+    from statekit.statefmt.keygroups import key_hash
+
+    a = write(tmp_path / "a", counts(0, 600), max_parallelism=128)
+    b = write(tmp_path / "b", counts(300, 900, changed=range(300, 600, 5)), max_parallelism=96, parallelism=3)
+    s = state(diff_savepoints(a, b, keys=True, limit=10_000))
+    assert (s.only_in_a, s.only_in_b, s.changed, s.unchanged) == (300, 300, 60, 240)
+    order = [(key_hash(msgpack.packb(e.key)), msgpack.packb(e.key)) for e in s.examples]
+    assert len(order) == 660 and order == sorted(order)
+
+
 def test_small_chunks_give_the_same_counts(base: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(diff_module, "CHUNK_ROWS", 7)
     s = state(diff_savepoints(base["a"], base["b"]))
