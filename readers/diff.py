@@ -815,9 +815,10 @@ class _GroupSource:
 
 def _spill(spill: ArrowSpill, side: str, batch: pa.RecordBatch, buckets: int) -> None:
     """Cut ``batch`` by ``key_hash % buckets`` into the spill's ``<side>-<bucket>`` buckets."""
+    import pyarrow as pa
     import pyarrow.compute as pc
 
-    bucket = _remainder(batch.column("key_hash"), buckets)
+    bucket = pc.remainder(batch.column("key_hash"), pa.scalar(buckets, pa.uint32()))
     order = pc.sort_indices(bucket)
     ordered, bucket = batch.take(order), bucket.take(order)
     runs = pc.run_end_encode(bucket)
@@ -825,18 +826,6 @@ def _spill(spill: ArrowSpill, side: str, batch: pa.RecordBatch, buckets: int) ->
     for value, end in zip(runs.values.to_pylist(), runs.run_ends.to_pylist()):
         spill.append(f"{side}-{value}", ordered.slice(start, end - start))
         start = end
-
-
-def _remainder(hashes: pa.Array, divisor: int) -> pa.Array:
-    """``hashes % divisor`` (uint32): NumPy divides by a constant through multiplications,
-    about ten times Arrow's ``remainder``."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    np = numpy_or_none()
-    if np is None or hashes.null_count:
-        return pc.remainder(hashes, pa.scalar(divisor, pa.uint32()))
-    return pa.array(np.remainder(integer_view(np, hashes), np.uint32(divisor)), pa.uint32())
 
 
 def _state_bytes(pair: StatePair) -> int:
