@@ -138,11 +138,11 @@ def main() -> int:
         manager = checkpoint_manager(spark)
         label = f"repartition {args.partitions} -> {args.to}"
         if manager is None:
-            print(f"{label:34}{'n/a':>10}{ours_r:>14.2f}{'':>8}   (Spark {spark.version} has no offline state "
+            print(f"{label:34}{'n/a':>10}{ours_r:>14.3f}{'':>8}   (Spark {spark.version} has no offline state "
                   "repartitioning: it came with Spark 4.2's StreamingCheckpointManager.repartition)")
         else:
             peer_r, _ = timed(lambda: manager.repartition(checkpoint, args.to))
-            print(f"{label:34}{peer_r:>10.2f}{ours_r:>14.2f}{ours_r / peer_r:>7.3g}x")
+            print(f"{label:34}{peer_r:>10.2f}{ours_r:>14.3f}{ours_r / peer_r:>8.3f}x")
         return 0
     finally:
         if args.dir is None:
