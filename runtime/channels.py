@@ -52,6 +52,7 @@ __all__ = [
     "ASSIGNING_EMITTER",
     "BATCH_HANDLER",
     "LIST_HANDLER",
+    "EMIT_ALL",
     "TimestampedBuffer",
     "BUFFER_SIZE",
     "Alignment",
@@ -86,6 +87,9 @@ BATCH_HANDLER = "batch_handler"
 # on a handler of plain records: ``handle_all(records)``, the same for a whole list buffer, in
 # order (what a task calls instead of one call per record)
 LIST_HANDLER = "list_handler"
+# on a source's per-record emitter: ``emit_all(records)``, the same for a whole poll of
+# records, in order (what a source task calls instead of one call per record)
+EMIT_ALL = "emit_all"
 _WAIT_SLICE_S = 0.002
 
 
@@ -492,6 +496,26 @@ class RecordWriter:
             if len(buffer) >= size:
                 flush(channel)
 
+        def emit_all(records: list[Any]) -> None:
+            """``emit`` of every record in order, the body inlined: a call less per record."""
+            for record in records:
+                key = selector(record)
+                try:
+                    channel = lookup(key)
+                except TypeError:
+                    channel = route(key)
+                else:
+                    if channel is None:
+                        channel = route(key)
+                        if len(cache) >= _ROUTE_CACHE_LIMIT:
+                            cache.clear()
+                        cache[key] = channel
+                buffer = buffers[channel]
+                buffer.append(record)
+                if len(buffer) >= size:
+                    flush(channel)
+
+        setattr(emit, EMIT_ALL, emit_all)
         value_selector = getattr(selector, VALUE_KEY_SELECTOR, None)
         if value_selector is None or self._n < 2:
             return emit

@@ -25,7 +25,7 @@ from statekit.runtime.backend import (
     SubtaskScope,
     create_keyed_backend,
 )
-from statekit.runtime.channels import CheckpointOptions
+from statekit.runtime.channels import LIST_HANDLER, CheckpointOptions
 from statekit.runtime.functions import (
     AggregateFunction,
     BroadcastProcessFunction,
@@ -681,6 +681,13 @@ class KeyedProcessOperator(StreamOperator):
             backend.current_key = selector(value)
             fn(value, ctx, out)
 
+        def handle_all(values: list[Any]) -> None:
+            """``handle`` of every record of a buffer in order, the body inlined."""
+            for value in values:
+                backend.current_key = selector(value)
+                fn(value, ctx, out)
+
+        setattr(handle, LIST_HANDLER, handle_all)
         return handle
 
 

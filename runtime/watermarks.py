@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
-from statekit.runtime.channels import ASSIGNING_EMITTER, BATCH_HANDLER, PAIR_EMITTER, VALUE_KEY_SELECTOR
+from statekit.runtime.channels import ASSIGNING_EMITTER, BATCH_HANDLER, EMIT_ALL, PAIR_EMITTER, VALUE_KEY_SELECTOR
 from statekit.statefmt.errors import BadInputError
 
 __all__ = [
@@ -516,10 +516,6 @@ def timestamped_writer_emit(collect: Callable[[Any], None]) -> Callable[[Any], N
         return collect.args[0]  # type: ignore[no-any-return]
     return None
 
-
-# the attribute of a source's per-record emitter naming ``emit_all(records)``: the same for a
-# whole poll of records, in order
-EMIT_ALL = "emit_all"
 
 # the attribute of a record handler naming its variant for (value, timestamp) records
 TIMESTAMPED_HANDLER = "timestamped_handler"

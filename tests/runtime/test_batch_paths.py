@@ -1,0 +1,125 @@
+"""A source's whole poll handed to a keyed exchange (its emitter's ``EMIT_ALL``) and a whole input
+buffer handed to a keyed process function (its handler's ``LIST_HANDLER``) give exactly what one
+call per record gives: the same channels, buffers and flushes; the same state, outputs and errors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import statekit.runtime.channels as channels_module
+import statekit.runtime.task as task_module
+from statekit.runtime.channels import EMIT_ALL, LIST_HANDLER, ChannelTarget, InputGate, Partitioning, RecordWriter
+from statekit.runtime.environment import StreamEnvironment
+from statekit.runtime.functions import KeyedProcessFunction, RuntimeContext
+from statekit.runtime.sinks import CollectSink
+from statekit.runtime.state import ValueStateDescriptor
+
+
+def _writer(channels: int, buffer_size: int) -> tuple[RecordWriter, list[InputGate]]:
+    gates = [InputGate(100_000, 1) for _ in range(channels)]
+    writer = RecordWriter([ChannelTarget(gate, 0) for gate in gates], Partitioning.HASH,
+                          key_selector=lambda record: record[0], buffer_size=buffer_size)
+    return writer, gates
+
+
+def _delivered(gates: list[InputGate]) -> list[list[Any]]:
+    out = []
+    for gate in gates:
+        payloads = []
+        while (item := gate.poll()) is not None:
+            payloads.append(list(item[1]))
+        out.append(payloads)
+    return out
+
+
+keys = st.one_of(st.text(max_size=3), st.integers(-5, 5), st.lists(st.integers(0, 3), max_size=2))  # lists: unhashable
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(keys, max_size=120), st.integers(1, 9), st.integers(2, 4), st.integers(0, 120), st.integers(1, 4))
+def test_a_whole_poll_is_routed_and_flushed_as_records_one_by_one(
+        record_keys: list[Any], buffer_size: int, channels: int, cut: int, cache_limit: int) -> None:
+    records = [(key, i) for i, key in enumerate(record_keys)]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(channels_module, "_ROUTE_CACHE_LIMIT", cache_limit)  # the route cache fills and clears
+        one, one_gates = _writer(channels, buffer_size)
+        many, many_gates = _writer(channels, buffer_size)
+        for record in records:
+            one.emit(record)
+        emit_all = getattr(many.emit, EMIT_ALL)
+        emit_all(records[:cut])
+        emit_all([])
+        emit_all(records[cut:])
+    assert [list(b) for b in many._buffers] == [list(b) for b in one._buffers]
+    flushed = _delivered(many_gates)
+    assert flushed == _delivered(one_gates)
+    many.flush()
+    delivered = [r for payloads in flushed + _delivered(many_gates) for p in payloads for r in p]
+    assert sorted(delivered, key=lambda r: r[1]) == records
+
+
+def test_a_source_to_one_channel_has_no_whole_poll_emitter() -> None:
+    writer, _ = _writer(1, 4)
+    assert getattr(writer.emit, EMIT_ALL, None) is None
+
+
+class _RunningCount(KeyedProcessFunction):
+    """A running count per key; fails on the record ``"boom"``."""
+
+    def open(self, ctx: RuntimeContext) -> None:
+        self.count = ctx.get_state(ValueStateDescriptor("count", "int"))
+
+    def process_element(self, value: str, ctx: Any, out: Any) -> None:
+        if value == "boom":
+            raise ValueError("boom")
+        count = (self.count.value() or 0) + 1
+        self.count.update(count)
+        out.collect((value, count))
+
+
+def _run(events: list[str], monkeypatch: pytest.MonkeyPatch, whole_buffers: bool) -> tuple[list[Any], int]:
+    """The running count over ``events`` at parallelism 2 and how many buffers went to ``handle_all``."""
+    calls = [0]
+    find_list_handler = getattr
+
+    def counting_getattr(obj: Any, name: str, *default: Any) -> Any:
+        found = find_list_handler(obj, name, *default)
+        if name != LIST_HANDLER or found is None:
+            return found
+        if not whole_buffers:
+            return None  # the task falls back to one call per record
+
+        def handle_all(values: list[Any]) -> None:
+            calls[0] += 1
+            found(values)
+
+        return handle_all
+
+    with monkeypatch.context() as patch:
+        patch.setattr(task_module, "getattr", counting_getattr, raising=False)
+        sink = CollectSink()
+        env = StreamEnvironment().set_parallelism(2)
+        (env.from_collection(events, "events").uid("events").key_by(lambda key: key)
+            .process(_RunningCount(), "count").uid("count").sink_to(sink, "collect").uid("collect"))
+        env.execute("batch paths")
+    return sorted(sink.values), calls[0]
+
+
+def test_a_keyed_process_function_takes_whole_buffers_as_records_one_by_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    events = [f"k{(i * 7919) % 97}" for i in range(5000)]
+    by_record, none = _run(events, monkeypatch, whole_buffers=False)
+    by_buffer, buffers = _run(events, monkeypatch, whole_buffers=True)
+    assert none == 0 and buffers > 0
+    assert by_buffer == by_record
+    assert by_buffer[-1] == ("k96", max(c for k, c in by_record if k == "k96"))
+    assert len(by_buffer) == 5000
+
+
+def test_an_error_in_the_middle_of_a_buffer_fails_the_job(monkeypatch: pytest.MonkeyPatch) -> None:
+    events = [f"k{i % 13}" for i in range(300)] + ["boom"] + [f"k{i % 13}" for i in range(300)]
+    with pytest.raises(Exception, match="boom"):
+        _run(events, monkeypatch, whole_buffers=True)
