@@ -479,6 +479,15 @@ class RecordWriter:
 
         lookup = cache.get
 
+        def cached_route(key: Any) -> int:
+            """The channel of a hashable key the cache does not hold, now cached (a full cache
+            starts over): called on a key's first records only, off the hot path."""
+            channel = route(key)
+            if len(cache) >= _ROUTE_CACHE_LIMIT:
+                cache.clear()
+            cache[key] = channel
+            return channel
+
         def emit(record: Any) -> None:
             key = selector(record)
             try:
@@ -487,10 +496,7 @@ class RecordWriter:
                 channel = route(key)
             else:
                 if channel is None:
-                    channel = route(key)
-                    if len(cache) >= _ROUTE_CACHE_LIMIT:
-                        cache.clear()
-                    cache[key] = channel
+                    channel = cached_route(key)
             buffer = buffers[channel]
             buffer.append(record)
             if len(buffer) >= size:
@@ -506,10 +512,7 @@ class RecordWriter:
                     channel = route(key)
                 else:
                     if channel is None:
-                        channel = route(key)
-                        if len(cache) >= _ROUTE_CACHE_LIMIT:
-                            cache.clear()
-                        cache[key] = channel
+                        channel = cached_route(key)
                 buffer = buffers[channel]
                 buffer.append(record)
                 if len(buffer) >= size:
@@ -532,10 +535,7 @@ class RecordWriter:
                 channel = route(key)
             else:
                 if channel is None:
-                    channel = route(key)
-                    if len(cache) >= _ROUTE_CACHE_LIMIT:
-                        cache.clear()
-                    cache[key] = channel
+                    channel = cached_route(key)
             buffer = buffers[channel]
             buffer.append(value)
             buffer.timestamps.append(timestamp)  # type: ignore[attr-defined]
@@ -559,10 +559,7 @@ class RecordWriter:
                     channel = route(key)
                 else:
                     if channel is None:
-                        channel = route(key)
-                        if len(cache) >= _ROUTE_CACHE_LIMIT:
-                            cache.clear()
-                        cache[key] = channel
+                        channel = cached_route(key)
                 buffer = buffers[channel]
                 buffer.append(value)
                 buffer.timestamps.append(timestamp)  # type: ignore[attr-defined]
