@@ -15,6 +15,7 @@ import statekit.runtime.task as task_module
 from statekit.runtime.channels import EMIT_ALL, LIST_HANDLER, ChannelTarget, InputGate, Partitioning, RecordWriter
 from statekit.runtime.environment import StreamEnvironment
 from statekit.runtime.functions import KeyedProcessFunction, RuntimeContext
+from statekit.runtime.operators import KeyedProcessOperator
 from statekit.runtime.sinks import CollectSink
 from statekit.runtime.state import ValueStateDescriptor
 
@@ -82,25 +83,27 @@ class _RunningCount(KeyedProcessFunction):
 
 
 def _run(events: list[str], monkeypatch: pytest.MonkeyPatch, whole_buffers: bool) -> tuple[list[Any], int]:
-    """The running count over ``events`` at parallelism 2 and how many buffers went to ``handle_all``."""
+    """The running count over ``events`` at parallelism 2 and how many buffers went to the keyed
+    process function's ``LIST_HANDLER`` (``whole_buffers=False``: the task never finds it and
+    calls the handler once per record)."""
     calls = [0]
-    find_list_handler = getattr
+    element_handler = KeyedProcessOperator.element_handler
 
-    def counting_getattr(obj: Any, name: str, *default: Any) -> Any:
-        found = find_list_handler(obj, name, *default)
-        if name != LIST_HANDLER or found is None:
-            return found
-        if not whole_buffers:
-            return None  # the task falls back to one call per record
+    def counted(op: KeyedProcessOperator) -> Any:
+        handle = element_handler(op)
+        many = getattr(handle, LIST_HANDLER)
 
         def handle_all(values: list[Any]) -> None:
             calls[0] += 1
-            found(values)
+            many(values)
 
-        return handle_all
+        setattr(handle, LIST_HANDLER, handle_all)
+        return handle
 
     with monkeypatch.context() as patch:
-        patch.setattr(task_module, "getattr", counting_getattr, raising=False)
+        patch.setattr(KeyedProcessOperator, "element_handler", counted)
+        if not whole_buffers:
+            patch.setattr(task_module, "LIST_HANDLER", "no_list_handler")
         sink = CollectSink()
         env = StreamEnvironment().set_parallelism(2)
         (env.from_collection(events, "events").uid("events").key_by(lambda key: key)
