@@ -725,9 +725,10 @@ def _matched_rows(a: pa.Table, b: pa.Table, identity: list[str]) -> tuple[pa.Tab
 
     Both sides are put in identity order — (key hash, key, namespace, user key): a sort of
     the key hashes (:func:`~statekit.statefmt.entries.hash_sort_indices`), side b in a
-    second thread (the sort releases the GIL) — but only as permutations: when the ordered hashes agree, row ``perm_a[j]`` of a and row
-    ``perm_b[j]`` of b hold the same identity, so one gather of b's compared columns by
-    ``q`` (``q[perm_a[j]] = perm_b[j]``) aligns them. Side a is not gathered at all."""
+    second thread (the sort releases the GIL) — but only as permutations: when the ordered
+    hashes agree, row ``perm_a[j]`` of a and row ``perm_b[j]`` of b hold the same identity,
+    so one gather of b's compared columns by ``q`` (``q[perm_a[j]] = perm_b[j]``) aligns
+    them. Side a is not gathered at all."""
     import pyarrow as pa
     import pyarrow.compute as pc
 

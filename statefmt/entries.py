@@ -631,9 +631,10 @@ def _numpy_hash_sort(hashes: pa.Array, max_parallelism: int) -> pa.Array | None:
     made of long sorted runs (blocks of several key groups one after the other, as a diff
     across max parallelisms reads them) go to NumPy's stable sort, a merge of the runs it
     finds (128 runs: half the time of the quicksort; 20 runs: a third); other keys to its
-    SIMD quicksort, a fifth faster than the merge on random keys. The key is the hash rotated right by log2(M) bits for a power-of-two M
-    (the order of (key group, key hash)); otherwise the hash, followed by a stable
-    counting sort of the rows in that order by their 16-bit key group."""
+    quicksort, a fifth faster than the merge on random keys. The key is the hash rotated
+    right by log2(M) bits for a power-of-two M (the order of (key group, key hash));
+    otherwise the hash, followed by a stable counting sort of the rows in that order by
+    their 16-bit key group."""
     import pyarrow as pa
 
     np = numpy_or_none()
