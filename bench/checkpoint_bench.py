@@ -28,10 +28,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "runtime"
 
 from jobs_for_checkpoints import SlowSink, completed, start_with, summing_job
 
-from statekit.runtime.environment import StreamEnvironment
-from statekit.runtime.job import JobStatus
-from statekit.runtime.run_options import RunOptions, set_run_options
-from statekit.runtime.sinks import DiscardingSink
+from statekit.runtime.connectors.sinks import DiscardingSink
+from statekit.runtime.dataflow.environment import StreamEnvironment
+from statekit.runtime.dataflow.job_handle import JobStatus
+from statekit.runtime.dataflow.run_options import RunOptions, set_run_options
 
 
 def loaded_then_updated(keys: int, updates: int, parallelism: int, checkpoints: str, *, incremental: bool,

@@ -37,10 +37,10 @@ def dict_loop(events: list[str]) -> tuple[float, dict[str, int]]:
 
 
 def run_job(events: list[str], parallelism: int, interval_ms: int | None, backend: str) -> tuple[float, int]:
-    from statekit.runtime.environment import StreamEnvironment
-    from statekit.runtime.functions import KeyedProcessFunction, RuntimeContext
-    from statekit.runtime.sinks import DiscardingSink
-    from statekit.runtime.state import ValueStateDescriptor
+    from statekit.runtime.api.functions import KeyedProcessFunction, RuntimeContext
+    from statekit.runtime.api.state import ValueStateDescriptor
+    from statekit.runtime.connectors.sinks import DiscardingSink
+    from statekit.runtime.dataflow.environment import StreamEnvironment
 
     class RunningCount(KeyedProcessFunction):
         def open(self, ctx: RuntimeContext) -> None:

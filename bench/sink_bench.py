@@ -58,8 +58,8 @@ def sink_job(dsn: str, table: str, rows: list[tuple[str, int]], parallelism: int
     import shutil
     import tempfile
 
-    from statekit.runtime.environment import StreamEnvironment
-    from statekit.runtime.postgres_sink import PostgresSink
+    from statekit.runtime.connectors.postgres_sink import PostgresSink
+    from statekit.runtime.dataflow.environment import StreamEnvironment
 
     work = tempfile.mkdtemp(prefix="statekit-sink-bench-")
     try:

@@ -49,7 +49,7 @@ def timed_events(events: list[str], parallelism: int) -> list[tuple[str, int]]:
     * parallelism)`` ms ahead of split 0; the watermark (the minimum over the splits) would hold
     that many ms of windows open per key, and the state, and each snapshot of it, would grow
     with the number of events."""
-    from statekit.runtime.sources import index_split
+    from statekit.runtime.connectors.sources import index_split
 
     timed: list[tuple[str, int]] = []
     for split in range(parallelism):
@@ -60,12 +60,12 @@ def timed_events(events: list[str], parallelism: int) -> list[tuple[str, int]]:
 
 def run_windows(events: list[str], parallelism: int, interval_ms: int, backend: str) -> tuple[float, int, int]:
     """(seconds, completed checkpoints, fired windows) of the windowed count."""
-    from statekit.runtime.environment import StreamEnvironment
-    from statekit.runtime.functions import AggregateFunction
-    from statekit.runtime.sinks import DiscardingSink
-    from statekit.runtime.sources import CollectionSource
-    from statekit.runtime.watermarks import WatermarkStrategy
-    from statekit.runtime.windows import TumblingEventTimeWindows
+    from statekit.runtime.api.functions import AggregateFunction
+    from statekit.runtime.api.watermarks import WatermarkStrategy
+    from statekit.runtime.api.windows.assigners import TumblingEventTimeWindows
+    from statekit.runtime.connectors.sinks import DiscardingSink
+    from statekit.runtime.connectors.sources import CollectionSource
+    from statekit.runtime.dataflow.environment import StreamEnvironment
 
     class Count(AggregateFunction):
         def create_accumulator(self) -> int:
@@ -113,11 +113,11 @@ def run_windows(events: list[str], parallelism: int, interval_ms: int, backend: 
 
 def run_ttl_count(events: list[str], parallelism: int, interval_ms: int, backend: str) -> tuple[float, int]:
     """(seconds, completed checkpoints) of runtime_bench's keyed running count with a state TTL."""
-    from statekit.runtime.environment import StreamEnvironment
-    from statekit.runtime.functions import KeyedProcessFunction, RuntimeContext
-    from statekit.runtime.sinks import DiscardingSink
-    from statekit.runtime.state import ValueStateDescriptor
-    from statekit.runtime.ttl import StateTtlConfig
+    from statekit.runtime.api.functions import KeyedProcessFunction, RuntimeContext
+    from statekit.runtime.api.state import ValueStateDescriptor
+    from statekit.runtime.api.ttl import StateTtlConfig
+    from statekit.runtime.connectors.sinks import DiscardingSink
+    from statekit.runtime.dataflow.environment import StreamEnvironment
 
     class RunningCount(KeyedProcessFunction):
         def open(self, ctx: RuntimeContext) -> None:

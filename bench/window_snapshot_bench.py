@@ -61,11 +61,11 @@ def main() -> None:
     import pyarrow as pa
     import pyarrow.ipc
 
-    from statekit.runtime.backend import SubtaskScope, write_keyed_rows
-    from statekit.runtime.backend_hashmap import namespaced_columns
-    from statekit.runtime.checkpoint_storage import CheckpointStorageLocation
-    from statekit.runtime.windows.timers import WINDOW_TIMERS
-    from statekit.runtime.windows.window_operator import window_contents
+    from statekit.runtime.checkpoint.storage import CheckpointStorageLocation
+    from statekit.runtime.operators.windows.timers import WINDOW_TIMERS
+    from statekit.runtime.operators.windows.window_operator import window_contents
+    from statekit.runtime.state.backend import SubtaskScope, write_keyed_rows
+    from statekit.runtime.state.backend_hashmap import namespaced_columns
     from statekit.statefmt.fileio import FileIO
     from statekit.statefmt.keygroups import compute_key_group_range_for_operator_index
 

@@ -41,8 +41,8 @@ def check(snapshot: str, job_file: str | None, job_args: tuple[str, ...], parall
     operators mapped / new / dropped, parallelism vs max parallelism.
     Exit 0 compatible, 1 incompatible (one line per reason), 2 bad input.
     """
-    from statekit.runtime.compatibility import check_any
-    from statekit.runtime.run_options import RunOptions
+    from statekit.runtime.dataflow.run_options import RunOptions
+    from statekit.runtime.jobmaster.compatibility import check_any
 
     if job_file is not None and job_file.startswith("-"):
         raise click.UsageError(f"No such option: {job_file} (options go before SNAPSHOT)")

@@ -38,7 +38,7 @@ def checkpointing_options(func: F) -> F:
 
 def checkpointing_run_options(values: dict[str, Any]) -> dict[str, Any]:
     """RunOptions fields from the parsed options of :func:`checkpointing_options`."""
-    from statekit.runtime.control import parse_duration
+    from statekit.runtime.api.time import parse_duration
 
     def duration(name: str, what: str) -> int | None:
         value = values.get(name)

@@ -17,7 +17,7 @@ from statekit.cli.checkpointing import checkpointing_options, checkpointing_run_
 from statekit.cli.errors import catch_exception
 from statekit.cli.options import common_options, storage_option, trust_pickle_option
 from statekit.cli.output import get_output
-from statekit.runtime.backend import state_backend_names
+from statekit.runtime.state.registry import state_backend_names
 
 __all__ = ["run", "list_jobs", "savepoint", "stop", "cancel"]
 
@@ -65,8 +65,9 @@ def run(job_file: str, job_args: tuple[str, ...], parallelism: int | None, max_p
     On a terminal an attached run shows a live status line: records in/out per second,
     checkpoints completed and failed, the last checkpoint's duration and size, backpressured tasks.
     """
-    from statekit.runtime.control import parse_duration, run_job, submit_detached
-    from statekit.runtime.run_options import RunOptions
+    from statekit.runtime.api.time import parse_duration
+    from statekit.runtime.control.submission import run_job, submit_detached
+    from statekit.runtime.dataflow.run_options import RunOptions
 
     if job_file.startswith("-"):
         raise click.UsageError(f"No such option: {job_file} (options go before JOB.py)")
@@ -130,7 +131,7 @@ def list_jobs(include_all: bool, **_: Any) -> None:
     Each job's last completed checkpoint (id, age, size) comes from its REST API while it runs,
     else from its checkpoint directory.
     """
-    from statekit.runtime.control import list_jobs as list_registered
+    from statekit.runtime.control.client import list_jobs as list_registered
 
     get_output().show(list_registered(include_all=include_all))
 
@@ -152,7 +153,8 @@ _format_option = click.option("--format", "fmt", type=click.Choice(["canonical",
 @catch_exception
 def savepoint(job_id: str, target_dir: str | None, fmt: str, timeout: str, **_: Any) -> None:
     """Trigger a savepoint of JOB_ID (id or unique prefix) into TARGET_DIR; print its path."""
-    from statekit.runtime.control import parse_duration, trigger_savepoint
+    from statekit.runtime.api.time import parse_duration
+    from statekit.runtime.control.client import trigger_savepoint
 
     wait_s = parse_duration(timeout, what="timeout") / 1000
     get_output().show(trigger_savepoint(job_id, target_dir, timeout=wait_s, native=fmt == "native"))
@@ -168,7 +170,8 @@ def savepoint(job_id: str, target_dir: str | None, fmt: str, timeout: str, **_: 
 @catch_exception
 def stop(job_id: str, savepoint_path: str | None, drain: bool, fmt: str, timeout: str, **_: Any) -> None:
     """Stop JOB_ID with a savepoint (stop-with-savepoint); print the savepoint path."""
-    from statekit.runtime.control import parse_duration, stop_job
+    from statekit.runtime.api.time import parse_duration
+    from statekit.runtime.control.client import stop_job
 
     wait_s = parse_duration(timeout, what="timeout") / 1000
     get_output().show(stop_job(job_id, savepoint_path, drain=drain, timeout=wait_s, native=fmt == "native"))
@@ -182,7 +185,8 @@ def stop(job_id: str, savepoint_path: str | None, drain: bool, fmt: str, timeout
 @catch_exception
 def cancel(job_id: str, with_savepoint: str | None, timeout: str, **_: Any) -> None:
     """Cancel JOB_ID (id or unique prefix) and wait until it ended."""
-    from statekit.runtime.control import cancel_job, parse_duration, trigger_savepoint
+    from statekit.runtime.api.time import parse_duration
+    from statekit.runtime.control.client import cancel_job, trigger_savepoint
 
     wait_s = parse_duration(timeout, what="timeout") / 1000
     if with_savepoint is not None:

@@ -20,7 +20,7 @@ from statekit.readers.progress import Advance
 
 if TYPE_CHECKING:
     from statekit.cli.render import Result
-    from statekit.runtime.metrics import LiveStatus
+    from statekit.runtime.jobmaster.metrics import LiveStatus
 
 StatusSink = Callable[["LiveStatus"], None]
 

@@ -30,8 +30,8 @@ if TYPE_CHECKING:
     from statekit.readers.inspection import SnapshotInspection
     from statekit.readers.listing import CheckpointList
     from statekit.readers.verification import VerifyReport
-    from statekit.runtime.compatibility import CompatibilityReport
-    from statekit.runtime.control import CancelResult, JobList, RunResult, SavepointResult
+    from statekit.runtime.control.results import CancelResult, JobList, RunResult, SavepointResult
+    from statekit.runtime.jobmaster.compatibility import CompatibilityReport
     from statekit.spark.export import ExportResult
     from statekit.writers.bootstrap import BootstrapReport
     from statekit.writers.disposal import DisposalPlan
@@ -80,12 +80,12 @@ RENDERERS: dict[str, str] = {
     "statekit.flink.rewrite_report.FlinkRescaleReport": "flink_rewrite.flink_rescale_report",
     "statekit.flink.rewrite_report.FlinkModifyReport": "flink_rewrite.flink_modify_report",
     # job control: run, list, savepoint, stop, cancel
-    "statekit.runtime.control.RunResult": "jobs.run_result",
-    "statekit.runtime.control.JobList": "jobs.job_list",
-    "statekit.runtime.control.SavepointResult": "jobs.savepoint_result",
-    "statekit.runtime.control.CancelResult": "jobs.cancel_result",
+    "statekit.runtime.control.results.RunResult": "jobs.run_result",
+    "statekit.runtime.control.results.JobList": "jobs.job_list",
+    "statekit.runtime.control.results.SavepointResult": "jobs.savepoint_result",
+    "statekit.runtime.control.results.CancelResult": "jobs.cancel_result",
     # restore compatibility: check, migrate
-    "statekit.runtime.compatibility.CompatibilityReport": "compatibility.compatibility_report",
+    "statekit.runtime.jobmaster.compatibility.CompatibilityReport": "compatibility.compatibility_report",
     "statekit.writers.migration.MigrationReport": "compatibility.migration_report",
     "statekit.writers.report.ReportResult": "report.report_result",  # statekit report
 }

@@ -24,8 +24,7 @@ import os
 import threading
 from typing import Any
 
-from statekit.runtime.environment import get_execution_environment
-from statekit.runtime.functions import (
+from statekit.runtime.api.functions import (
     CheckpointedFunction,
     FunctionInitializationContext,
     FunctionSnapshotContext,
@@ -33,7 +32,8 @@ from statekit.runtime.functions import (
     RuntimeContext,
     SinkFunction,
 )
-from statekit.runtime.state import ListStateDescriptor, MapStateDescriptor
+from statekit.runtime.api.state import ListStateDescriptor, MapStateDescriptor
+from statekit.runtime.dataflow.environment import get_execution_environment
 
 LIMITS = MapStateDescriptor("limits", "int", key_type="string")
 SPENT = MapStateDescriptor("spent", "int", key_type="string")

@@ -17,10 +17,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from statekit.runtime.environment import get_execution_environment
-from statekit.runtime.functions import KeyedProcessFunction, RuntimeContext
-from statekit.runtime.sinks import FileSink, PrintSink
-from statekit.runtime.state import ListStateDescriptor, MapStateDescriptor
+from statekit.runtime.api.functions import KeyedProcessFunction, RuntimeContext
+from statekit.runtime.api.state import ListStateDescriptor, MapStateDescriptor
+from statekit.runtime.connectors.sinks import FileSink, PrintSink
+from statekit.runtime.dataflow.environment import get_execution_environment
 
 PAGES = ("home", "search", "product", "cart", "checkout", "help")
 RECENT = 5

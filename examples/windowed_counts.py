@@ -28,14 +28,16 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from statekit.runtime.environment import get_execution_environment
-from statekit.runtime.functions import AggregateFunction, FunctionInitializationContext, FunctionSnapshotContext
-from statekit.runtime.launcher import parse_duration_ms
-from statekit.runtime.side_outputs import OutputTag
-from statekit.runtime.sinks import FileSink
-from statekit.runtime.sources import FileSource, Source, SourceReader, SourceReaderContext
-from statekit.runtime.watermarks import WatermarkStrategy
-from statekit.runtime.windows import ProcessWindowFunction, TumblingEventTimeWindows
+from statekit.runtime.api.functions import AggregateFunction, FunctionInitializationContext, FunctionSnapshotContext
+from statekit.runtime.api.side_outputs import OutputTag
+from statekit.runtime.api.sources import Source, SourceReader, SourceReaderContext
+from statekit.runtime.api.watermarks import WatermarkStrategy
+from statekit.runtime.api.windows.assigners import TumblingEventTimeWindows
+from statekit.runtime.api.windows.functions import ProcessWindowFunction
+from statekit.runtime.connectors.sinks import FileSink
+from statekit.runtime.connectors.sources import FileSource
+from statekit.runtime.control.launcher import parse_duration_ms
+from statekit.runtime.dataflow.environment import get_execution_environment
 from statekit.statefmt.errors import BadInputError
 
 WORD = re.compile(r"[^\W\d_]+")

@@ -19,11 +19,11 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from statekit.runtime.environment import get_execution_environment
-from statekit.runtime.functions import KeyedProcessFunction, RuntimeContext
-from statekit.runtime.sinks import FileSink
-from statekit.runtime.sources import FileSource
-from statekit.runtime.state import ValueStateDescriptor
+from statekit.runtime.api.functions import KeyedProcessFunction, RuntimeContext
+from statekit.runtime.api.state import ValueStateDescriptor
+from statekit.runtime.connectors.sinks import FileSink
+from statekit.runtime.connectors.sources import FileSource
+from statekit.runtime.dataflow.environment import get_execution_environment
 
 WORD = re.compile(r"[^\W\d_]+")
 

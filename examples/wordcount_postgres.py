@@ -2,7 +2,7 @@
 
 The job of ``examples/wordcount.py`` (uids ``source``, ``tokenize``, ``counter``, ``sink``:
 the same tokenizer and the same running count, imported from it) with a
-:class:`~statekit.runtime.postgres_sink.PostgresSink` instead of the file sink: every
+:class:`~statekit.runtime.connectors.postgres_sink.PostgresSink` instead of the file sink: every
 update becomes one row ``(word text, count bigint)`` of ``--table`` (created if missing),
 committed by two-phase commit when its checkpoint completes. After any number of crashes
 and restores each word has exactly the rows 1..N. Needs ``statekit[postgres]`` and a
@@ -23,9 +23,9 @@ import importlib.util
 from pathlib import Path
 from types import ModuleType
 
-from statekit.runtime.environment import get_execution_environment
-from statekit.runtime.postgres_sink import PostgresSink
-from statekit.runtime.sources import FileSource
+from statekit.runtime.connectors.postgres_sink import PostgresSink
+from statekit.runtime.connectors.sources import FileSource
+from statekit.runtime.dataflow.environment import get_execution_environment
 
 COLUMNS = {"word": "text", "count": "bigint"}
 

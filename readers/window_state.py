@@ -1,6 +1,6 @@
 """Window state of a statekit window operator, read offline (``inspect``, ``export``, ``diff``).
 
-The runtime's window operator (``statekit.runtime.windows``) keeps its window state as keyed
+The runtime's window operator (``statekit.runtime.api.windows``) keeps its window state as keyed
 state whose **namespace** is the window, as Flink does: ``[start, end]`` epoch milliseconds
 (``[]`` for the global window), declared ``namespace_type="list<int>"``:
 

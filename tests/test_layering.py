@@ -85,3 +85,64 @@ def test_readers_and_writers_load_no_pyspark() -> None:
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark', 'py4j')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+# The runtime's rooms, lowest first: a room imports only itself and the rooms before it; the
+# modules at runtime/'s root (the public API) sit above every room. docs/ARCHITECTURE.md.
+RUNTIME_ROOMS: list[str] = ["api", "connectors", "checkpoint", "exchange", "state", "operators", "task", "dataflow",
+                            "jobmaster", "control"]
+RUNTIME_ROOT_MODULES_MAX = 6
+
+
+def _runtime_room(module: str) -> str | None:
+    """The room of a ``statekit.runtime...`` module name: a room, ``"<root>"`` or None (not the runtime)."""
+    parts = module.split(".")
+    if parts[:2] != ["statekit", "runtime"]:
+        return None
+    return parts[2] if len(parts) > 2 and parts[2] in RUNTIME_ROOMS else "<root>"
+
+
+def _runtime_files() -> list[tuple[str, Path]]:
+    runtime = ROOT / "runtime"
+    return [(path.relative_to(runtime).parts[0] if len(path.relative_to(runtime).parts) > 1 else "<root>", path)
+            for path in sorted(runtime.rglob("*.py"))]
+
+
+def test_every_runtime_folder_is_a_room() -> None:
+    folders = {p.name for p in (ROOT / "runtime").iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert folders == set(RUNTIME_ROOMS)
+    assert len(RUNTIME_ROOMS) >= 6
+
+
+def test_runtime_root_keeps_few_modules() -> None:
+    modules = [p.name for p in (ROOT / "runtime").glob("*.py") if p.name != "__init__.py"]
+    assert len(modules) <= RUNTIME_ROOT_MODULES_MAX, modules
+
+
+def test_runtime_rooms_import_downward_only() -> None:
+    rank = {room: i for i, room in enumerate(RUNTIME_ROOMS)} | {"<root>": len(RUNTIME_ROOMS)}
+    wrong = []
+    for room, path in _runtime_files():
+        for line, module in _imports(path):
+            target = _runtime_room(module)
+            if target is None or target == room:
+                continue
+            if module == "statekit.runtime" or rank[target] > rank[room]:
+                wrong.append(f"{path.relative_to(ROOT)}:{line}: runtime/{room} imports {module} "
+                             f"({target} is not below {room})")
+    assert not wrong, "imports against the runtime's room order:\n" + "\n".join(sorted(set(wrong)))
+
+
+def test_runtime_rooms_form_no_cycle() -> None:
+    edges: dict[str, set[str]] = {room: set() for room in [*RUNTIME_ROOMS, "<root>"]}
+    for room, path in _runtime_files():
+        for _, module in _imports(path):
+            target = _runtime_room(module)
+            if target is not None and target != room and module != "statekit.runtime":
+                edges[room].add(target)
+
+    def reaches(start: str, goal: str, seen: set[str]) -> bool:
+        return any(n == goal or (n not in seen and reaches(n, goal, seen | {n})) for n in edges[start])
+
+    cycles = sorted(room for room in edges if reaches(room, room, {room}))
+    assert not cycles, f"runtime room cycles through: {cycles}"

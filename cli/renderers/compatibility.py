@@ -9,7 +9,7 @@ from rich.console import Console
 from statekit.cli.renderers.markup import _e, print_table
 
 if TYPE_CHECKING:
-    from statekit.runtime.compatibility import CompatibilityReport
+    from statekit.runtime.jobmaster.compatibility import CompatibilityReport
     from statekit.writers.migration import MigrationReport
 
 __all__ = ["compatibility_report", "migration_report"]

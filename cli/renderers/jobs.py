@@ -15,8 +15,8 @@ from rich.console import Console
 from statekit.cli.renderers.markup import _e, human_age, human_bytes
 
 if TYPE_CHECKING:
-    from statekit.runtime.control import CancelResult, JobList, LastCheckpoint, RunResult, SavepointResult
-    from statekit.runtime.metrics import LiveStatus
+    from statekit.runtime.control.results import CancelResult, JobList, LastCheckpoint, RunResult, SavepointResult
+    from statekit.runtime.jobmaster.metrics import LiveStatus
 
 __all__ = ["run_result", "savepoint_result", "cancel_result", "job_list", "live_status_line"]
 

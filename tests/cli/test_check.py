@@ -10,9 +10,9 @@ from click.testing import CliRunner, Result
 
 from statekit.cli.main import cli
 from statekit.readers.savepoint_reader import SavepointReader
-from statekit.runtime.job import JobStatus
-from statekit.runtime.launcher import run_job_file
-from statekit.runtime.run_options import RunOptions
+from statekit.runtime.control.launcher import run_job_file
+from statekit.runtime.dataflow.job_handle import JobStatus
+from statekit.runtime.dataflow.run_options import RunOptions
 from statekit.statefmt.metadata import StateDescriptor, StateKind
 from statekit.writers.savepoint_writer import SavepointWriter
 

@@ -20,8 +20,8 @@ from statekit.cli.main import cli
 
 JOB = '''
 import sys, time
-from statekit.runtime.environment import get_execution_environment
-from statekit.runtime.sources import NumberSequenceSource
+from statekit.runtime.dataflow.environment import get_execution_environment
+from statekit.runtime.connectors.sources import NumberSequenceSource
 
 def slow(value):
     time.sleep(float(sys.argv[2]))

@@ -224,7 +224,7 @@ def test_a_listing_with_flink_snapshots_shows_a_markup_job_directory_as_text(tmp
 
 
 def test_a_savepoint_path_is_printed_as_written() -> None:
-    from statekit.runtime.control import SavepointResult
+    from statekit.runtime.control.results import SavepointResult
 
     location = "/savepoints/[bold]sp-1"
     assert _text(SavepointResult("a" * 32, location, "t", "RUNNING")).strip() == location

@@ -188,10 +188,11 @@ def test_export_of_a_runtime_savepoint_writes_window_columns_and_a_timer_table(s
 
 def _global_window_savepoint(directory: Path) -> str:
     """A bounded job whose count-triggered global windows keep contents and trigger counts."""
-    from statekit.runtime.environment import StreamEnvironment
-    from statekit.runtime.run_options import RunOptions, set_run_options
-    from statekit.runtime.sinks import CollectSink
-    from statekit.runtime.windows import CountTrigger, GlobalWindows
+    from statekit.runtime.api.windows.assigners import GlobalWindows
+    from statekit.runtime.api.windows.triggers import CountTrigger
+    from statekit.runtime.connectors.sinks import CollectSink
+    from statekit.runtime.dataflow.environment import StreamEnvironment
+    from statekit.runtime.dataflow.run_options import RunOptions, set_run_options
 
     set_run_options(RunOptions(savepoint_on_finish=str(directory)))
     try:

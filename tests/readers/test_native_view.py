@@ -29,7 +29,7 @@ WORDS = [f"word{chr(97 + i)}{chr(97 + j)}" for i in range(26) for j in range(8)]
 
 
 def _launch(*args: str, parallelism: int = 2, backend: str = "rocksdb") -> None:
-    command = [sys.executable, "-m", "statekit.runtime.launcher", "-p", str(parallelism), "--state-backend", backend,
+    command = [sys.executable, "-m", "statekit.runtime.control.launcher", "-p", str(parallelism), "--state-backend", backend,
                *args]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -150,10 +150,11 @@ def test_a_hashmap_job_restores_the_native_checkpoint_at_a_new_parallelism(snaps
 
 def _ttl_savepoints(tmp_path: Path) -> tuple[str, str]:
     """(native, canonical) savepoints of one RocksDB backend holding TTL value, list and map state."""
-    from statekit.runtime.backend import SnapshotRequest, SubtaskScope, create_keyed_backend
-    from statekit.runtime.checkpoint_storage import CheckpointStorageLocation
-    from statekit.runtime.state import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
-    from statekit.runtime.ttl import ManualClock, StateTtlConfig
+    from statekit.runtime.api.state import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
+    from statekit.runtime.api.ttl import ManualClock, StateTtlConfig
+    from statekit.runtime.checkpoint.storage import CheckpointStorageLocation
+    from statekit.runtime.state.backend import SnapshotRequest, SubtaskScope
+    from statekit.runtime.state.registry import create_keyed_backend
     from statekit.statefmt.fileio import FileIO
     from statekit.statefmt.keygroups import KeyGroupRange
     from statekit.statefmt.metadata import CheckpointMetadata, OperatorMetadata, SnapshotKind, SubtaskState

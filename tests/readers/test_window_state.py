@@ -30,9 +30,9 @@ from statekit.readers.window_state import (
     window_of_namespace,
     window_state_role,
 )
-from statekit.runtime.job import JobHandle, JobStatus
-from statekit.runtime.launcher import run_job_file
-from statekit.runtime.run_options import RunOptions, add_job_listener, remove_job_listener
+from statekit.runtime.control.launcher import run_job_file
+from statekit.runtime.dataflow.job_handle import JobHandle, JobStatus
+from statekit.runtime.dataflow.run_options import RunOptions, add_job_listener, remove_job_listener
 from statekit.statefmt.errors import CorruptStateError
 from statekit.statefmt.metadata import OperatorMetadata, StateDescriptor, StateKind
 from statekit.writers.diff_output import write_diff

@@ -48,7 +48,7 @@ def postgres_dsn(postgres_server: PostgresServer) -> str:
 def _close_rocksdb_backends(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Close every RocksDB backend a test created and left open (tests that build backends by
     hand): its database directory lives in the system temp directory and goes with ``close``."""
-    from statekit.runtime.backend_rocksdb import RocksDBKeyedStateBackend
+    from statekit.runtime.state.backend_rocksdb import RocksDBKeyedStateBackend
 
     created: list[RocksDBKeyedStateBackend] = []
     original = RocksDBKeyedStateBackend.__init__

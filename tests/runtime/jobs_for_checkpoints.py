@@ -9,10 +9,10 @@ from typing import Any
 
 from statekit.readers.savepoint_reader import SavepointReader
 from statekit.readers.shared_refs import shared_files_of, shared_references
-from statekit.runtime.environment import StreamEnvironment
-from statekit.runtime.job import JobHandle
-from statekit.runtime.run_options import RunOptions, set_run_options
-from statekit.runtime.sinks import CollectSink
+from statekit.runtime.connectors.sinks import CollectSink
+from statekit.runtime.dataflow.environment import StreamEnvironment
+from statekit.runtime.dataflow.job_handle import JobHandle
+from statekit.runtime.dataflow.run_options import RunOptions, set_run_options
 from statekit.statefmt.fileio import FileIO
 from statekit.statefmt.metadata import CheckpointMetadata
 

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from statekit.runtime.functions import (
+from statekit.runtime.api.functions import (
     CheckpointedFunction,
     FunctionInitializationContext,
     FunctionSnapshotContext,
     OperatorStateStore,
     RuntimeContext,
 )
-from statekit.runtime.operator_state import DefaultOperatorStateStore
-from statekit.runtime.state import ListStateDescriptor
+from statekit.runtime.api.state import ListStateDescriptor
+from statekit.runtime.state.operator_state import DefaultOperatorStateStore
 from statekit.statefmt.metadata import StateKind
 
 __all__ = ["FakeRuntime", "Snapshot", "initialize", "union_state"]

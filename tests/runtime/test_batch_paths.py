@@ -10,14 +10,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import statekit.runtime.channels as channels_module
-import statekit.runtime.task as task_module
-from statekit.runtime.channels import EMIT_ALL, LIST_HANDLER, ChannelTarget, InputGate, Partitioning, RecordWriter
-from statekit.runtime.environment import StreamEnvironment
-from statekit.runtime.functions import KeyedProcessFunction, RuntimeContext
-from statekit.runtime.operators import KeyedProcessOperator
-from statekit.runtime.sinks import CollectSink
-from statekit.runtime.state import ValueStateDescriptor
+import statekit.runtime.exchange.input_gate as channels_module
+import statekit.runtime.task.task as task_module
+from statekit.runtime.api.functions import KeyedProcessFunction, RuntimeContext
+from statekit.runtime.api.state import ValueStateDescriptor
+from statekit.runtime.connectors.sinks import CollectSink
+from statekit.runtime.dataflow.environment import StreamEnvironment
+from statekit.runtime.exchange.batch_path import EMIT_ALL, LIST_HANDLER
+from statekit.runtime.exchange.input_gate import InputGate
+from statekit.runtime.exchange.partitioning import Partitioning
+from statekit.runtime.exchange.record_writer import ChannelTarget, RecordWriter
+from statekit.runtime.operators.one_input import KeyedProcessOperator
 
 
 def _writer(channels: int, buffer_size: int) -> tuple[RecordWriter, list[InputGate]]:

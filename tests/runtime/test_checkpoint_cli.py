@@ -14,8 +14,8 @@ from click.testing import CliRunner
 
 from statekit.cli.main import cli
 from statekit.readers.snapshot import open_snapshot
-from statekit.runtime.control import _run_argv
-from statekit.runtime.run_options import RunOptions
+from statekit.runtime.control.submission import _run_argv
+from statekit.runtime.dataflow.run_options import RunOptions
 
 WORDCOUNT = str(Path(__file__).resolve().parents[2] / "examples" / "wordcount.py")
 JOB_ID = "c4ec" * 8
@@ -55,12 +55,12 @@ def test_contradictory_checkpointing_options_exit_2_with_one_line(
 def test_the_launcher_refuses_a_contradiction_of_options_and_job_settings(tmp_path: Path, inputs: Path) -> None:
     job = tmp_path / "job.py"
     job.write_text(
-        "from statekit.runtime.environment import get_execution_environment\n"
+        "from statekit.runtime.dataflow.environment import get_execution_environment\n"
         "env = get_execution_environment()\n"
         "env.enable_checkpointing(100, mode='at-least-once')\n"
         "env.from_sequence(1, 10).uid('n').print()\n"
         "env.execute('contradiction')\n", encoding="utf-8")
-    result = subprocess.run([sys.executable, "-m", "statekit.runtime.launcher", "--unaligned", "--checkpoint-dir",
+    result = subprocess.run([sys.executable, "-m", "statekit.runtime.control.launcher", "--unaligned", "--checkpoint-dir",
                              str(tmp_path / "chk"), str(job)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 2, result.stderr
     assert "unaligned checkpoints need the exactly-once checkpointing mode" in result.stderr

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from statekit.runtime.checkpoint_config import CheckpointConfig
-from statekit.runtime.checkpoint_storage import CheckpointStorage
-from statekit.runtime.coordinator import CheckpointCoordinator, OperatorInfo
-from statekit.runtime.mails import TriggerCheckpoint
+from statekit.runtime.api.checkpoint_config import CheckpointConfig
+from statekit.runtime.checkpoint.storage import CheckpointStorage
+from statekit.runtime.jobmaster.coordinator import CheckpointCoordinator, OperatorInfo
+from statekit.runtime.task.mails import TriggerCheckpoint
 from statekit.statefmt.metadata import CheckpointMetadata
 
 
@@ -120,7 +120,7 @@ def test_no_periodic_trigger_while_the_previous_checkpoint_commits(
     """Checkpoint 1 is acknowledged by every task but its _metadata is still being written."""
     coordinator, execution = running
     committing, release = threading.Event(), threading.Event()
-    from statekit.runtime import checkpoint_storage
+    from statekit.runtime.checkpoint import storage as checkpoint_storage
 
     original = checkpoint_storage.CheckpointStorageLocation.commit
 

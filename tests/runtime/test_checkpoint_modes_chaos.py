@@ -62,7 +62,7 @@ def checkpoint_state(job_dir: Path) -> tuple[int | None, bool]:
 
 
 def command(mode: str, checkpoints: Path, job_id: str, inputs: Path, output: Path, parallelism: int = 2) -> list[str]:
-    args = [sys.executable, "-m", "statekit.runtime.launcher", "-p", str(parallelism), "--checkpoint-dir",
+    args = [sys.executable, "-m", "statekit.runtime.control.launcher", "-p", str(parallelism), "--checkpoint-dir",
             str(checkpoints), "--checkpoint-interval", "100ms", "--job-id", job_id, *MODES[mode]]
     io, job_dir = FileIO.for_path(str(checkpoints / job_id))
     if io.exists(job_dir) and latest_complete_checkpoint(io, job_dir) is not None:

@@ -13,18 +13,18 @@ from pathlib import Path
 import pytest
 
 from statekit.readers.savepoint_reader import SavepointReader
-from statekit.runtime.compatibility import (
+from statekit.runtime.checkpoint.restore import missing_operator_message
+from statekit.runtime.control.launcher import run_job_file
+from statekit.runtime.dataflow.job_handle import JobStatus
+from statekit.runtime.dataflow.run_options import RunOptions
+from statekit.runtime.jobmaster.compatibility import (
     CompatibilityReport,
     OperatorMapping,
     StateStatus,
     check_job_file,
     compare,
 )
-from statekit.runtime.job import JobStatus
-from statekit.runtime.launcher import run_job_file
-from statekit.runtime.restore import missing_operator_message
-from statekit.runtime.run_options import RunOptions
-from statekit.runtime.state_probe import DeclaredOperator
+from statekit.runtime.jobmaster.state_probe import DeclaredOperator
 from statekit.statefmt.errors import BadInputError, IncompatibleStateError, PathNotFoundError
 from statekit.statefmt.metadata import StateDescriptor, StateKind
 from statekit.statefmt.type_evolution import SchemaCompatibility

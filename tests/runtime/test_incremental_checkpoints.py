@@ -21,10 +21,10 @@ from jobs_for_checkpoints import (
     summing_job,
 )
 
-from statekit.runtime.checkpoint_config import ExternalizedCheckpointCleanup
-from statekit.runtime.job import JobStatus
-from statekit.runtime.run_options import RunOptions
-from statekit.runtime.sinks import CollectSink
+from statekit.runtime.api.checkpoint_config import ExternalizedCheckpointCleanup
+from statekit.runtime.connectors.sinks import CollectSink
+from statekit.runtime.dataflow.job_handle import JobStatus
+from statekit.runtime.dataflow.run_options import RunOptions
 from statekit.statefmt.fileio import FileIO
 
 CHECKPOINTS = {"local": 100, "s3": 40}  # moto serves each request in Python: fewer on s3

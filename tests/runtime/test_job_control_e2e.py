@@ -23,7 +23,7 @@ from click.testing import CliRunner
 
 from statekit.cli.main import cli
 from statekit.readers.savepoint_reader import SavepointReader
-from statekit.runtime.registry import JobRegistry, process_alive
+from statekit.runtime.control.registry import JobRegistry, process_alive
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 STATEKIT = [sys.executable, "-m", "statekit.cli.main"]
@@ -33,9 +33,9 @@ WATCHING_WORDCOUNT = f'''
 import argparse, sys
 sys.path.insert(0, {str(EXAMPLES)!r})
 from wordcount import CountWords, encode, tokenize
-from statekit.runtime.environment import get_execution_environment
-from statekit.runtime.sinks import FileSink
-from statekit.runtime.sources import FileSource
+from statekit.runtime.dataflow.environment import get_execution_environment
+from statekit.runtime.connectors.sinks import FileSink
+from statekit.runtime.connectors.sources import FileSource
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--input", required=True)

@@ -20,13 +20,13 @@ import pytest
 from click.testing import CliRunner
 
 from statekit.cli.main import cli
-from statekit.runtime.registry import JobRegistry, process_alive
+from statekit.runtime.control.registry import JobRegistry, process_alive
 
 FAKE_JOB = '''
 """A job without dataflow: savepoints are empty directories; stop finishes, cancel cancels."""
 import concurrent.futures, os, sys
-from statekit.runtime.job import JobHandle, JobStatus, JobVertex
-from statekit.runtime.run_options import get_run_options, notify_job_listeners
+from statekit.runtime.dataflow.job_handle import JobHandle, JobStatus, JobVertex
+from statekit.runtime.dataflow.run_options import get_run_options, notify_job_listeners
 
 class Master:
     def trigger_savepoint(self, target_dir, *, stop, drain):

@@ -23,9 +23,10 @@ import pytest
 from click.testing import CliRunner
 
 from statekit.cli.main import cli
-from statekit.runtime import control
-from statekit.runtime.job import JobHandle, JobStatus, JobVertex
-from statekit.runtime.registry import (
+from statekit.runtime.api.time import parse_duration
+from statekit.runtime.control import client as control
+from statekit.runtime.control import submission
+from statekit.runtime.control.registry import (
     CRASHED,
     JobEntry,
     JobRegistry,
@@ -33,7 +34,8 @@ from statekit.runtime.registry import (
     new_job_id,
     process_start_ticks,
 )
-from statekit.runtime.rest import JobRestServer
+from statekit.runtime.control.rest import JobRestServer
+from statekit.runtime.dataflow.job_handle import JobHandle, JobStatus, JobVertex
 from statekit.statefmt.errors import BadInputError, JobError
 
 
@@ -94,7 +96,7 @@ def served(home: Path) -> Iterator[tuple[JobHandle, FakeControl, str]]:
     handle, stub = fake_handle()
     registry = JobRegistry()
     token = registry.register(current_process_entry(handle.job_id, "fake-job"))
-    supervisor = control._Supervisor(registry, handle.job_id, token, None)
+    supervisor = submission._Supervisor(registry, handle.job_id, token, None)
     supervisor.job_started(handle)
     yield handle, stub, token
     if not handle.status.is_terminal:
@@ -178,13 +180,13 @@ def test_dead_and_reused_pids_are_crashed_never_running(home: Path) -> None:
 @pytest.mark.parametrize(("text", "millis"), [("200ms", 200), ("1s", 1000), ("1.5 s", 1500), ("2min", 120_000),
                                               ("2m", 120_000), ("1h", 3_600_000), ("750", 750), (" 3 SECONDS ", 3000)])
 def test_parse_duration(text: str, millis: int) -> None:
-    assert control.parse_duration(text) == millis
+    assert parse_duration(text) == millis
 
 
 @pytest.mark.parametrize("text", ["", "ms", "abc", "0s", "-1s", "5 parsecs", "1e400s", "nan s", "0.1ms"])
 def test_parse_duration_refuses(text: str) -> None:
     with pytest.raises(BadInputError, match="invalid duration"):
-        control.parse_duration(text)
+        parse_duration(text)
 
 
 # -- REST API ------------------------------------------------------------------------------------
@@ -339,7 +341,7 @@ def test_outcome_of_a_stop_survives_the_server(home: Path, tmp_path: Path, monke
     handle, _ = fake_handle()
     registry = JobRegistry()
     token = registry.register(current_process_entry(handle.job_id, "fake-job"))
-    supervisor = control._Supervisor(registry, handle.job_id, token, None)
+    supervisor = submission._Supervisor(registry, handle.job_id, token, None)
     supervisor.job_started(handle)
     entry = registry.get(handle.job_id)
     client = control.RestClient(entry, token)

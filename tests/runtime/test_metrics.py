@@ -12,18 +12,12 @@ from typing import Any
 
 import pytest
 
-from statekit.runtime.environment import StreamEnvironment
-from statekit.runtime.job import JobHandle, JobStatus
-from statekit.runtime.metrics import (
-    JobMetrics,
-    TaskMetrics,
-    TaskReport,
-    job_metrics,
-    live_status,
-    prometheus_text,
-)
-from statekit.runtime.rest import JobRestServer
-from statekit.runtime.sources import NumberSequenceSource
+from statekit.runtime.connectors.sources import NumberSequenceSource
+from statekit.runtime.control.rest import JobRestServer
+from statekit.runtime.dataflow.environment import StreamEnvironment
+from statekit.runtime.dataflow.job_handle import JobHandle, JobStatus
+from statekit.runtime.jobmaster.metrics import JobMetrics, job_metrics, live_status, prometheus_text
+from statekit.runtime.task.metrics import TaskMetrics, TaskReport
 
 TOKEN = "t0k3n"
 

@@ -22,7 +22,7 @@ import pytest
 from postgres_server import PostgresServer, find_postgres_bin
 from sink_contexts import FakeRuntime, Snapshot, initialize, union_state
 
-from statekit.runtime.postgres_sink import PENDING_TRANSACTIONS, PostgresSink, transaction_id
+from statekit.runtime.connectors.postgres_sink import PENDING_TRANSACTIONS, PostgresSink, transaction_id
 from statekit.statefmt.errors import BadInputError
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -96,7 +96,7 @@ def checkpoint_in_progress(job_dir: Path) -> bool:
 
 def launcher(job_file: str, checkpoints: Path, job_id: str, *, parallelism: int, restore: Path | None,
              interval: str = "150ms") -> list[str]:
-    args = [sys.executable, "-m", "statekit.runtime.launcher", "-p", str(parallelism), "--checkpoint-dir",
+    args = [sys.executable, "-m", "statekit.runtime.control.launcher", "-p", str(parallelism), "--checkpoint-dir",
             str(checkpoints), "--checkpoint-interval", interval, "--job-id", job_id]
     if restore is not None:
         args += ["-s", str(restore)]
@@ -166,9 +166,9 @@ KILL_JOB = '''
 after PREPARE (mode prepared) or on completion before COMMIT PREPARED (mode completed)."""
 import importlib.util, os, signal, sys
 
-from statekit.runtime.environment import get_execution_environment
-from statekit.runtime.postgres_sink import PostgresSink
-from statekit.runtime.sources import FileSource
+from statekit.runtime.dataflow.environment import get_execution_environment
+from statekit.runtime.connectors.postgres_sink import PostgresSink
+from statekit.runtime.connectors.sources import FileSource
 
 spec = importlib.util.spec_from_file_location("wcp", {example!r})
 wcp = importlib.util.module_from_spec(spec)

@@ -20,17 +20,17 @@ import pytest
 from click.testing import CliRunner
 
 from statekit.cli.main import cli
-from statekit.runtime import control
-from statekit.runtime import registry as registry_module
-from statekit.runtime.job import JobHandle, JobStatus, JobVertex
-from statekit.runtime.registry import JobEntry, JobRegistry, current_process_entry, new_job_id, process_alive
-from statekit.runtime.rest import JobRestServer
+from statekit.runtime.control import client as control
+from statekit.runtime.control import registry as registry_module
+from statekit.runtime.control.registry import JobEntry, JobRegistry, current_process_entry, new_job_id, process_alive
+from statekit.runtime.control.rest import JobRestServer
+from statekit.runtime.dataflow.job_handle import JobHandle, JobStatus, JobVertex
 from statekit.statefmt.errors import BadInputError, JobError
 
 NOBODY = 65534
 TINY_JOB = '''
-from statekit.runtime.environment import get_execution_environment
-from statekit.runtime.sinks import DiscardingSink
+from statekit.runtime.dataflow.environment import get_execution_environment
+from statekit.runtime.connectors.sinks import DiscardingSink
 env = get_execution_environment()
 env.from_collection([1, 2, 3]).uid("numbers").sink_to(DiscardingSink()).uid("sink")
 env.execute("tiny")
@@ -193,8 +193,8 @@ def test_run_with_the_job_id_of_a_crashed_job(home: Path, tiny_job: str) -> None
 
 FAKE_JOB = '''
 import sys
-from statekit.runtime.job import JobHandle, JobStatus, JobVertex
-from statekit.runtime.run_options import get_run_options, notify_job_listeners
+from statekit.runtime.dataflow.job_handle import JobHandle, JobStatus, JobVertex
+from statekit.runtime.dataflow.run_options import get_run_options, notify_job_listeners
 
 class Master:
     def trigger_savepoint(self, target_dir, *, stop, drain):
@@ -249,9 +249,9 @@ def test_job_ids_are_validated_at_every_entry(home: Path, tiny_job: str) -> None
     assert not (home / "jobs").exists() or not list((home / "jobs").iterdir())
     assert registry_module.check_job_id("0123456789abcdef" * 2) == "0123456789abcdef" * 2
 
-    from statekit.runtime.environment import StreamEnvironment
-    from statekit.runtime.run_options import RunOptions, set_run_options
-    from statekit.runtime.sinks import DiscardingSink
+    from statekit.runtime.connectors.sinks import DiscardingSink
+    from statekit.runtime.dataflow.environment import StreamEnvironment
+    from statekit.runtime.dataflow.run_options import RunOptions, set_run_options
 
     env = StreamEnvironment()
     env.from_collection([1]).uid("numbers").sink_to(DiscardingSink()).uid("sink")

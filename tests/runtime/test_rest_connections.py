@@ -19,10 +19,10 @@ import pytest
 from click.testing import CliRunner
 
 from statekit.cli.main import cli
-from statekit.runtime import control
-from statekit.runtime.job import JobHandle, JobStatus, JobVertex
-from statekit.runtime.registry import JobRegistry, current_process_entry, new_job_id
-from statekit.runtime.rest import JobRestServer
+from statekit.runtime.control import submission
+from statekit.runtime.control.registry import JobRegistry, current_process_entry, new_job_id
+from statekit.runtime.control.rest import JobRestServer
+from statekit.runtime.dataflow.job_handle import JobHandle, JobStatus, JobVertex
 
 TOKEN = "t0ken"
 
@@ -236,7 +236,7 @@ def served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Jo
     handle, stub = job()
     registry = JobRegistry()
     token = registry.register(current_process_entry(handle.job_id, "j"))
-    supervisor = control._Supervisor(registry, handle.job_id, token, None)
+    supervisor = submission._Supervisor(registry, handle.job_id, token, None)
     supervisor.job_started(handle)
     yield handle, stub
     handle.set_status(JobStatus.FINISHED)

@@ -16,10 +16,10 @@ import pytest
 
 from statekit.readers.savepoint_reader import SavepointReader
 from statekit.readers.shared_refs import shared_files_of
-from statekit.runtime.job import JobStatus
-from statekit.runtime.launcher import run_job_file
-from statekit.runtime.restore_mode import RestoreMode, parse_restore_mode
-from statekit.runtime.run_options import RunOptions
+from statekit.runtime.checkpoint.restore_mode import RestoreMode, parse_restore_mode
+from statekit.runtime.control.launcher import run_job_file
+from statekit.runtime.dataflow.job_handle import JobStatus
+from statekit.runtime.dataflow.run_options import RunOptions
 from statekit.statefmt.errors import BadInputError
 
 pytest.importorskip("rocksdict")
@@ -124,8 +124,8 @@ def test_parse_restore_mode_refuses_others() -> None:
 def test_the_command_lines_carry_the_restore_mode(monkeypatch: pytest.MonkeyPatch) -> None:
     from click.testing import CliRunner
 
-    import statekit.runtime.control as control
-    import statekit.runtime.launcher as launcher
+    import statekit.runtime.control.launcher as launcher
+    import statekit.runtime.control.submission as control
     from statekit.cli.main import cli
 
     seen: list[RunOptions] = []

@@ -24,7 +24,7 @@ def test_rocksdb_wordcount_processes_exit_cleanly(tmp_path: Path) -> None:
                                            for i in range(4000)), encoding="utf-8")
     for run in range(RUNS):
         done = subprocess.run(
-            [sys.executable, "-X", "faulthandler", "-m", "statekit.runtime.launcher", "-p", "2",
+            [sys.executable, "-X", "faulthandler", "-m", "statekit.runtime.control.launcher", "-p", "2",
              "--checkpoint-dir", str(tmp_path / f"chk{run}"), "--checkpoint-interval", "100ms",
              "--state-backend", "rocksdb", *(["--incremental"] if run % 2 else []),
              str(ROOT / "examples" / "wordcount.py"), "--input", str(texts), "--output", str(tmp_path / f"out{run}")],

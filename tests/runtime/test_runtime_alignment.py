@@ -8,9 +8,10 @@ import time
 from typing import Any
 
 from statekit.readers.savepoint_reader import SavepointReader
-from statekit.runtime.barrier_handler import CheckpointBarrierHandler
-from statekit.runtime.channels import Barrier, InputGate
-from statekit.runtime.environment import StreamEnvironment
+from statekit.runtime.checkpoint.barriers import Barrier
+from statekit.runtime.dataflow.environment import StreamEnvironment
+from statekit.runtime.exchange.input_gate import InputGate
+from statekit.runtime.task.barrier_handler import CheckpointBarrierHandler
 
 
 class Recorder:

@@ -15,10 +15,11 @@ from typing import Any
 
 import pytest
 
-from statekit.runtime.environment import StreamEnvironment
-from statekit.runtime.functions import KeyedBroadcastProcessFunction, ProcessFunction, RuntimeContext
-from statekit.runtime.job import JobStatus
-from statekit.runtime.sources import CollectionSource, SourceReader, SourceReaderContext
+from statekit.runtime.api.functions import KeyedBroadcastProcessFunction, ProcessFunction, RuntimeContext
+from statekit.runtime.api.sources import SourceReader, SourceReaderContext
+from statekit.runtime.connectors.sources import CollectionSource
+from statekit.runtime.dataflow.environment import StreamEnvironment
+from statekit.runtime.dataflow.job_handle import JobStatus
 from statekit.statefmt.errors import BadInputError
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

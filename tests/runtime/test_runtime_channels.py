@@ -9,15 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from statekit.runtime.channels import (
-    MAIL,
-    Barrier,
-    ChannelTarget,
-    InputGate,
-    Partitioning,
-    RecordWriter,
-    TaskCancelled,
-)
+from statekit.runtime.checkpoint.barriers import Barrier
+from statekit.runtime.exchange.input_gate import MAIL, InputGate, TaskCancelled
+from statekit.runtime.exchange.partitioning import Partitioning
+from statekit.runtime.exchange.record_writer import ChannelTarget, RecordWriter
 from statekit.statefmt.keygroups import assign_to_key_group, compute_operator_index_for_key_group
 from statekit.statefmt.serializers import get_serializer
 

@@ -20,13 +20,13 @@ import fsspec
 import pytest
 from fsspec.implementations.local import LocalFileSystem
 
-from statekit.runtime import job_master
-from statekit.runtime.environment import StreamEnvironment
-from statekit.runtime.functions import CheckpointListener, KeyedProcessFunction, RuntimeContext
-from statekit.runtime.job import JobStatus
-from statekit.runtime.restart_strategy import fixed_delay_restart, no_restart
-from statekit.runtime.sinks import FileSink
-from statekit.runtime.state import ValueStateDescriptor
+from statekit.runtime.api.functions import CheckpointListener, KeyedProcessFunction, RuntimeContext
+from statekit.runtime.api.restart_strategy import fixed_delay_restart, no_restart
+from statekit.runtime.api.state import ValueStateDescriptor
+from statekit.runtime.connectors.sinks import FileSink
+from statekit.runtime.dataflow.environment import StreamEnvironment
+from statekit.runtime.dataflow.job_handle import JobStatus
+from statekit.runtime.jobmaster import execution as job_master
 
 
 class FlakyFileSystem(LocalFileSystem):  # type: ignore[misc]

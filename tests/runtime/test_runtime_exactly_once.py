@@ -57,7 +57,7 @@ def checkpoint_state(job_dir: Path) -> tuple[int | None, bool]:
 
 
 def command(checkpoints: Path, inputs: Path, output: Path) -> list[str]:
-    args = [sys.executable, "-m", "statekit.runtime.launcher", "-p", "2", "--checkpoint-dir", str(checkpoints),
+    args = [sys.executable, "-m", "statekit.runtime.control.launcher", "-p", "2", "--checkpoint-dir", str(checkpoints),
             "--checkpoint-interval", "150ms", "--job-id", JOB_ID]
     io, job_dir = FileIO.for_path(str(checkpoints / JOB_ID))
     if io.exists(job_dir) and latest_complete_checkpoint(io, job_dir) is not None:

@@ -12,9 +12,9 @@ from types import ModuleType
 import pytest
 
 from statekit.readers.savepoint_reader import SavepointReader
-from statekit.runtime.job import JobStatus
-from statekit.runtime.launcher import run_job_file
-from statekit.runtime.run_options import RunOptions
+from statekit.runtime.control.launcher import run_job_file
+from statekit.runtime.dataflow.job_handle import JobStatus
+from statekit.runtime.dataflow.run_options import RunOptions
 from statekit.statefmt.metadata import StateKind
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from statekit.runtime.environment import StreamEnvironment
-from statekit.runtime.functions import KeyedProcessFunction, MapFunction, RuntimeContext
-from statekit.runtime.job import JobStatus
-from statekit.runtime.restart_strategy import fixed_delay_restart, no_restart
-from statekit.runtime.sinks import FileSink
-from statekit.runtime.state import ValueStateDescriptor
+from statekit.runtime.api.functions import KeyedProcessFunction, MapFunction, RuntimeContext
+from statekit.runtime.api.restart_strategy import fixed_delay_restart, no_restart
+from statekit.runtime.api.state import ValueStateDescriptor
+from statekit.runtime.connectors.sinks import FileSink
+from statekit.runtime.dataflow.environment import StreamEnvironment
+from statekit.runtime.dataflow.job_handle import JobStatus
 from statekit.statefmt.errors import JobFailedError, PathNotFoundError
 
 

@@ -13,16 +13,16 @@ from typing import Any
 import pytest
 
 from statekit.readers.savepoint_reader import SavepointReader
-from statekit.runtime.checkpoint_config import ExternalizedCheckpointCleanup
-from statekit.runtime.environment import StreamEnvironment
-from statekit.runtime.functions import KeyedProcessFunction, RuntimeContext
-from statekit.runtime.job import JobHandle, JobStatus
-from statekit.runtime.launcher import main as launcher_main
-from statekit.runtime.launcher import parse_duration_ms, run_job_file
-from statekit.runtime.run_options import RunOptions, add_job_listener, clear_job_listeners
-from statekit.runtime.sinks import CollectSink, FileSink
-from statekit.runtime.sources import FileSource
-from statekit.runtime.state import ValueStateDescriptor
+from statekit.runtime.api.checkpoint_config import ExternalizedCheckpointCleanup
+from statekit.runtime.api.functions import KeyedProcessFunction, RuntimeContext
+from statekit.runtime.api.state import ValueStateDescriptor
+from statekit.runtime.connectors.sinks import CollectSink, FileSink
+from statekit.runtime.connectors.sources import FileSource
+from statekit.runtime.control.launcher import main as launcher_main
+from statekit.runtime.control.launcher import parse_duration_ms, run_job_file
+from statekit.runtime.dataflow.environment import StreamEnvironment
+from statekit.runtime.dataflow.job_handle import JobHandle, JobStatus
+from statekit.runtime.dataflow.run_options import RunOptions, add_job_listener, clear_job_listeners
 from statekit.statefmt.errors import BadInputError, JobError
 
 
@@ -193,8 +193,8 @@ def test_duplicate_uid_is_refused() -> None:
 
 JOB = '''
 import sys
-from statekit.runtime.environment import get_execution_environment
-from statekit.runtime.sinks import FileSink
+from statekit.runtime.dataflow.environment import get_execution_environment
+from statekit.runtime.connectors.sinks import FileSink
 env = get_execution_environment()
 env.from_sequence(1, int(sys.argv[1])).uid("numbers").sink_to(FileSink(sys.argv[2])).uid("sink")
 env.execute("numbers")

@@ -12,12 +12,12 @@ import pytest
 from click.testing import CliRunner
 
 from statekit.cli.main import cli
-from statekit.runtime.environment import StreamEnvironment
-from statekit.runtime.functions import CheckpointListener, KeyedProcessFunction, RuntimeContext
-from statekit.runtime.job import JobStatus
-from statekit.runtime.restart_strategy import fixed_delay_restart
-from statekit.runtime.sinks import FileSink
-from statekit.runtime.state import ValueStateDescriptor
+from statekit.runtime.api.functions import CheckpointListener, KeyedProcessFunction, RuntimeContext
+from statekit.runtime.api.restart_strategy import fixed_delay_restart
+from statekit.runtime.api.state import ValueStateDescriptor
+from statekit.runtime.connectors.sinks import FileSink
+from statekit.runtime.dataflow.environment import StreamEnvironment
+from statekit.runtime.dataflow.job_handle import JobStatus
 
 PICKLED_COUNT = ValueStateDescriptor("count", serializer="pickle")
 
@@ -77,10 +77,10 @@ def test_restart_restores_its_own_pickle_checkpoint(tmp_path: Path) -> None:
 
 JOB = '''
 import sys
-from statekit.runtime.environment import get_execution_environment
-from statekit.runtime.functions import KeyedProcessFunction
-from statekit.runtime.sinks import FileSink
-from statekit.runtime.state import ValueStateDescriptor
+from statekit.runtime.dataflow.environment import get_execution_environment
+from statekit.runtime.api.functions import KeyedProcessFunction
+from statekit.runtime.connectors.sinks import FileSink
+from statekit.runtime.api.state import ValueStateDescriptor
 
 class Count(KeyedProcessFunction):
     def open(self, ctx):

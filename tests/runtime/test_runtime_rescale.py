@@ -16,13 +16,13 @@ from typing import Any
 import pytest
 
 from statekit.readers.savepoint_reader import SavepointReader
-from statekit.runtime.environment import StreamEnvironment
-from statekit.runtime.job import JobStatus
-from statekit.runtime.launcher import run_job_file
-from statekit.runtime.restore import missing_operator_message
-from statekit.runtime.run_options import RunOptions, set_run_options
-from statekit.runtime.sinks import FileSink
-from statekit.runtime.sources import FileSource
+from statekit.runtime.checkpoint.restore import missing_operator_message
+from statekit.runtime.connectors.sinks import FileSink
+from statekit.runtime.connectors.sources import FileSource
+from statekit.runtime.control.launcher import run_job_file
+from statekit.runtime.dataflow.environment import StreamEnvironment
+from statekit.runtime.dataflow.job_handle import JobStatus
+from statekit.runtime.dataflow.run_options import RunOptions, set_run_options
 from statekit.statefmt.errors import BadInputError
 
 WORDCOUNT = str(Path(__file__).resolve().parents[2] / "examples" / "wordcount.py")

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from statekit.readers.savepoint_reader import SavepointReader
-from statekit.runtime.environment import StreamEnvironment
-from statekit.runtime.job import JobStatus
-from statekit.runtime.run_options import RunOptions, set_run_options
-from statekit.runtime.sinks import CollectSink
+from statekit.runtime.connectors.sinks import CollectSink
+from statekit.runtime.dataflow.environment import StreamEnvironment
+from statekit.runtime.dataflow.job_handle import JobStatus
+from statekit.runtime.dataflow.run_options import RunOptions, set_run_options
 
 
 def counting_job(bucket: str, storage_options: dict[str, Any], sink: CollectSink, n: int) -> StreamEnvironment:

@@ -14,25 +14,24 @@ from typing import Any
 import pytest
 
 from statekit.readers.savepoint_reader import SavepointReader
-from statekit.runtime.backend import (
-    KeyedStateBackend,
-    SubtaskScope,
-    create_keyed_backend,
-    register_state_backend,
-    state_backend,
-    state_backend_names,
-    unregister_state_backend,
-)
-from statekit.runtime.checkpoint_storage import CheckpointStorageLocation
-from statekit.runtime.functions import AggregateFunction
-from statekit.runtime.operator_state import DefaultOperatorStateStore
-from statekit.runtime.restore import RestorePlan, SubtaskRestore
-from statekit.runtime.state import (
+from statekit.runtime.api.functions import AggregateFunction
+from statekit.runtime.api.state import (
     AggregatingStateDescriptor,
     ListStateDescriptor,
     MapStateDescriptor,
     ReducingStateDescriptor,
     ValueStateDescriptor,
+)
+from statekit.runtime.checkpoint.restore import RestorePlan, SubtaskRestore
+from statekit.runtime.checkpoint.storage import CheckpointStorageLocation
+from statekit.runtime.state.backend import KeyedStateBackend, SubtaskScope
+from statekit.runtime.state.operator_state import DefaultOperatorStateStore
+from statekit.runtime.state.registry import (
+    create_keyed_backend,
+    register_state_backend,
+    state_backend,
+    state_backend_names,
+    unregister_state_backend,
 )
 from statekit.statefmt.errors import BadInputError
 from statekit.statefmt.fileio import FileIO
@@ -362,7 +361,7 @@ class TestNamespacedStateContract:
             b.restore_state(MapStateDescriptor("m", "int").to_metadata(), [MapStateEntry("k", "u", 1, "ns", None)])
 
     def test_namespaced_state_cannot_have_a_ttl(self, kind: str) -> None:
-        from statekit.runtime.ttl import StateTtlConfig
+        from statekit.runtime.api.ttl import StateTtlConfig
 
         b = backend(kind=kind)
         descriptor = ValueStateDescriptor("v", "int", namespace_type="list<int>")

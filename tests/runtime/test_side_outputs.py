@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from statekit.runtime.environment import StreamEnvironment
-from statekit.runtime.functions import KeyedProcessFunction, ProcessFunction
-from statekit.runtime.side_outputs import OutputTag
-from statekit.runtime.sinks import CollectSink
+from statekit.runtime.api.functions import KeyedProcessFunction, ProcessFunction
+from statekit.runtime.api.side_outputs import OutputTag
+from statekit.runtime.connectors.sinks import CollectSink
+from statekit.runtime.dataflow.environment import StreamEnvironment
 from statekit.statefmt.errors import BadInputError
 
 EVEN, BIG = OutputTag("even"), OutputTag("big")

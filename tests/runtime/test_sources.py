@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from statekit.runtime.sources import index_split
+from statekit.runtime.connectors.sources import index_split
 
 
 @given(first=st.integers(-50, 50), count=st.integers(0, 200), parallelism=st.integers(1, 9))

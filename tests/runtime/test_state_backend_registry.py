@@ -22,20 +22,20 @@ from click.testing import CliRunner
 
 from statekit.cli.main import cli
 from statekit.readers.savepoint_reader import SavepointReader
-from statekit.runtime import launcher
-from statekit.runtime.backend import (
+from statekit.runtime.api.functions import KeyedProcessFunction, RuntimeContext
+from statekit.runtime.api.state import ListStateDescriptor, ValueStateDescriptor
+from statekit.runtime.control import launcher
+from statekit.runtime.control.submission import validate_run
+from statekit.runtime.dataflow.environment import StreamEnvironment
+from statekit.runtime.dataflow.job_handle import JobStatus
+from statekit.runtime.dataflow.run_options import RunOptions
+from statekit.runtime.state.registry import (
     StateBackendEntry,
     register_state_backend,
     state_backend,
     state_backend_names,
     unregister_state_backend,
 )
-from statekit.runtime.control import validate_run
-from statekit.runtime.environment import StreamEnvironment
-from statekit.runtime.functions import KeyedProcessFunction, RuntimeContext
-from statekit.runtime.job import JobStatus
-from statekit.runtime.run_options import RunOptions
-from statekit.runtime.state import ListStateDescriptor, ValueStateDescriptor
 from statekit.statefmt.errors import BadInputError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -85,9 +85,9 @@ def build(env: StreamEnvironment) -> None:
 JOB = f'''
 import sys
 sys.path.insert(0, {str(Path(__file__).parent)!r})
-from statekit.runtime.environment import get_execution_environment
-from statekit.runtime.functions import KeyedProcessFunction
-from statekit.runtime.state import ValueStateDescriptor
+from statekit.runtime.dataflow.environment import get_execution_environment
+from statekit.runtime.api.functions import KeyedProcessFunction
+from statekit.runtime.api.state import ValueStateDescriptor
 
 class CountWords(KeyedProcessFunction):
     def open(self, ctx):
@@ -104,7 +104,7 @@ env.execute("toy backend job")
 # A fresh `statekit` process that registers the toy backend before the CLI is built.
 CLI_WITH_TOY = """
 import runpy, sys
-from statekit.runtime.backend import register_state_backend
+from statekit.runtime.state.backend import register_state_backend
 register_state_backend(runpy.run_path(sys.argv[1])["TOY"])
 from statekit.cli.main import cli
 cli(args=sys.argv[2:], prog_name="statekit")

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 FAILING_JOB = '''
-from statekit.runtime.environment import get_execution_environment
-from statekit.runtime.sinks import DiscardingSink
+from statekit.runtime.dataflow.environment import get_execution_environment
+from statekit.runtime.connectors.sinks import DiscardingSink
 
 def explode(value):
     if value == 3:

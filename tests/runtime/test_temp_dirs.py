@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from statekit.runtime import temp_dirs
-from statekit.runtime.temp_dirs import LOCK_NAME, PREFIX, TempDirs, sweep
+from statekit.runtime.jobmaster import temp_dirs
+from statekit.runtime.jobmaster.temp_dirs import LOCK_NAME, PREFIX, TempDirs, sweep
 
 
 @pytest.fixture
@@ -47,7 +47,7 @@ def test_a_prefix_outside_the_sweep_is_refused(temp: Path) -> None:
 CHILD = textwrap.dedent("""
     import sys, tempfile, time
     tempfile.tempdir = sys.argv[1]
-    from statekit.runtime.temp_dirs import TempDirs
+    from statekit.runtime.jobmaster.temp_dirs import TempDirs
     dirs = TempDirs()
     for prefix in ("statekit-checkpoints-", "statekit-rocksdb-"):
         open(dirs.create(prefix) + "/data", "w").write("x")
@@ -105,9 +105,9 @@ def test_the_next_job_sweeps_what_a_killed_job_left(temp: Path) -> None:
     job = textwrap.dedent("""
         import sys, tempfile
         tempfile.tempdir = sys.argv[1]
-        from statekit.runtime.environment import StreamEnvironment
-        from statekit.runtime.sinks import DiscardingSink
-        from statekit.runtime.sources import NumberSequenceSource
+        from statekit.runtime.dataflow.environment import StreamEnvironment
+        from statekit.runtime.connectors.sinks import DiscardingSink
+        from statekit.runtime.connectors.sources import NumberSequenceSource
 
         env = StreamEnvironment().set_parallelism(1).set_state_backend(sys.argv[2])
         env.enable_checkpointing(100)

@@ -10,23 +10,18 @@ from typing import Any
 
 import pytest
 
-from statekit.runtime.channels import (
-    ASSIGNING_EMITTER,
-    BATCH_HANDLER,
-    PAIR_EMITTER,
-    ChannelTarget,
-    InputGate,
-    Partitioning,
-    RecordWriter,
-    TimestampedBuffer,
-)
-from statekit.runtime.environment import StreamEnvironment
-from statekit.runtime.functions import AggregateFunction
-from statekit.runtime.side_outputs import OutputTag
-from statekit.runtime.sinks import CollectSink
-from statekit.runtime.sources import CollectionSource
-from statekit.runtime.watermarks import WatermarkStrategy, edge_key_selector
-from statekit.runtime.windows import SlidingEventTimeWindows, TumblingEventTimeWindows
+from statekit.runtime.api.functions import AggregateFunction
+from statekit.runtime.api.side_outputs import OutputTag
+from statekit.runtime.api.watermarks import WatermarkStrategy
+from statekit.runtime.api.windows.assigners import SlidingEventTimeWindows, TumblingEventTimeWindows
+from statekit.runtime.connectors.sinks import CollectSink
+from statekit.runtime.connectors.sources import CollectionSource
+from statekit.runtime.dataflow.environment import StreamEnvironment
+from statekit.runtime.dataflow.graph import edge_key_selector
+from statekit.runtime.exchange.batch_path import ASSIGNING_EMITTER, BATCH_HANDLER, PAIR_EMITTER, TimestampedBuffer
+from statekit.runtime.exchange.input_gate import InputGate
+from statekit.runtime.exchange.partitioning import Partitioning
+from statekit.runtime.exchange.record_writer import ChannelTarget, RecordWriter
 
 
 def _timestamped_writer(channels: int, buffer_size: int) -> tuple[RecordWriter, list[InputGate]]:
@@ -188,7 +183,8 @@ def test_windows_fed_by_whole_buffers_fire_what_the_per_record_path_fires(
 def _source_emitter(channels: int) -> tuple[Any, RecordWriter, Any, list[tuple[Any, Any]]]:
     """(per-record emitter of a source's watermarks to a timestamped writer, the writer, the
     watermarks, the (value, previous timestamp) pairs its assigner was called with)."""
-    from statekit.runtime.watermarks import SourceWatermarks, TaskTime
+    from statekit.runtime.operators.event_time import SourceWatermarks
+    from statekit.runtime.task.time import TaskTime
 
     seen: list[tuple[Any, Any]] = []
 
@@ -205,7 +201,7 @@ def _source_emitter(channels: int) -> tuple[Any, RecordWriter, Any, list[tuple[A
 
 
 def test_a_source_emits_a_whole_poll_as_it_emits_each_record() -> None:
-    from statekit.runtime.watermarks import EMIT_ALL
+    from statekit.runtime.exchange.batch_path import EMIT_ALL
 
     values = [(f"k{i % 13}", (i * 37) % 101) for i in range(200)]  # out of order
     one, one_writer, one_watermarks, one_seen = _source_emitter(3)
@@ -227,14 +223,14 @@ def test_a_source_emits_a_whole_poll_as_it_emits_each_record() -> None:
 
 
 def test_a_source_to_one_channel_has_no_whole_poll_emitter() -> None:
-    from statekit.runtime.watermarks import EMIT_ALL
+    from statekit.runtime.exchange.batch_path import EMIT_ALL
 
     one, _, _, _ = _source_emitter(1)
     assert getattr(one, EMIT_ALL, None) is None
 
 
 def test_a_source_task_hands_whole_polls_to_a_keyed_exchange(monkeypatch: pytest.MonkeyPatch) -> None:
-    from statekit.runtime.watermarks import SourceWatermarks
+    from statekit.runtime.operators.event_time import SourceWatermarks
 
     polled: list[int] = []
     make = SourceWatermarks._assigning_all

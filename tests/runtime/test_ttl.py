@@ -9,17 +9,8 @@ from typing import Any
 import pytest
 
 from statekit.readers.savepoint_reader import SavepointReader
-from statekit.runtime.backend import (
-    KeyedStateBackend,
-    SubtaskScope,
-    create_keyed_backend,
-    state_backend,
-    state_backend_names,
-)
-from statekit.runtime.checkpoint_storage import CheckpointStorageLocation
-from statekit.runtime.functions import AggregateFunction
-from statekit.runtime.restore import RestorePlan, SubtaskRestore
-from statekit.runtime.state import (
+from statekit.runtime.api.functions import AggregateFunction
+from statekit.runtime.api.state import (
     AggregatingStateDescriptor,
     ListStateDescriptor,
     MapStateDescriptor,
@@ -27,7 +18,11 @@ from statekit.runtime.state import (
     StateDescriptorBase,
     ValueStateDescriptor,
 )
-from statekit.runtime.ttl import ManualClock, StateTtlConfig, StateVisibility, UpdateType
+from statekit.runtime.api.ttl import ManualClock, StateTtlConfig, StateVisibility, UpdateType
+from statekit.runtime.checkpoint.restore import RestorePlan, SubtaskRestore
+from statekit.runtime.checkpoint.storage import CheckpointStorageLocation
+from statekit.runtime.state.backend import KeyedStateBackend, SubtaskScope
+from statekit.runtime.state.registry import create_keyed_backend, state_backend, state_backend_names
 from statekit.statefmt.errors import BadInputError
 from statekit.statefmt.fileio import FileIO
 from statekit.statefmt.keygroups import compute_key_group_range_for_operator_index
@@ -490,10 +485,10 @@ def test_offline_rescale_keeps_the_expiry(kind: str, tmp_path: Path) -> None:
 
 def _ttl_count_job(kind: str, n: int, parallelism: int, clock: ManualClock, storage: str) -> Any:
     """numbers 1..n -> key_by(v % 10) -> a TTL value state counting per key (uid ``counter``)."""
-    from statekit.runtime.checkpoint_config import ExternalizedCheckpointCleanup
-    from statekit.runtime.environment import StreamEnvironment
-    from statekit.runtime.functions import KeyedProcessFunction, RuntimeContext
-    from statekit.runtime.sinks import DiscardingSink
+    from statekit.runtime.api.checkpoint_config import ExternalizedCheckpointCleanup
+    from statekit.runtime.api.functions import KeyedProcessFunction, RuntimeContext
+    from statekit.runtime.connectors.sinks import DiscardingSink
+    from statekit.runtime.dataflow.environment import StreamEnvironment
 
     class TtlCount(KeyedProcessFunction):
         def open(self, ctx: RuntimeContext) -> None:
@@ -522,8 +517,8 @@ def test_a_job_keeps_expiries_through_its_checkpoint_restored_at_another_paralle
         kind: str, tmp_path: Path) -> None:
     from jobs_for_checkpoints import run_with
 
-    from statekit.runtime.job import JobStatus
-    from statekit.runtime.run_options import RunOptions
+    from statekit.runtime.dataflow.job_handle import JobStatus
+    from statekit.runtime.dataflow.run_options import RunOptions
 
     clock = ManualClock(T0)
     storage = str(tmp_path / "chk")

@@ -12,11 +12,13 @@ from typing import Any
 
 import pytest
 
-import statekit.runtime.ttl as ttl_module
-from statekit.runtime.backend import KeyedStateBackend, SubtaskScope, create_keyed_backend
-from statekit.runtime.channels import LIST_HANDLER
-from statekit.runtime.state import ValueStateDescriptor
-from statekit.runtime.ttl import ManualClock, RecordTimeHeapTtlValueState, StateTtlConfig, record_timed_handler
+import statekit.runtime.state.ttl as ttl_module
+from statekit.runtime.api.state import ValueStateDescriptor
+from statekit.runtime.api.ttl import ManualClock, StateTtlConfig
+from statekit.runtime.exchange.batch_path import LIST_HANDLER
+from statekit.runtime.state.backend import KeyedStateBackend, SubtaskScope
+from statekit.runtime.state.registry import create_keyed_backend
+from statekit.runtime.state.ttl import RecordTimeHeapTtlValueState, record_timed_handler
 from statekit.statefmt.keygroups import compute_key_group_range_for_operator_index
 
 TTL = 100

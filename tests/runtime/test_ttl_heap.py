@@ -10,17 +10,16 @@ from typing import Any
 
 import pytest
 
-import statekit.runtime.ttl as ttl_module
+import statekit.runtime.state.ttl as ttl_module
 from statekit.readers.savepoint_reader import SavepointReader
-from statekit.runtime.backend import KeyedStateBackend, SubtaskScope, create_keyed_backend
-from statekit.runtime.checkpoint_storage import CheckpointStorageLocation
-from statekit.runtime.state import ValueStateDescriptor
-from statekit.runtime.ttl import (
+from statekit.runtime.api.state import ValueStateDescriptor
+from statekit.runtime.api.ttl import ManualClock, StateTtlConfig, StateTtlConfigBuilder
+from statekit.runtime.checkpoint.storage import CheckpointStorageLocation
+from statekit.runtime.state.backend import KeyedStateBackend, SubtaskScope
+from statekit.runtime.state.registry import create_keyed_backend
+from statekit.runtime.state.ttl import (
     HeapTtlValueState,
-    ManualClock,
     RecordTimeHeapTtlValueState,
-    StateTtlConfig,
-    StateTtlConfigBuilder,
     TtlValueState,
     system_clock,
     ttl_value_state,

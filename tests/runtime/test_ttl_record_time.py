@@ -8,15 +8,11 @@ from typing import Any
 
 import pytest
 
-from statekit.runtime.backend import KeyedStateBackend, SubtaskScope, create_keyed_backend
-from statekit.runtime.state import ValueStateDescriptor
-from statekit.runtime.ttl import (
-    ManualClock,
-    RecordTimeHeapTtlValueState,
-    StateTtlConfig,
-    StateTtlConfigBuilder,
-    record_timed_handler,
-)
+from statekit.runtime.api.state import ValueStateDescriptor
+from statekit.runtime.api.ttl import ManualClock, StateTtlConfig, StateTtlConfigBuilder
+from statekit.runtime.state.backend import KeyedStateBackend, SubtaskScope
+from statekit.runtime.state.registry import create_keyed_backend
+from statekit.runtime.state.ttl import RecordTimeHeapTtlValueState, record_timed_handler
 from statekit.statefmt.keygroups import compute_key_group_range_for_operator_index
 
 TTL = 100
@@ -146,11 +142,11 @@ def test_a_job_reads_the_ttl_clock_once_per_record() -> None:
     """A keyed process function's read-modify-write of a TTL value state: n records, n readings."""
     from jobs_for_checkpoints import run_with
 
-    from statekit.runtime.environment import StreamEnvironment
-    from statekit.runtime.functions import KeyedProcessFunction, RuntimeContext
-    from statekit.runtime.job import JobStatus
-    from statekit.runtime.run_options import RunOptions
-    from statekit.runtime.sinks import CollectSink
+    from statekit.runtime.api.functions import KeyedProcessFunction, RuntimeContext
+    from statekit.runtime.connectors.sinks import CollectSink
+    from statekit.runtime.dataflow.environment import StreamEnvironment
+    from statekit.runtime.dataflow.job_handle import JobStatus
+    from statekit.runtime.dataflow.run_options import RunOptions
 
     clock = CountingClock(T0)
     n = 500
@@ -212,8 +208,8 @@ class FakeTime:
 
 
 def test_on_the_wall_clock_a_record_gets_the_current_millisecond(monkeypatch: pytest.MonkeyPatch) -> None:
-    import statekit.runtime.ttl as ttl_module
-    from statekit.runtime.ttl import system_clock
+    import statekit.runtime.state.ttl as ttl_module
+    from statekit.runtime.state.ttl import system_clock
 
     fake = FakeTime(1_700_000_000.25)
     monkeypatch.setattr(ttl_module, "_time", fake)

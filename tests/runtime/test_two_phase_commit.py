@@ -11,18 +11,18 @@ from typing import Any
 import pytest
 from sink_contexts import FakeRuntime, Snapshot, initialize, union_state
 
-from statekit.runtime.environment import StreamEnvironment
-from statekit.runtime.functions import CheckpointListener, KeyedProcessFunction, RuntimeContext
-from statekit.runtime.job import JobStatus
-from statekit.runtime.operator_state import DefaultOperatorStateStore
-from statekit.runtime.restart_strategy import fixed_delay_restart
-from statekit.runtime.state import ListStateDescriptor, ValueStateDescriptor
-from statekit.runtime.two_phase_commit import (
+from statekit.runtime.api.functions import CheckpointListener, KeyedProcessFunction, RuntimeContext
+from statekit.runtime.api.restart_strategy import fixed_delay_restart
+from statekit.runtime.api.state import ListStateDescriptor, ValueStateDescriptor
+from statekit.runtime.connectors.two_phase_commit import (
     TransactionHolder,
     TransactionStateError,
     TransactionStatus,
     TwoPhaseCommitSink,
 )
+from statekit.runtime.dataflow.environment import StreamEnvironment
+from statekit.runtime.dataflow.job_handle import JobStatus
+from statekit.runtime.state.operator_state import DefaultOperatorStateStore
 
 STATE = ListStateDescriptor("txns", value_type="struct<checkpoint:int,name:string,rows:json>")
 

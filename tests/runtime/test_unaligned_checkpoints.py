@@ -25,9 +25,9 @@ from jobs_for_checkpoints import (
 from statekit.cli.main import cli
 from statekit.readers.inspection import inspect_snapshot
 from statekit.readers.verification import verify_snapshot
-from statekit.runtime.job import JobHandle, JobStatus
-from statekit.runtime.run_options import RunOptions
-from statekit.runtime.sinks import CollectSink
+from statekit.runtime.connectors.sinks import CollectSink
+from statekit.runtime.dataflow.job_handle import JobHandle, JobStatus
+from statekit.runtime.dataflow.run_options import RunOptions
 from statekit.statefmt.fileio import FileIO
 
 N = 200_000

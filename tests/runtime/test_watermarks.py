@@ -9,19 +9,15 @@ from typing import Any
 import pytest
 
 from statekit.readers.savepoint_reader import SavepointReader
-from statekit.runtime.environment import StreamEnvironment
-from statekit.runtime.functions import KeyedProcessFunction
-from statekit.runtime.run_options import RunOptions, set_run_options
-from statekit.runtime.sinks import CollectSink
-from statekit.runtime.sources import CollectionSource
-from statekit.runtime.watermarks import (
-    MAX_WATERMARK,
-    SourceWatermarks,
-    Watermark,
-    WatermarkStatus,
-    WatermarkStrategy,
-    WatermarkValve,
-)
+from statekit.runtime.api.functions import KeyedProcessFunction
+from statekit.runtime.api.watermarks import MAX_WATERMARK, WatermarkStrategy
+from statekit.runtime.connectors.sinks import CollectSink
+from statekit.runtime.connectors.sources import CollectionSource
+from statekit.runtime.dataflow.environment import StreamEnvironment
+from statekit.runtime.dataflow.run_options import RunOptions, set_run_options
+from statekit.runtime.exchange.events import Watermark, WatermarkStatus
+from statekit.runtime.operators.event_time import SourceWatermarks
+from statekit.runtime.task.time import WatermarkValve
 from statekit.statefmt.errors import BadInputError
 
 
@@ -82,7 +78,7 @@ def test_periodic_emission_only_when_the_interval_passed_and_the_watermark_advan
     strategy = WatermarkStrategy.for_bounded_out_of_orderness(10).with_timestamp_assigner(by_second)
     source = SourceWatermarks(strategy, clock)
     seen: list[Any] = []
-    from statekit.runtime.watermarks import ElementTime
+    from statekit.runtime.operators.event_time import ElementTime
 
     element = ElementTime()
     emit = source.assigning(seen.append, element)
@@ -105,7 +101,7 @@ def test_idleness_marks_the_source_idle_then_active_again() -> None:
     strategy = (WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(by_second)
                 .with_idleness(1_000).with_watermark_interval(0))
     source = SourceWatermarks(strategy, clock)
-    from statekit.runtime.watermarks import ElementTime
+    from statekit.runtime.operators.event_time import ElementTime
 
     emit = source.assigning(lambda v: None, ElementTime())
     emit(("a", 5))
@@ -203,7 +199,7 @@ class _Writer:
 
 
 def test_a_task_forwards_the_minimum_of_its_channels_after_its_operators() -> None:
-    from statekit.runtime.watermarks import TaskTime
+    from statekit.runtime.task.time import TaskTime
 
     log: list[Any] = []
     time = TaskTime(2)
@@ -257,7 +253,7 @@ def test_a_task_reading_timestamped_and_plain_channels_gives_each_record_its_own
     """Records cross timestamped channels as (value, timestamp) pairs; a task knows per channel
     which carry them, so a value that is itself a pair is never taken for one, and a record of a
     plain channel has no timestamp."""
-    from statekit.runtime.functions import ProcessFunction
+    from statekit.runtime.api.functions import ProcessFunction
 
     class Stamp(ProcessFunction):
         def process_element(self, value: Any, ctx: Any, out: Any) -> None:

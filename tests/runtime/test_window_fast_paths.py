@@ -10,24 +10,23 @@ from typing import Any
 
 import pytest
 
-from statekit.runtime.backend import SubtaskScope, create_keyed_backend
-from statekit.runtime.backend_hashmap import ValuesByPair
-from statekit.runtime.channels import (
-    PAIR_EMITTER,
-    VALUE_KEY_SELECTOR,
-    ChannelTarget,
-    InputGate,
-    Partitioning,
-    RecordWriter,
-)
-from statekit.runtime.environment import StreamEnvironment
-from statekit.runtime.functions import AggregateFunction, ProcessFunction
-from statekit.runtime.sinks import CollectSink
-from statekit.runtime.sources import CollectionSource
-from statekit.runtime.state import ValueStateDescriptor
-from statekit.runtime.watermarks import WatermarkStrategy, edge_key_selector
-from statekit.runtime.windows import ProcessWindowFunction, SlidingEventTimeWindows, TumblingEventTimeWindows
-from statekit.runtime.windows.state_access import values_by_pair
+from statekit.runtime.api.functions import AggregateFunction, ProcessFunction
+from statekit.runtime.api.state import ValueStateDescriptor
+from statekit.runtime.api.watermarks import WatermarkStrategy
+from statekit.runtime.api.windows.assigners import SlidingEventTimeWindows, TumblingEventTimeWindows
+from statekit.runtime.api.windows.functions import ProcessWindowFunction
+from statekit.runtime.connectors.sinks import CollectSink
+from statekit.runtime.connectors.sources import CollectionSource
+from statekit.runtime.dataflow.environment import StreamEnvironment
+from statekit.runtime.dataflow.graph import edge_key_selector
+from statekit.runtime.exchange.batch_path import PAIR_EMITTER, VALUE_KEY_SELECTOR
+from statekit.runtime.exchange.input_gate import InputGate
+from statekit.runtime.exchange.partitioning import Partitioning
+from statekit.runtime.exchange.record_writer import ChannelTarget, RecordWriter
+from statekit.runtime.operators.windows.state_access import values_by_pair
+from statekit.runtime.state.backend import SubtaskScope
+from statekit.runtime.state.backend_hashmap import ValuesByPair
+from statekit.runtime.state.registry import create_keyed_backend
 from statekit.statefmt.keygroups import compute_key_group_range_for_operator_index
 
 

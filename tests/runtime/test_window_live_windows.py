@@ -8,14 +8,14 @@ from typing import Any
 
 import pytest
 
-from statekit.runtime.environment import StreamEnvironment
-from statekit.runtime.sinks import CollectSink
-from statekit.runtime.sources import CollectionSource
-from statekit.runtime.watermarks import WatermarkStrategy
-from statekit.runtime.windows import SlidingEventTimeWindows, TumblingEventTimeWindows
-from statekit.runtime.windows import window_operator as window_operator_module
-from statekit.runtime.windows.live_windows import LiveWindows
-from statekit.runtime.windows.windows import TimeWindow
+from statekit.runtime.api.watermarks import WatermarkStrategy
+from statekit.runtime.api.windows.assigners import SlidingEventTimeWindows, TumblingEventTimeWindows
+from statekit.runtime.api.windows.windows import TimeWindow
+from statekit.runtime.connectors.sinks import CollectSink
+from statekit.runtime.connectors.sources import CollectionSource
+from statekit.runtime.dataflow.environment import StreamEnvironment
+from statekit.runtime.operators.windows import window_operator as window_operator_module
+from statekit.runtime.operators.windows.live_windows import LiveWindows
 
 
 def test_a_window_has_one_entry_while_it_is_live() -> None:

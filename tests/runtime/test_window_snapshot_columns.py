@@ -7,8 +7,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from statekit.runtime.backend import rows_of
-from statekit.runtime.backend_hashmap import namespaced_columns
+from statekit.runtime.state.backend import rows_of
+from statekit.runtime.state.backend_hashmap import namespaced_columns
 from statekit.statefmt.entries import StateCodec
 from statekit.statefmt.metadata import StateDescriptor, StateKind
 

@@ -8,12 +8,13 @@ from typing import Any
 
 import pytest
 
-from statekit.runtime.backend import KeyedStateBackend, SubtaskScope, create_keyed_backend, state_backend
-from statekit.runtime.state import MapStateDescriptor, SharedMap, ValueStateDescriptor
-from statekit.runtime.windows import TimeWindow
-from statekit.runtime.windows.state_access import HandleMaps, HandleValues, maps_by_pair, values_by_pair
-from statekit.runtime.windows.timers import EVENT_TIME, WINDOW_TIMERS, WindowTimers
-from statekit.runtime.windows.windows import window_of
+from statekit.runtime.api.state import MapStateDescriptor, ValueStateDescriptor
+from statekit.runtime.api.windows.windows import TimeWindow, window_of
+from statekit.runtime.operators.windows.state_access import HandleMaps, HandleValues, maps_by_pair, values_by_pair
+from statekit.runtime.operators.windows.timers import EVENT_TIME, WINDOW_TIMERS, WindowTimers
+from statekit.runtime.state.backend import KeyedStateBackend, SubtaskScope
+from statekit.runtime.state.registry import create_keyed_backend, state_backend
+from statekit.runtime.state.shared_map import SharedMap
 from statekit.statefmt.keygroups import compute_key_group_range_for_operator_index
 
 M = 128

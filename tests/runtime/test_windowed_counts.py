@@ -19,9 +19,9 @@ from types import ModuleType
 
 import pytest
 
-from statekit.runtime.job import JobHandle, JobStatus
-from statekit.runtime.launcher import run_job_file
-from statekit.runtime.run_options import RunOptions, add_job_listener, remove_job_listener
+from statekit.runtime.control.launcher import run_job_file
+from statekit.runtime.dataflow.job_handle import JobHandle, JobStatus
+from statekit.runtime.dataflow.run_options import RunOptions, add_job_listener, remove_job_listener
 
 EXAMPLE = str(Path(__file__).resolve().parents[2] / "examples" / "windowed_counts.py")
 JOB_ID = "a11ce" * 6 + "00"
@@ -132,7 +132,7 @@ def checkpoint_state(job_dir: Path) -> tuple[int | None, bool]:
 
 
 def command(checkpoints: Path, inputs: Path, out: Path, parallelism: int, *extra: str) -> list[str]:
-    cmd = [sys.executable, "-m", "statekit.runtime.launcher", "-p", str(parallelism), "--checkpoint-dir",
+    cmd = [sys.executable, "-m", "statekit.runtime.control.launcher", "-p", str(parallelism), "--checkpoint-dir",
            str(checkpoints), "--checkpoint-interval", "100ms", "--job-id", JOB_ID]
     if checkpoint_state(checkpoints / JOB_ID)[0] is not None:
         cmd += ["-s", str(checkpoints / JOB_ID)]

@@ -8,26 +8,25 @@ from typing import Any
 
 import pytest
 
-from statekit.runtime.environment import StreamEnvironment
-from statekit.runtime.functions import AggregateFunction
-from statekit.runtime.run_options import RunOptions, set_run_options
-from statekit.runtime.side_outputs import OutputTag
-from statekit.runtime.sinks import CollectSink
-from statekit.runtime.sources import CollectionSource
-from statekit.runtime.watermarks import WatermarkStrategy
-from statekit.runtime.windows import (
-    CountTrigger,
+from statekit.runtime.api.functions import AggregateFunction
+from statekit.runtime.api.side_outputs import OutputTag
+from statekit.runtime.api.watermarks import WatermarkStrategy
+from statekit.runtime.api.windows.assigners import (
     EventTimeSessionWindows,
     GlobalWindows,
     ProcessingTimeSessionWindows,
-    ProcessWindowFunction,
     SlidingEventTimeWindows,
     SlidingProcessingTimeWindows,
-    TimeWindow,
     TumblingEventTimeWindows,
     TumblingProcessingTimeWindows,
 )
-from statekit.runtime.windows.windows import merge_windows
+from statekit.runtime.api.windows.functions import ProcessWindowFunction
+from statekit.runtime.api.windows.triggers import CountTrigger
+from statekit.runtime.api.windows.windows import TimeWindow, merge_windows
+from statekit.runtime.connectors.sinks import CollectSink
+from statekit.runtime.connectors.sources import CollectionSource
+from statekit.runtime.dataflow.environment import StreamEnvironment
+from statekit.runtime.dataflow.run_options import RunOptions, set_run_options
 from statekit.statefmt.errors import BadInputError, JobError
 
 LATE = OutputTag("late")
@@ -263,8 +262,8 @@ def test_session_windows_merge_across_a_restore_at_another_parallelism(tmp_path:
     import time as clock
 
     from statekit.readers.savepoint_reader import SavepointReader
-    from statekit.runtime.job import JobStatus
-    from statekit.runtime.sources import FileSource
+    from statekit.runtime.connectors.sources import FileSource
+    from statekit.runtime.dataflow.job_handle import JobStatus
 
     inputs = tmp_path / "in"
     inputs.mkdir()

@@ -8,24 +8,20 @@ from typing import Any
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from statekit.runtime.channels import BATCH_HANDLER
-from statekit.runtime.environment import StreamEnvironment
-from statekit.runtime.functions import AggregateFunction
-from statekit.runtime.operators import OperatorContext, Output
-from statekit.runtime.side_outputs import OutputTag
-from statekit.runtime.sinks import CollectSink
-from statekit.runtime.sources import CollectionSource
-from statekit.runtime.watermarks import TIMESTAMPED_HANDLER, WatermarkStrategy
-from statekit.runtime.windows import (
-    ProcessWindowFunction,
-    SlidingEventTimeWindows,
-    TimeWindow,
-    TumblingEventTimeWindows,
-)
-from statekit.runtime.windows.assigners import WindowAssigner
-from statekit.runtime.windows.triggers import EventTimeTrigger, Trigger
-from statekit.runtime.windows.window_operator import WindowOperator, WindowSpec
-from statekit.runtime.windows.windows import Window
+from statekit.runtime.api.functions import AggregateFunction
+from statekit.runtime.api.side_outputs import OutputTag
+from statekit.runtime.api.watermarks import WatermarkStrategy
+from statekit.runtime.api.windows.assigners import SlidingEventTimeWindows, TumblingEventTimeWindows, WindowAssigner
+from statekit.runtime.api.windows.functions import ProcessWindowFunction
+from statekit.runtime.api.windows.triggers import EventTimeTrigger, Trigger
+from statekit.runtime.api.windows.windows import TimeWindow, Window
+from statekit.runtime.connectors.sinks import CollectSink
+from statekit.runtime.connectors.sources import CollectionSource
+from statekit.runtime.dataflow.environment import StreamEnvironment
+from statekit.runtime.exchange.batch_path import BATCH_HANDLER
+from statekit.runtime.operators.base import OperatorContext, Output
+from statekit.runtime.operators.event_time import TIMESTAMPED_HANDLER
+from statekit.runtime.operators.windows.window_operator import WindowOperator, WindowSpec
 
 
 class SizeFromElement(WindowAssigner):

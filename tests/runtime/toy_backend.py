@@ -14,18 +14,18 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from statekit.runtime.backend import (
+from statekit.runtime.api.state import AggregatingState, ListState, MapState, ReducingState, ValueState
+from statekit.runtime.checkpoint.storage import CheckpointStorageLocation
+from statekit.runtime.state.backend import (
     KeyedSnapshot,
     KeyedStateBackend,
-    StateBackendEntry,
     StateHandles,
     SubtaskScope,
     hashable,
     rows_of,
     write_keyed_rows,
 )
-from statekit.runtime.checkpoint_storage import CheckpointStorageLocation
-from statekit.runtime.state import AggregatingState, ListState, MapState, ReducingState, ValueState
+from statekit.runtime.state.registry import StateBackendEntry
 from statekit.statefmt.entries import KeyedStateEntry, MapStateEntry
 from statekit.statefmt.metadata import StateDescriptor, StateFile
 

@@ -14,9 +14,9 @@ import duckdb
 import pytest
 
 from statekit.readers.diff import DiffSpec
-from statekit.runtime.job import JobStatus
-from statekit.runtime.launcher import run_job_file
-from statekit.runtime.run_options import RunOptions
+from statekit.runtime.control.launcher import run_job_file
+from statekit.runtime.dataflow.job_handle import JobStatus
+from statekit.runtime.dataflow.run_options import RunOptions
 from statekit.spark.engine import ENGINES, diff, export
 from statekit.spark.export import ExportSpec
 from statekit.spark.session import SparkSettings

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from statekit.runtime import registry
+from statekit.runtime.control import registry
 from statekit.statefmt.errors import BadInputError
 from statekit.statefmt.job_id import JOB_ID_FORMAT, check_job_id, is_job_id, is_job_id_prefix, new_job_id
 from statekit.writers.savepoint_writer import SavepointWriter

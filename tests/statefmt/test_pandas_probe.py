@@ -137,10 +137,10 @@ def test_a_job_run_by_the_launcher_writes_its_snapshots_without_importing_pandas
     snapshots through the block encoder) leave pandas unimported."""
     job = tmp_path / "job.py"
     job.write_text(textwrap.dedent("""
-        from statekit.runtime.environment import get_execution_environment
-        from statekit.runtime.functions import KeyedProcessFunction
-        from statekit.runtime.sinks import DiscardingSink
-        from statekit.runtime.state import ValueStateDescriptor
+        from statekit.runtime.dataflow.environment import get_execution_environment
+        from statekit.runtime.api.functions import KeyedProcessFunction
+        from statekit.runtime.connectors.sinks import DiscardingSink
+        from statekit.runtime.api.state import ValueStateDescriptor
 
         class Count(KeyedProcessFunction):
             def open(self, ctx):
@@ -158,7 +158,7 @@ def test_a_job_run_by_the_launcher_writes_its_snapshots_without_importing_pandas
     """))
     code = f"""
     import glob, json, sys
-    from statekit.runtime.launcher import main
+    from statekit.runtime.control.launcher import main
     code = main(["-p", "2", "--checkpoint-dir", {str(tmp_path / "chk")!r}, "--checkpoint-interval", "50ms",
                  "--savepoint-on-finish", {str(tmp_path / "sp")!r}, {str(job)!r}])
     print(json.dumps({{"code": code, "savepoint": len(glob.glob({str(tmp_path / "sp" / "**" / "_metadata")!r}, recursive=True)),
@@ -171,8 +171,8 @@ def test_an_embedded_job_writes_its_checkpoints_without_importing_pandas(tmp_pat
     """``env.execute`` in a user's own program installs the hook too (no launcher involved)."""
     code = f"""
     import glob, json, sys
-    from statekit.runtime.environment import StreamEnvironment
-    from statekit.runtime.sinks import DiscardingSink
+    from statekit.runtime.dataflow.environment import StreamEnvironment
+    from statekit.runtime.connectors.sinks import DiscardingSink
 
     env = StreamEnvironment().set_parallelism(2)
     env.enable_checkpointing(20, checkpoint_storage={str(tmp_path / "chk")!r})

@@ -13,10 +13,11 @@ from click.testing import CliRunner
 
 from statekit.cli.main import cli
 from statekit.readers.savepoint_reader import SavepointReader
-from statekit.runtime.backend import SubtaskScope, create_keyed_backend, state_backend, state_backend_names
-from statekit.runtime.restore import RestorePlan, SubtaskRestore
-from statekit.runtime.state import ListStateDescriptor, StateDescriptorBase
-from statekit.runtime.ttl import ManualClock, StateTtlConfig
+from statekit.runtime.api.state import ListStateDescriptor, StateDescriptorBase
+from statekit.runtime.api.ttl import ManualClock, StateTtlConfig
+from statekit.runtime.checkpoint.restore import RestorePlan, SubtaskRestore
+from statekit.runtime.state.backend import SubtaskScope
+from statekit.runtime.state.registry import create_keyed_backend, state_backend, state_backend_names
 from statekit.statefmt.errors import BadInputError
 from statekit.statefmt.keygroups import compute_key_group_range_for_operator_index
 from statekit.writers.bootstrap import bootstrap_savepoint

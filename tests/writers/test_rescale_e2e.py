@@ -17,9 +17,9 @@ from click.testing import CliRunner
 from statekit.cli.main import cli
 from statekit.readers.savepoint_reader import SavepointReader
 from statekit.readers.verification import verify_snapshot
-from statekit.runtime.job import JobStatus
-from statekit.runtime.launcher import run_job_file
-from statekit.runtime.run_options import RunOptions
+from statekit.runtime.control.launcher import run_job_file
+from statekit.runtime.dataflow.job_handle import JobStatus
+from statekit.runtime.dataflow.run_options import RunOptions
 from statekit.statefmt.keygroups import assign_to_key_group, compute_operator_index_for_key_group
 
 WORDCOUNT = str(Path(__file__).resolve().parents[2] / "examples" / "wordcount.py")

@@ -1,0 +1,212 @@
+"""A running job as job control sees it: status, description, checkpoints, savepoints.
+
+:class:`JobHandle` is what :func:`statekit.runtime.dataflow.run_options.add_job_listener` listeners
+receive. Its JSON shapes follow Flink's REST API (``/jobs/<id>``, ``/jobs/<id>/checkpoints``)
+so that job control can serve them as they are.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+import time
+from dataclasses import dataclass
+from enum import Enum
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from statekit.runtime.task.metrics import TaskFigures
+
+__all__ = [
+    "JobStatus",
+    "JobHandle",
+    "JobVertex",
+    "JobControl",
+    "JobExecutionResult",
+]
+
+
+class JobStatus(str, Enum):
+    """Flink's job states (the subset this runtime reaches)."""
+
+    CREATED = "CREATED"
+    RUNNING = "RUNNING"
+    FINISHED = "FINISHED"
+    FAILED = "FAILED"
+    CANCELLING = "CANCELLING"
+    CANCELED = "CANCELED"
+    RESTARTING = "RESTARTING"
+
+    @property
+    def is_terminal(self) -> bool:
+        """Whether the job can no longer change state."""
+        return self in (JobStatus.FINISHED, JobStatus.FAILED, JobStatus.CANCELED)
+
+
+class JobVertex:
+    """One operator of the job graph: uid, name, parallelism."""
+
+    __slots__ = ("name", "parallelism", "uid")
+
+    def __init__(self, uid: str, name: str, parallelism: int) -> None:
+        self.uid = uid
+        self.name = name
+        self.parallelism = parallelism
+
+    def to_json(self) -> dict[str, Any]:
+        """Flink-like vertex: ``{"id", "name", "parallelism"}`` (id is the uid)."""
+        return {"id": self.uid, "name": self.name, "parallelism": self.parallelism}
+
+
+class JobControl(Protocol):
+    """What the job master behind a handle offers (runtime internal)."""
+
+    def trigger_savepoint(
+        self, target_dir: str | None, *, stop: bool, drain: bool, native: bool = False
+    ) -> concurrent.futures.Future[str]: ...
+
+    def cancel(self) -> None: ...
+
+    def checkpoint_stats(self) -> dict[str, Any]: ...
+
+    def task_metrics(self) -> list[TaskFigures]: ...
+
+
+class JobHandle:
+    """A job started by ``StreamEnvironment.execute``.
+
+    Attributes:
+        job_id: 32 hex chars.
+        job_name: The name given to ``execute``.
+        start_time_ms: When the job was created (epoch ms).
+        end_time_ms: When it reached a terminal state, else None.
+        failure: Why it failed (one line), else None.
+        final_savepoint_path: The savepoint taken because of ``savepoint_on_finish``.
+    """
+
+    def __init__(
+        self,
+        job_id: str,
+        job_name: str,
+        vertices: list[JobVertex],
+        checkpoint_dir: str | None,
+        control: JobControl,
+    ) -> None:
+        self.job_id = job_id
+        self.job_name = job_name
+        self.vertices = vertices
+        self.checkpoint_dir = checkpoint_dir
+        self.start_time_ms = int(time.time() * 1000)
+        self.end_time_ms: int | None = None
+        self.failure: str | None = None
+        self.final_savepoint_path: str | None = None
+        self._control = control
+        self._status = JobStatus.CREATED
+        self._changed = threading.Condition()
+
+    @property
+    def status(self) -> JobStatus:
+        """The current job status."""
+        with self._changed:
+            return self._status
+
+    def set_status(self, status: JobStatus, failure: str | None = None) -> None:
+        """Move the job to ``status`` (runtime internal); terminal states are final."""
+        with self._changed:
+            if self._status.is_terminal:
+                return
+            self._status = status
+            if failure is not None:
+                self.failure = failure
+            if status.is_terminal:
+                self.end_time_ms = int(time.time() * 1000)
+            self._changed.notify_all()
+
+    def describe(self) -> dict[str, Any]:
+        """Flink-like job details (JSON-able).
+
+        Returns:
+            ``{"jid", "name", "state", "start-time", "end-time", "vertices":
+            [{"id", "name", "parallelism"}], "checkpoint-dir"}``; end-time is -1 while the
+            job runs (as in Flink); ``"failure"`` is added when the job failed.
+        """
+        with self._changed:
+            described: dict[str, Any] = {
+                "jid": self.job_id,
+                "name": self.job_name,
+                "state": self._status.value,
+                "start-time": self.start_time_ms,
+                "end-time": self.end_time_ms if self.end_time_ms is not None else -1,
+                "vertices": [vertex.to_json() for vertex in self.vertices],
+                "checkpoint-dir": self.checkpoint_dir,
+            }
+            if self.failure is not None:
+                described["failure"] = self.failure
+        return described
+
+    def checkpoint_stats(self) -> dict[str, Any]:
+        """Flink-like checkpoint statistics (JSON-able).
+
+        Returns:
+            ``{"counts": {"completed", "failed", "in_progress"}, "latest": {"completed":
+            {...} | None, "savepoint": {...} | None}, "history": [...]}`` where each
+            checkpoint is ``{"id", "is_savepoint", "status", "mode", "checkpoint_type",
+            "incremental", "external_path", "trigger_timestamp", "latest_ack_timestamp",
+            "end_to_end_duration", "alignment_duration", "state_size", "checkpointed_size",
+            "persisted_data", ...}`` (docs/RUNTIME.md, checkpoint history).
+        """
+        return self._control.checkpoint_stats()
+
+    def trigger_savepoint(
+        self, target_dir: str | None, *, stop: bool = False, drain: bool = False, native: bool = False
+    ) -> concurrent.futures.Future[str]:
+        """Take a savepoint by the checkpoint barrier mechanism (always aligned).
+
+        Args:
+            target_dir: Directory under which ``savepoint-<jobid6>-<random>/`` is written;
+                ``None`` uses the job's default savepoint directory, if any.
+            stop: After the savepoint, finish the job (stop-with-savepoint).
+            drain: With ``stop``: sources end and timers/windows flush as at end of input
+                before the savepoint; without it, the job stops without end-of-input.
+            native: Keyed state in the backend's native format (self-contained) instead of the
+                canonical format; a backend without a native format writes canonical files.
+
+        Returns:
+            A future resolving to the savepoint path (or raising the failure).
+        """
+        if native:
+            return self._control.trigger_savepoint(target_dir, stop=stop, drain=drain, native=True)
+        return self._control.trigger_savepoint(target_dir, stop=stop, drain=drain)
+
+    def cancel(self) -> None:
+        """Cancel the job; checkpoints are kept or deleted per the externalized cleanup."""
+        self._control.cancel()
+
+    def task_metrics(self) -> list[TaskFigures]:
+        """What every task reported, with rates (``statekit.runtime.jobmaster.metrics``)."""
+        return self._control.task_metrics()
+
+    def wait(self, timeout: float | None = None) -> JobStatus:
+        """Block until the job is terminal (or ``timeout`` seconds passed); return its status."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._changed:
+            while not self._status.is_terminal:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    break
+                self._changed.wait(remaining)
+            return self._status
+
+
+@dataclass(frozen=True)
+class JobExecutionResult:
+    """What ``execute()`` returns when the job ended without failing."""
+
+    job_id: str
+    job_name: str
+    status: JobStatus
+    net_runtime_ms: int
+    savepoint_path: str | None = None
+    latest_checkpoint: str | None = None
+
+

@@ -1,0 +1,334 @@
+"""One execution attempt of a job: its tasks, gates and channels, deployed, run and torn down.
+
+The job master starts one :class:`Execution` per attempt; the execution is the tasks' host
+(:class:`statekit.runtime.task.task.TaskHost`): it forwards their snapshots and metrics to the
+job master's coordinator and metrics, and ends when every task finished, one failed, or the
+attempt was cancelled.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import queue
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from statekit.runtime.checkpoint.channel_state import ChannelSpec
+from statekit.runtime.checkpoint.handles import SubtaskStats
+from statekit.runtime.checkpoint.restore import RestorePlan
+from statekit.runtime.dataflow.graph import Edge, edge_key_selector
+from statekit.runtime.exchange.input_gate import InputGate
+from statekit.runtime.exchange.partitioning import Partitioning
+from statekit.runtime.exchange.record_writer import ChannelTarget, RecordWriter
+from statekit.runtime.operators.base import OperatorContext, Output, StreamOperator
+from statekit.runtime.task.mails import Resume, Terminate
+from statekit.runtime.task.metrics import TaskReport
+from statekit.runtime.task.task import Task
+from statekit.runtime.task.time import configure_task_time
+from statekit.statefmt.errors import JobError, JobFailedError, StatekitError
+
+if TYPE_CHECKING:
+    from statekit.runtime.jobmaster.job_master import JobMaster
+
+__all__ = [
+    "Execution",
+    "JOIN_TIMEOUT_S",
+    "FINAL_CHECKPOINT_ATTEMPTS",
+    "FINAL_CHECKPOINT_RETRY_DELAY_S",
+    "one_line",
+]
+
+log = logging.getLogger("statekit.runtime")
+
+JOIN_TIMEOUT_S = 10.0
+FINAL_CHECKPOINT_ATTEMPTS = 3
+FINAL_CHECKPOINT_RETRY_DELAY_S = 0.5
+
+
+def _spec(edge: Edge, producer: int, consumer: int) -> ChannelSpec:
+    return ChannelSpec(edge.source.uid, edge.target.uid, edge.input_index, edge.partitioning.value,
+                       producer, edge.source.parallelism, consumer, edge.target.parallelism)
+
+
+def one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+class Execution:
+    """One attempt: tasks, gates and channels of the whole job graph."""
+
+    def __init__(self, master: JobMaster, attempt: int, restore: RestorePlan | None) -> None:
+        self.master = master
+        self.attempt = attempt
+        self.started = threading.Event()
+        self.cancelled = threading.Event()
+        self._events: queue.Queue[tuple[Any, ...]] = queue.Queue()
+        self._stopping = False
+        self._finishing = False
+        self.tasks: list[Task] = []
+        self.source_tasks: list[Task] = []
+        self._build(restore)
+
+    # ------------------------------------------------------------ deployment
+
+    def _build(self, restore: RestorePlan | None) -> None:
+        master = self.master
+        graph = master.graph
+        gates: dict[tuple[int, int], InputGate] = {}
+        offsets: dict[int, int] = {}  # id(edge) -> first channel of the edge in the consumer's gate
+        input_specs: dict[tuple[int, int], list[ChannelSpec]] = {}
+        for vertex in graph.vertices:
+            width = 0
+            for edge in vertex.inputs:
+                offsets[id(edge)] = width
+                width += 1 if edge.partitioning is Partitioning.FORWARD else edge.source.parallelism
+            capacity = max(4, 2 * width + 2)
+            for i in range(vertex.parallelism):
+                gates[(vertex.id, i)] = InputGate(capacity, width)
+                input_specs[(vertex.id, i)] = [
+                    _spec(edge, producer, i) for edge in vertex.inputs
+                    for producer in ([i] if edge.partitioning is Partitioning.FORWARD else range(edge.source.parallelism))
+                ]
+        inflight = restore.inflight(master.exchanges) if restore is not None else {}
+        backend = master.state_backend
+        working_dir = master._temp_dir(f"statekit-{backend.name}-") if backend.needs_working_dir else None
+        for vertex in graph.vertices:
+            for i in range(vertex.parallelism):
+                operators: list[StreamOperator] = []
+                chained_next: list[list[int]] = []
+                writers: list[list[RecordWriter]] = []
+                output_specs: list[list[ChannelSpec]] = []
+                replay: list[tuple[int, int, list[Any]]] = []
+                for position, node in enumerate(vertex.operators):
+                    replay.extend((position, index, records) for index, records in inflight.get((node.uid, i), ()))
+                    op = node.transformation.factory()
+                    op.setup(OperatorContext(
+                        uid=node.uid, name=node.name, subtask=i, parallelism=node.parallelism,
+                        max_parallelism=node.max_parallelism, attempt=self.attempt, state_backend=backend.name,
+                        key_selector=node.key_selector, key_serializer=node.key_serializer,
+                        restore=restore.subtask(node.uid, i, node.parallelism, node.max_parallelism) if restore else None,
+                        working_dir=working_dir, job_id=master.job_id, incremental=master.incremental,
+                    ), Output(lambda value: None))
+                    operators.append(op)
+                    chained_next.append([vertex.operators.index(e.target) for e in node.outputs if e.chained])
+                    node_writers = []
+                    for edge in node.outputs:
+                        if edge.chained:
+                            continue
+                        consumer = edge.target.vertex
+                        assert consumer is not None
+                        base = offsets[id(edge)]
+                        if edge.partitioning is Partitioning.FORWARD:
+                            targets = [ChannelTarget(gates[(consumer.id, i)], base)]
+                            output_specs.append([_spec(edge, i, i)])
+                        else:
+                            targets = [ChannelTarget(gates[(consumer.id, k)], base + i) for k in range(consumer.parallelism)]
+                            output_specs.append([_spec(edge, i, k) for k in range(consumer.parallelism)])
+                        writer = RecordWriter(
+                            targets, edge.partitioning, key_selector=edge_key_selector(edge),
+                            key_serializer=edge.key_serializer, max_parallelism=edge.target.max_parallelism,
+                            start_channel=i,
+                        )
+                        writer.side_output = edge.side_output
+                        writer.timestamped = edge.source.transformation.timestamped
+                        node_writers.append(writer)
+                    writers.append(node_writers)
+                task = Task(self, vertex.id, vertex.name, i, vertex.parallelism, operators, chained_next, writers,
+                            gates[(vertex.id, i)], input_specs[(vertex.id, i)], output_specs=output_specs,
+                            replay=replay, channel_state_serializer=master.config.channel_state_serializer)
+                configure_task_time(task, graph, vertex)
+                self.tasks.append(task)
+                if vertex.is_source:
+                    self.source_tasks.append(task)
+        self.gates = list(gates.values())
+
+    # ------------------------------------------------------------ TaskHost
+
+    def post(self, *event: Any) -> None:
+        self._events.put(event)
+
+    def task_ready(self, task: Task) -> None:
+        self.post("ready", task)
+
+    def task_failed(self, task: Task, error: BaseException) -> None:
+        if not self.cancelled.is_set():
+            # one line; the traceback only when DEBUG is on for the logger (statekit run --verbose)
+            log.warning("task %s failed: %s: %s", task.name, type(error).__name__, one_line(str(error)),
+                        exc_info=error if log.isEnabledFor(logging.DEBUG) else None)
+        self.post("failed", task, error)
+
+    def task_finished(self, task: Task) -> None:
+        self.post("finished", task)
+
+    def source_exhausted(self, task: Task) -> None:
+        self.post("exhausted", task)
+
+    def submit_snapshot(self, task: Task, barrier: Any, snapshots: list[Any], stats: SubtaskStats) -> None:
+        self.master.coordinator.submit_snapshot(task.key, barrier, snapshots, stats)
+
+    def report_metrics(self, report: TaskReport) -> None:
+        self.master.metrics.update(report)
+
+    def decline_checkpoint(self, task: Task, checkpoint_id: int, reason: str, *, subsumed: bool) -> None:
+        self.master.coordinator.decline(checkpoint_id, f"task {task.name}: {reason}", subsumed=subsumed)
+
+    def fail(self, error: BaseException) -> None:
+        self.post("failed", None, error)
+
+    # ------------------------------------------------------------ run
+
+    def run(self) -> tuple[str, BaseException | None]:
+        """Deploy, run to the end; return ("finished" | "cancelled" | "failed", error)."""
+        coordinator = self.master.coordinator
+        for task in self.tasks:
+            task.thread.start()
+        ready = finished = exhausted = 0
+        outcome: tuple[str, BaseException | None] | None = None
+        attached = False
+        while outcome is None:
+            event = self._events.get()
+            kind = event[0]
+            if kind == "ready":
+                ready += 1
+                if ready == len(self.tasks):
+                    coordinator.attach(self)
+                    attached = True
+                    self.started.set()
+                    coordinator.start_periodic()
+            elif kind == "failed":
+                outcome = ("failed", event[2])
+            elif kind == "cancel":
+                outcome = ("cancelled", None)
+            elif kind == "exhausted":
+                exhausted += 1
+                if exhausted == len(self.source_tasks) and not self._stopping:
+                    self._finish_bounded()
+            elif kind == "stopped":
+                self._terminate_sources()
+            elif kind == "finished":
+                finished += 1
+                if finished == len(self.tasks):
+                    if self.cancelled.is_set():
+                        outcome = ("cancelled", None)
+                    elif not (self._finishing or self._stopping):
+                        outcome = ("failed", JobFailedError("tasks ended before the job finished"))
+                    else:
+                        outcome = ("finished", None)
+        if outcome[0] != "finished":
+            self._teardown()
+        if attached:
+            coordinator.stop_periodic()
+            coordinator.detach("job attempt ended" if outcome[0] == "finished" else f"job {outcome[0]}")
+        return outcome
+
+    def _teardown(self) -> None:
+        self.cancelled.set()
+        for gate in self.gates:
+            gate.cancel()
+        from statekit.runtime.task.mails import Cancel
+
+        for task in self.tasks:
+            task.mail(Cancel())
+        deadline = time.monotonic() + JOIN_TIMEOUT_S
+        for task in self.tasks:
+            task.thread.join(max(0.0, deadline - time.monotonic()))
+            if task.thread.is_alive():
+                log.warning("task %s did not stop within %.0f s", task.name, JOIN_TIMEOUT_S)
+
+    # ------------------------------------------------------------ finishing
+
+    def _finish_bounded(self) -> None:
+        """All sources exhausted: final checkpoint, optional savepoint, then end the tasks."""
+        self._finishing = True
+        coordinator = self.master.coordinator
+        coordinator.stop_periodic()
+        savepoint_dir = self.master.options.savepoint_on_finish
+
+        def finish() -> None:
+            try:
+                if not self._final_checkpoint():
+                    return
+                if savepoint_dir:
+                    path = coordinator.trigger(is_savepoint=True, target_dir=savepoint_dir).result()
+                    self.master.final_savepoint = path
+                    self.master.handle.final_savepoint_path = path
+                    log.info("savepoint on finish stored at %s", path)
+                self.post("stopped")
+            except BaseException as exc:  # noqa: BLE001
+                self.fail(exc if isinstance(exc, StatekitError) else JobFailedError(f"final checkpoint failed: {exc}"))
+
+        threading.Thread(target=finish, name="final-checkpoint", daemon=True).start()
+
+    def _final_checkpoint(self) -> bool:
+        """Take the final checkpoint (sinks commit on it), retried a bounded number of times.
+
+        Returns False when the attempt ended meanwhile (failed or cancelled: nothing to do).
+
+        Raises:
+            JobFailedError: Every attempt failed; the output since the last completed
+                checkpoint is not committed, so the job must not finish.
+        """
+        coordinator = self.master.coordinator
+        for attempt in range(1, FINAL_CHECKPOINT_ATTEMPTS + 1):
+            try:
+                coordinator.trigger(final=True).result()
+                return True
+            except StatekitError as error:
+                if self.cancelled.is_set():
+                    return False
+                if attempt == FINAL_CHECKPOINT_ATTEMPTS:
+                    raise JobFailedError(
+                        f"final checkpoint failed {attempt} times, last: {one_line(str(error))}; "
+                        "output since the last completed checkpoint is not committed") from error
+                log.warning("job %s: final checkpoint failed (attempt %d of %d): %s; retrying in %g s",
+                            self.master.job_id, attempt, FINAL_CHECKPOINT_ATTEMPTS, one_line(str(error)),
+                            FINAL_CHECKPOINT_RETRY_DELAY_S)
+                if self.cancelled.wait(FINAL_CHECKPOINT_RETRY_DELAY_S):
+                    return False
+        return False
+
+    def _terminate_sources(self) -> None:
+        for task in self.source_tasks:
+            task.mail(Terminate())
+
+    def stop_with_savepoint(self, target_dir: str | None, drain: bool, native: bool = False) -> concurrent.futures.Future[str]:
+        """Savepoint with the sources stopping at its barrier; then the job finishes."""
+        coordinator = self.master.coordinator
+        result: concurrent.futures.Future[str] = concurrent.futures.Future()
+        if self._stopping or self._finishing:
+            result.set_exception(JobError(f"job {self.master.job_id} is already finishing"))
+            return result
+        self._stopping = True
+        coordinator.stop_periodic()
+        try:
+            savepoint = coordinator.trigger(is_savepoint=True, target_dir=target_dir, stop=True, drain=drain,
+                                            native=native)
+        except BaseException as exc:  # noqa: BLE001 - the caller's future carries it
+            self._stopping = False
+            coordinator.start_periodic()
+            result.set_exception(exc)
+            return result
+
+        def done(future: concurrent.futures.Future[str]) -> None:
+            error = future.exception()
+            if error is None:
+                self.post("stopped")
+                result.set_result(future.result())
+                return
+            self._stopping = False
+            if drain:
+                # the sources already ended their input: this attempt cannot resume, it fails
+                # over (restart per the strategy, from the latest completed checkpoint), as Flink's
+                self.fail(JobFailedError(f"stop-with-savepoint (drain) failed: {one_line(str(error))}"))
+            else:
+                for task in self.source_tasks:
+                    task.mail(Resume())
+                coordinator.start_periodic()
+            result.set_exception(error)
+
+        savepoint.add_done_callback(done)
+        return result
+
+

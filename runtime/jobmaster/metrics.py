@@ -1,0 +1,254 @@
+"""Job metrics: what each task reports, the job master's view of it, and its two renderings.
+
+Each task owns one :class:`TaskMetrics`: plain counters that only the task's own thread
+changes (never an object shared with another task). At most every :data:`REPORT_INTERVAL_S`
+while it works, when it may wait for input and when it ends, the task reports an immutable
+:class:`TaskReport` to the job master (``TaskHost.report_metrics``) — values only, so a task
+in another process can send the same report over a pipe. :class:`JobMetrics` (one per job
+master) keeps the recent reports of every task and derives rates over :data:`RATE_WINDOW_S`;
+it renders the REST ``/jobs/<id>/metrics`` JSON and the Prometheus text of ``/metrics``.
+
+Figures:
+    records in: records a task took from its input gate (a source task: from its reader);
+    records out: records it handed to downstream channels (a broadcast record counts once per
+        channel; a sink task sends none);
+    backpressure: the share of time a task waited for room in its consumers' gates
+        (Flink's levels: ok <= 10% < low <= 50% < high);
+    checkpoints: per task the snapshots it took (last id, alignment and synchronous
+        durations); per job the coordinator's completed, failed and latest checkpoint.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from statekit.runtime.task.metrics import TaskFigures, TaskReport
+
+if TYPE_CHECKING:
+    from statekit.runtime.dataflow.job_handle import JobHandle
+
+__all__ = [
+    "JobMetrics",
+    "LiveStatus",
+    "live_status",
+    "prometheus_text",
+    "JobMetricsView",
+    "job_metrics",
+    "RATE_WINDOW_S",
+    "metrics_json",
+]
+
+RATE_WINDOW_S = 3.0
+
+
+
+
+
+
+
+
+
+
+class JobMetrics:
+    """The reports of every task of a job (thread-safe); rates over ``window_s`` seconds."""
+
+    def __init__(self, window_s: float = RATE_WINDOW_S) -> None:
+        self.window_s = window_s
+        self._lock = threading.Lock()
+        self._reports: dict[tuple[int, int], deque[TaskReport]] = {}
+
+    def update(self, report: TaskReport) -> None:
+        """Record a task's report; a restarted task (counters behind) starts a new history."""
+        key = (report.vertex_id, report.subtask)
+        with self._lock:
+            history = self._reports.get(key)
+            if history is None or (history and report.records_in < history[-1].records_in):
+                history = self._reports[key] = deque()
+            history.append(report)
+            horizon = report.time_s - self.window_s
+            while len(history) > 2 and history[1].time_s <= horizon:
+                history.popleft()  # keep one report at or before the window's start: the baseline
+
+    def tasks(self, now_s: float | None = None) -> list[TaskFigures]:
+        """Every task that reported, by vertex and subtask."""
+        now = time.time() if now_s is None else now_s
+        with self._lock:
+            histories = {key: list(history) for key, history in self._reports.items()}
+        return [_figures(histories[key], now, self.window_s) for key in sorted(histories)]
+
+
+def _figures(history: list[TaskReport], now: float, window_s: float) -> TaskFigures:
+    latest = history[-1]
+    baseline = next((r for r in reversed(history) if r.time_s <= now - window_s), history[0])
+    if latest.finished:
+        return TaskFigures(latest, 0.0, 0.0, 0.0)
+    # counts did not change after the latest report (a task reports before it waits): rates run to now
+    span = max(now - baseline.time_s, 1e-3)
+    reported_span = latest.time_s - baseline.time_s
+    ratio = (latest.backpressured_s - baseline.backpressured_s) / reported_span if reported_span > 0 else 0.0
+    return TaskFigures(latest, (latest.records_in - baseline.records_in) / span,
+                       (latest.records_out - baseline.records_out) / span, min(1.0, max(0.0, ratio)))
+
+
+# ------------------------------------------------------------------------- the job's view
+
+
+@dataclass(frozen=True)
+class LiveStatus:
+    """The one-line status of a running job (``statekit run`` on a terminal).
+
+    Attributes:
+        records_in_per_s: Records read by the sources per second.
+        records_out_per_s: Records the sinks took in per second (what the job emits).
+        last_checkpoint_duration_ms: End to end, trigger to completion.
+        last_checkpoint_size: The full state size of the last completed checkpoint, bytes.
+        backpressured_tasks: Tasks whose backpressure level is ``low`` or ``high``.
+    """
+
+    job_id: str
+    state: str
+    records_in_per_s: float
+    records_out_per_s: float
+    checkpoints_completed: int
+    checkpoints_failed: int
+    last_checkpoint_id: int | None
+    last_checkpoint_duration_ms: int | None
+    last_checkpoint_size: int | None
+    backpressured_tasks: int
+    tasks: int
+
+
+def live_status(job_id: str, state: str, tasks: list[TaskFigures], checkpoints: dict[str, Any]) -> LiveStatus:
+    """The live status from task figures and the coordinator's checkpoint statistics."""
+    counts = checkpoints.get("counts", {})
+    last = (checkpoints.get("latest") or {}).get("completed") or {}
+    return LiveStatus(
+        job_id=job_id, state=state,
+        records_in_per_s=sum(t.records_in_per_s for t in tasks if t.report.source),
+        records_out_per_s=sum(t.records_in_per_s for t in tasks if t.report.sink),
+        checkpoints_completed=int(counts.get("completed", 0)), checkpoints_failed=int(counts.get("failed", 0)),
+        last_checkpoint_id=last.get("id"), last_checkpoint_duration_ms=last.get("end_to_end_duration"),
+        last_checkpoint_size=last.get("state_size", last.get("checkpointed_size")),
+        backpressured_tasks=sum(1 for t in tasks if t.backpressure != "ok"), tasks=len(tasks),
+    )
+
+
+def metrics_json(job_id: str, name: str, state: str, tasks: list[TaskFigures], checkpoints: dict[str, Any],
+                 status: LiveStatus) -> dict[str, Any]:
+    """The body of REST ``GET /jobs/<id>/metrics``."""
+    counts = checkpoints.get("counts", {})
+    return {
+        "jid": job_id, "name": name, "state": state, "timestamp": int(time.time() * 1000),
+        "records_in_per_second": round(status.records_in_per_s, 3),
+        "records_out_per_second": round(status.records_out_per_s, 3),
+        "backpressured_tasks": status.backpressured_tasks,
+        "checkpoints": {
+            "completed": int(counts.get("completed", 0)), "failed": int(counts.get("failed", 0)),
+            "in_progress": int(counts.get("in_progress", 0)),
+            "last_completed": {"id": status.last_checkpoint_id, "duration_ms": status.last_checkpoint_duration_ms,
+                               "size": status.last_checkpoint_size} if status.last_checkpoint_id is not None else None,
+        },
+        "tasks": [t.to_json() for t in tasks],
+    }
+
+
+# ------------------------------------------------------------------------- Prometheus
+
+
+_TASK_METRICS: list[tuple[str, str, str, Callable[[TaskFigures], float | None]]] = [
+    ("statekit_task_records_in_total", "counter", "Records a task took in (a source: from its reader).",
+     lambda t: t.report.records_in),
+    ("statekit_task_records_out_total", "counter", "Records a task handed to downstream channels.",
+     lambda t: t.report.records_out),
+    ("statekit_task_records_in_per_second", "gauge", "Records in per second over the rate window.",
+     lambda t: t.records_in_per_s),
+    ("statekit_task_records_out_per_second", "gauge", "Records out per second over the rate window.",
+     lambda t: t.records_out_per_s),
+    ("statekit_task_backpressured_time_ratio", "gauge", "Share of time the task waited for room downstream.",
+     lambda t: t.backpressured_ratio),
+    ("statekit_task_checkpoints_taken_total", "counter", "Snapshots the task took.",
+     lambda t: t.report.checkpoints_taken),
+    ("statekit_task_last_checkpoint_alignment_ms", "gauge", "Alignment of the task's last snapshot, in ms.",
+     lambda t: t.report.last_alignment_ms),
+    ("statekit_task_last_checkpoint_sync_ms", "gauge", "Synchronous part of the task's last snapshot, in ms.",
+     lambda t: t.report.last_sync_ms),
+]
+
+_JOB_METRICS: list[tuple[str, str, str, Callable[[LiveStatus, dict[str, Any]], float | None]]] = [
+    ("statekit_job_checkpoints_completed_total", "counter", "Completed checkpoints and savepoints.",
+     lambda s, _c: s.checkpoints_completed),
+    ("statekit_job_checkpoints_failed_total", "counter", "Failed checkpoints.", lambda s, _c: s.checkpoints_failed),
+    ("statekit_job_checkpoints_in_progress", "gauge", "Checkpoints in progress.",
+     lambda _s, c: int(c.get("counts", {}).get("in_progress", 0))),
+    ("statekit_job_last_checkpoint_id", "gauge", "Id of the last completed checkpoint.",
+     lambda s, _c: s.last_checkpoint_id),
+    ("statekit_job_last_checkpoint_duration_ms", "gauge", "End-to-end duration of the last completed checkpoint.",
+     lambda s, _c: s.last_checkpoint_duration_ms),
+    ("statekit_job_last_checkpoint_size_bytes", "gauge", "Full state size of the last completed checkpoint.",
+     lambda s, _c: s.last_checkpoint_size),
+    ("statekit_job_backpressured_tasks", "gauge", "Tasks whose backpressure is low or high.",
+     lambda s, _c: s.backpressured_tasks),
+]
+
+
+def prometheus_text(job_id: str, name: str, tasks: list[TaskFigures], checkpoints: dict[str, Any],
+                    status: LiveStatus) -> str:
+    """``/metrics`` in the Prometheus text exposition format (version 0.0.4)."""
+    job = f'job_id="{_label(job_id)}",job_name="{_label(name)}"'
+    lines: list[str] = []
+    for metric, kind, help_text, value in _JOB_METRICS:
+        lines += [f"# HELP {metric} {help_text}", f"# TYPE {metric} {kind}"]
+        figure = value(status, checkpoints)
+        if figure is not None:
+            lines.append(f"{metric}{{{job}}} {_number(figure)}")
+    for metric, kind, help_text, task_value in _TASK_METRICS:
+        lines += [f"# HELP {metric} {help_text}", f"# TYPE {metric} {kind}"]
+        for task in tasks:
+            figure = task_value(task)
+            if figure is not None:
+                r = task.report
+                labels = f'{job},task="{_label(r.name)}",vertex="{r.vertex_id}",subtask="{r.subtask}"'
+                lines.append(f"{metric}{{{labels}}} {_number(figure)}")
+    return "\n".join(lines) + "\n"
+
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _number(value: float) -> str:
+    return str(value) if isinstance(value, int) else repr(float(value))
+
+
+@dataclass(frozen=True)
+class JobMetricsView:
+    """The metrics of one job at one moment: tasks, checkpoint statistics and the live status."""
+
+    job_id: str
+    name: str
+    state: str
+    tasks: list[TaskFigures]
+    checkpoints: dict[str, Any]
+    live: LiveStatus
+
+    def to_json(self) -> dict[str, Any]:
+        """REST ``GET /jobs/<id>/metrics``."""
+        return metrics_json(self.job_id, self.name, self.state, self.tasks, self.checkpoints, self.live)
+
+    def prometheus(self) -> str:
+        """REST ``GET /metrics``."""
+        return prometheus_text(self.job_id, self.name, self.tasks, self.checkpoints, self.live)
+
+
+def job_metrics(handle: JobHandle) -> JobMetricsView:
+    """The metrics of the job behind ``handle`` now."""
+    tasks = handle.task_metrics()
+    checkpoints = handle.checkpoint_stats()
+    state = handle.status.value
+    live = live_status(handle.job_id, state, tasks, checkpoints)
+    return JobMetricsView(handle.job_id, handle.job_name, state, tasks, checkpoints, live)

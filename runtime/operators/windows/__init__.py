@@ -1,0 +1,1 @@
+"""The window operator: window contents in keyed state, window timers, live windows."""

@@ -1,0 +1,2 @@
+"""Keyed and operator state of one subtask: the backends (hashmap, RocksDB) and their registry,
+TTL handles, operator state."""

@@ -1,0 +1,169 @@
+"""TODO docstring."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    pass
+
+__all__ = [
+    "REPORT_INTERVAL_S",
+    "IDLE_REPORT_GAP_S",
+    "BACKPRESSURE_LOW",
+    "BACKPRESSURE_HIGH",
+    "TaskReport",
+    "TaskMetrics",
+    "TaskFigures",
+]
+
+
+REPORT_INTERVAL_S = 0.25
+
+
+IDLE_REPORT_GAP_S = 0.02  # an idle report follows the previous one by at least this much
+
+
+BACKPRESSURE_LOW = 0.1
+
+
+BACKPRESSURE_HIGH = 0.5
+
+
+@dataclass(frozen=True)
+class TaskReport:
+    """Cumulative figures of one task attempt at ``time_s`` (epoch seconds)."""
+
+    vertex_id: int
+    subtask: int
+    name: str
+    time_s: float
+    records_in: int
+    records_out: int
+    backpressured_s: float
+    checkpoints_taken: int
+    last_checkpoint_id: int | None
+    last_alignment_ms: int | None
+    last_sync_ms: float | None
+    last_unaligned: bool
+    source: bool = False
+    sink: bool = False
+    finished: bool = False
+
+
+class _Writer(Protocol):
+    records_out: int
+
+
+class TaskMetrics:
+    """The counters of one task; only the task's thread touches them.
+
+    Args:
+        vertex_id, subtask, name: Who the task is.
+        writers: The task's record writers (their ``records_out`` counts are summed; none: a sink).
+        report: Delivers a report to the job master.
+        source: The task reads a source.
+    """
+
+    __slots__ = (
+        "_dirty",
+        "_due",
+        "_report",
+        "_writers",
+        "backpressured_s",
+        "checkpoints_taken",
+        "last_alignment_ms",
+        "last_checkpoint_id",
+        "last_sync_ms",
+        "last_unaligned",
+        "name",
+        "records_in",
+        "source",
+        "subtask",
+        "vertex_id",
+    )
+
+    def __init__(self, vertex_id: int, subtask: int, name: str, writers: Sequence[_Writer],
+                 report: Callable[[TaskReport], None], *, source: bool = False) -> None:
+        self.vertex_id, self.subtask, self.name, self.source = vertex_id, subtask, name, source
+        self._writers = writers
+        self._report = report
+        self.records_in = 0
+        self.backpressured_s = 0.0
+        self.checkpoints_taken = 0
+        self.last_checkpoint_id: int | None = None
+        self.last_alignment_ms: int | None = None
+        self.last_sync_ms: float | None = None
+        self.last_unaligned = False
+        self._due = 0.0
+        self._dirty = True
+
+    def count_in(self, records: int) -> None:
+        """``records`` taken in; reports when the interval has passed."""
+        self.records_in += records
+        self._dirty = True
+        if time.monotonic() >= self._due:
+            self.report()
+
+    def add_backpressure(self, seconds: float) -> None:
+        self.backpressured_s += seconds
+        self._dirty = True
+
+    def checkpoint_taken(self, checkpoint_id: int, alignment_ms: int, unaligned: bool, sync_ms: float) -> None:
+        self.checkpoints_taken += 1
+        self.last_checkpoint_id, self.last_alignment_ms = checkpoint_id, alignment_ms
+        self.last_unaligned, self.last_sync_ms = unaligned, sync_ms
+        self._dirty = True
+        self._due = 0.0  # the job master learns of a snapshot with the task's next count
+
+    def idle(self) -> None:
+        """The task may wait now: report what changed (unless it reported moments ago)."""
+        if self._dirty and time.monotonic() >= self._due - REPORT_INTERVAL_S + IDLE_REPORT_GAP_S:
+            self.report()
+
+    def report(self, *, finished: bool = False) -> None:
+        self._due = time.monotonic() + REPORT_INTERVAL_S
+        self._dirty = False
+        self._report(TaskReport(
+            self.vertex_id, self.subtask, self.name, time.time(), self.records_in,
+            sum(w.records_out for w in self._writers), self.backpressured_s, self.checkpoints_taken,
+            self.last_checkpoint_id, self.last_alignment_ms, self.last_sync_ms, self.last_unaligned,
+            self.source, not self._writers, finished,
+        ))
+
+
+@dataclass(frozen=True)
+class TaskFigures:
+    """One task as the job master sees it: its latest report and rates over the window."""
+
+    report: TaskReport
+    records_in_per_s: float
+    records_out_per_s: float
+    backpressured_ratio: float
+
+    @property
+    def backpressure(self) -> str:
+        """``ok``, ``low`` or ``high`` (Flink's levels)."""
+        if self.backpressured_ratio > BACKPRESSURE_HIGH:
+            return "high"
+        return "low" if self.backpressured_ratio > BACKPRESSURE_LOW else "ok"
+
+    def to_json(self) -> dict[str, Any]:
+        r = self.report
+        return {
+            "vertex": r.vertex_id, "subtask": r.subtask, "name": r.name, "finished": r.finished,
+            "records_in": r.records_in, "records_out": r.records_out,
+            "records_in_per_second": round(self.records_in_per_s, 3),
+            "records_out_per_second": round(self.records_out_per_s, 3),
+            "backpressured_ratio": round(self.backpressured_ratio, 4), "backpressure": self.backpressure,
+            "checkpoints": {"taken": r.checkpoints_taken, "last_id": r.last_checkpoint_id,
+                            "last_alignment_ms": r.last_alignment_ms,
+                            "last_sync_ms": None if r.last_sync_ms is None else round(r.last_sync_ms, 3),
+                            "last_unaligned": r.last_unaligned},
+            "reported_at": int(r.time_s * 1000),
+        }
+
+

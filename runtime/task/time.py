@@ -1,0 +1,199 @@
+"""TODO docstring."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+from statekit.runtime.api.watermarks import MAX_WATERMARK, MIN_WATERMARK
+from statekit.runtime.exchange.events import Watermark, WatermarkStatus
+from statekit.runtime.operators.event_time import TIMESTAMPED_HANDLER, ElementTime, emit_timestamped
+
+__all__ = [
+    "WatermarkValve",
+    "TaskTime",
+    "configure_task_time",
+]
+
+
+class WatermarkValve:
+    """A task's input watermark: the minimum over live, active channels; never decreasing.
+
+    An idle channel is left out; when every live channel is idle the task is idle (its
+    status goes downstream). A channel that ended (end of partition) is left out for good.
+    """
+
+    def __init__(self, channels: int) -> None:
+        self.watermarks = [MIN_WATERMARK] * channels
+        self.idle = [False] * channels
+        self.ended = [False] * channels
+        self.current = MIN_WATERMARK
+        self.task_idle = False
+
+    def _active(self) -> list[int]:
+        return [c for c in range(len(self.watermarks)) if not self.idle[c] and not self.ended[c]]
+
+    def on_watermark(self, channel: int, watermark: int) -> int | None:
+        """A watermark of ``channel``; returns the task's new watermark if it advanced."""
+        if watermark > self.watermarks[channel]:
+            self.watermarks[channel] = watermark
+        if self.idle[channel]:
+            self.idle[channel] = False
+        return self._advance()
+
+    def on_status(self, channel: int, idle: bool) -> tuple[int | None, bool | None]:
+        """An idleness change of ``channel``: (new watermark or None, new task status or None)."""
+        self.idle[channel] = idle
+        return self._advance(), self._status()
+
+    def on_end(self, channel: int) -> int | None:
+        """``channel`` ended: left out of the minimum from now on."""
+        self.ended[channel] = True
+        return self._advance()
+
+    def _status(self) -> bool | None:
+        live = [c for c in range(len(self.watermarks)) if not self.ended[c]]
+        idle = bool(live) and all(self.idle[c] for c in live)
+        if idle == self.task_idle:
+            return None
+        self.task_idle = idle
+        return idle
+
+    def _advance(self) -> int | None:
+        active = self._active()
+        if not active:
+            return None
+        new = min(self.watermarks[c] for c in active)
+        if new > self.current:
+            self.current = new
+            return new
+        return None
+
+
+class TaskTime:
+    """Event time of one task: the record timestamp its operators see, its input valve, and
+    how records and watermarks leave it. Owned by the task thread (nothing is shared).
+
+    Attributes:
+        timestamped_channels: Per input channel, whether its records are ``(value, timestamp)`` pairs.
+        enabled: The job uses event time (the task forwards watermarks and, at end of input,
+            ``MAX_WATERMARK``).
+    """
+
+    def __init__(self, channels: int) -> None:
+        self.element = ElementTime()
+        self.valve = WatermarkValve(channels)
+        self.timestamped_channels: list[bool] = [False] * channels
+        self.enabled = False
+        self.operators: list[Any] = []
+        self.writers: list[Any] = []
+
+    def bind(self, operators: list[Any], writers: list[Any]) -> None:
+        """Give every operator of the chain this task's element time."""
+        self.operators = operators
+        self.writers = writers
+        for op in operators:
+            op.element_time = self.element
+            op.emit_watermark = self._forwarder(operators.index(op) + 1)
+
+    def _forwarder(self, start: int) -> Callable[[Any], None]:
+        return lambda event: self.forward(event, start)
+
+    def emitter(self, writer: Any) -> Callable[[Any], None]:
+        """What an operator calls to hand a record to ``writer`` (timestamped when its edge is:
+        ``partial(emit_timestamped, writer.emit, element)``, see :func:`timestamped_writer_emit`)."""
+        emit: Callable[[Any], None] = writer.emit
+        if not getattr(writer, "timestamped", False):
+            return emit
+        return partial(emit_timestamped, emit, self.element)
+
+    def channel_handlers(self, inputs: list[int], first: Callable[[Any], None],
+                         second: Callable[[Any], None] | None) -> list[Callable[[Any], None] | None]:
+        """Per input channel (``inputs``: its input index, 1 or 2), the record handler: ``first``
+        or ``second``, taking the ``(value, timestamp)`` pairs of a channel that carries them (and,
+        in a task with such channels, clearing the element time for a record of one that does not)."""
+        plain = {1: first, 2: second}
+        if not any(self.timestamped_channels):
+            return [plain[index] for index in inputs]
+        paired = {index: self.unwrapping(handle) for index, handle in plain.items() if handle is not None}
+        untimed = {index: self._untimed(handle) for index, handle in plain.items() if handle is not None}
+        return [(paired if timestamped else untimed).get(index)
+                for index, timestamped in zip(inputs, self.timestamped_channels, strict=True)]
+
+    def _untimed(self, handle: Callable[[Any], None]) -> Callable[[Any], None]:
+        element = self.element
+
+        def untimed(record: Any) -> None:
+            element.timestamp = None
+            handle(record)
+
+        return untimed
+
+    def unwrapping(self, handle: Callable[[Any], None]) -> Callable[[Any], None]:
+        """``handle`` for ``(value, timestamp)`` records: its own variant for them (see
+        :func:`with_timestamped_handler`), else one that sets the task's element time first."""
+        own = getattr(handle, TIMESTAMPED_HANDLER, None)
+        if own is not None:
+            return own  # type: ignore[no-any-return]
+        element = self.element
+
+        def unwrap(record: Any) -> None:
+            element.timestamp = record[1]
+            handle(record[0])
+
+        return unwrap
+
+    def forward(self, event: Any, start: int = 0) -> None:
+        """Advance operators ``start..`` to a watermark (firing their timers), then send ``event`` on."""
+        if event.__class__ is Watermark:
+            for op in self.operators[start:]:
+                op.process_watermark(event.timestamp)
+                if getattr(op, "stops_watermarks", False) and event.timestamp != MAX_WATERMARK:
+                    return  # an assigner downstream in the chain makes its own watermarks
+        for writer in self.writers:
+            writer.broadcast_event(event)
+
+    def on_input_event(self, channel: int, event: Any) -> None:
+        """A watermark or status arrived on ``channel``."""
+        if event.__class__ is Watermark:
+            advanced = self.valve.on_watermark(channel, event.timestamp)
+            if advanced is not None:
+                self.forward(Watermark(advanced))
+            return
+        advanced, status = self.valve.on_status(channel, event.idle)
+        if status is not None:
+            self.forward(WatermarkStatus(status))
+        if advanced is not None:
+            self.forward(Watermark(advanced))
+
+    def on_channel_end(self, channel: int) -> None:
+        advanced = self.valve.on_end(channel)
+        if advanced is not None and self.enabled:
+            self.forward(Watermark(advanced))
+
+    def source_tick(self, head: Any, *, final: bool = False) -> None:
+        """Emit the watermark events a source's strategy has due (``final``: its current
+        watermark whatever the interval, before end of input)."""
+        watermarks = getattr(head, "watermarks", None)
+        if watermarks is not None:
+            for event in watermarks.tick(force=final):
+                self.forward(event, 1)
+
+    def end_of_input(self) -> None:
+        """The maximum watermark goes downstream before end of input."""
+        if self.enabled:
+            for writer in self.writers:
+                writer.broadcast_event(Watermark(MAX_WATERMARK))
+
+
+def configure_task_time(task: Any, graph: Any, vertex: Any) -> None:
+    """Which input channels of ``task`` carry timestamps, and whether the job uses event time."""
+    flags: list[bool] = []
+    for edge in vertex.inputs:
+        width = 1 if edge.partitioning.value == "forward" else edge.source.parallelism
+        flags.extend([bool(edge.source.transformation.timestamped)] * width)
+    task.time.timestamped_channels = flags
+    task.time.enabled = any(op.transformation.timestamped for op in graph.operators)
+
+
