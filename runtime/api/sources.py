@@ -1,4 +1,7 @@
-"""TODO docstring."""
+"""Sources as a job declares them: a :class:`Source` creates one :class:`SourceReader` per
+subtask (Flink's FLIP-27 split readers, reduced to what the runtime needs). The built-in sources
+live in :mod:`statekit.runtime.connectors.sources`.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""TODO docstring."""
+"""State time-to-live as a job declares it: Flink's ``StateTtlConfig`` (built with
+``StateTtlConfig.new_builder(ttl_ms)``), its update type and visibility, and a manual clock for
+tests. The TTL handles that enforce it live in :mod:`statekit.runtime.state.ttl`.
+"""
 
 from __future__ import annotations
 

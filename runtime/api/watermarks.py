@@ -1,4 +1,12 @@
-"""TODO docstring."""
+"""Watermark strategies: how records get event timestamps and how watermarks follow them.
+
+A source (or ``assign_timestamps_and_watermarks``) gives each record a timestamp with the
+strategy's timestamp assigner and feeds it to a watermark generator; the generator's watermark
+is emitted periodically (every ``interval_ms`` of wall-clock time, 0: after every poll) when it
+advanced. A watermark ``W`` promises that no more records with a timestamp ``<= W`` follow (late
+records may still come; operators decide what to do). How watermarks travel and combine:
+:mod:`statekit.runtime.exchange.events`, :mod:`statekit.runtime.task.time`.
+"""
 
 from __future__ import annotations
 

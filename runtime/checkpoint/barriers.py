@@ -1,4 +1,10 @@
-"""TODO docstring."""
+"""Checkpoint barriers: what travels in-band (or ahead of the data) to mark a checkpoint.
+
+A barrier carries the checkpoint id, its trigger time and its options — plain values only, so
+the same barrier can cross a process boundary. Where a task writes its part is named by the
+options' :class:`~statekit.runtime.checkpoint.storage.SnapshotTarget` (URLs), never by a live
+object of the coordinator.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,11 @@
-"""TODO docstring."""
+"""In-flight records of an unaligned checkpoint, as a task captures and writes them.
+
+A channel between two subtasks is described by a :class:`ChannelSpec` (the edge of the job graph
+and its two ends). :class:`InFlightSnapshot` collects, per channel and direction, the records
+a barrier overtook, encodes them when they are captured (the task processes them right after,
+and user functions may change a record in place), and writes them as one channel-state file
+(:mod:`statekit.statefmt.channel_state`) in the task's asynchronous part.
+"""
 
 from __future__ import annotations
 

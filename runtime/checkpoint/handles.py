@@ -1,4 +1,8 @@
-"""TODO docstring."""
+"""What a task acknowledges a checkpoint with: handles to the files it wrote, never its state.
+
+Every value here is plain data (paths, sizes, checksums, descriptors), so an acknowledgement can
+cross a process boundary as it is; the coordinator builds ``_metadata`` from the handles alone.
+"""
 
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
-"""Job control, flink-like: submit a job (attached or detached) and control running jobs.
+"""The job control client, flink-like: find jobs and control running ones (submitting them:
+:mod:`statekit.runtime.control.submission`).
 
-Submitting (``statekit run``): :func:`run_job` registers the job in the local registry,
-serves its REST API from a job listener, runs the script and records how it ended;
-:func:`submit_detached` starts the same command in a background process and returns once
-the job runs. Controlling (``statekit list / savepoint / stop / cancel``): find the job in
+Controlling (``statekit list / savepoint / stop / cancel``): find the job in
 the registry by id or unique id prefix, then call its REST API on 127.0.0.1 with the
 job's token.
 

@@ -1,4 +1,5 @@
-"""TODO docstring."""
+"""The results of job control commands (run, list, savepoint, cancel), as the CLI renders them.
+"""
 
 from __future__ import annotations
 

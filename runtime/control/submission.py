@@ -1,4 +1,6 @@
-"""TODO docstring."""
+"""Submitting a job file: attached runs (the job master in this process, with REST and the
+registry entry) and detached runs (a child ``statekit run`` process the registry tracks).
+"""
 
 from __future__ import annotations
 

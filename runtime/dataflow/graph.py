@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from statekit.runtime.exchange.batch_path import VALUE_KEY_SELECTOR
+from statekit.runtime.exchange.batch_path import with_value_key_selector
 from statekit.runtime.exchange.partitioning import Partitioning
 from statekit.statefmt.errors import BadInputError
 from statekit.statefmt.keygroups import check_parallelism, compute_default_max_parallelism
@@ -277,7 +277,7 @@ def edge_key_selector(edge: Any) -> Callable[[Any], Any] | None:
     def record_key(record: tuple[Any, Any]) -> Any:
         return selector(record[0])
 
-    setattr(record_key, VALUE_KEY_SELECTOR, selector)  # a writer keys (value, timestamp) pairs by it
+    with_value_key_selector(record_key, selector)  # a writer keys (value, timestamp) pairs by it
     return record_key
 
 

@@ -1,4 +1,7 @@
-"""TODO docstring."""
+"""Events that travel in a channel's data lane, in order with the records: watermarks and
+watermark status (event time), end of input (drained) and end of partition (the channel closes).
+Barriers are :mod:`statekit.runtime.checkpoint.barriers`.
+"""
 
 from __future__ import annotations
 

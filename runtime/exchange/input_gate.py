@@ -1,4 +1,4 @@
-"""Bounded channels between subtasks, events that travel in them, and record writers.
+"""Input gates: the input of one subtask, fed by its channels (one per producing subtask and edge).
 
 Every consuming subtask has one :class:`InputGate` with two lanes:
 
@@ -17,14 +17,6 @@ carries its producer's count at the moment it was sent, so the consumer knows th
 the items of that channel numbered ``received + 1 .. sent`` were sent before the barrier —
 they are in its gate now, because the data lane is FIFO and a gate hands out priority items
 first under the same lock.
-
-A :class:`RecordWriter` fills one buffer per output channel and hands it over when full, at
-every event, and whenever the producing task runs out of input. It never blocks: a buffer the
-consumer's gate cannot take goes to the writer's *backlog*; the task delivers the backlog
-between input buffers and takes no new input while it is not empty, so a subtask overdraws
-by at most what one input buffer produces — and stays responsive to priority barriers and
-mails while backpressured. Keyed exchange routes by key group:
-``assign_to_key_group(serialize(key), M)`` then ``compute_operator_index_for_key_group(M, p, kg)``.
 
 Nothing here is shared between tasks but the gate itself, the channel (in a multi-process
 runtime a socket pair): barriers, counts and backlogs are values owned by one side.

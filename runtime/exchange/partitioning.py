@@ -1,4 +1,5 @@
-"""TODO docstring."""
+"""How the records of an edge are distributed over the consumer's subtasks.
+"""
 
 from __future__ import annotations
 

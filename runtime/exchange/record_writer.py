@@ -1,4 +1,16 @@
-"""TODO docstring."""
+"""Record writers: one per output edge of an operator, buffering records per output channel.
+
+A :class:`RecordWriter` fills one buffer per output channel and hands it over when full, at
+every event, and whenever the producing task runs out of input. It never blocks: a buffer the
+consumer's gate cannot take goes to the writer's *backlog*; the task delivers the backlog
+between input buffers and takes no new input while it is not empty, so a subtask overdraws by
+at most what one input buffer produces — and stays responsive to priority barriers and mails
+while backpressured. Keyed exchange routes by key group:
+``assign_to_key_group(serialize(key), M)`` then ``compute_operator_index_for_key_group(M, p, kg)``.
+
+A writer counts the data-lane items it delivered on each channel (``sent``): a priority barrier
+carries that count (see :mod:`statekit.runtime.exchange.input_gate`).
+"""
 
 from __future__ import annotations
 
@@ -12,11 +24,10 @@ import msgpack
 
 from statekit.runtime.checkpoint.barriers import Barrier, PriorityBarrier
 from statekit.runtime.exchange.batch_path import (
-    ASSIGNING_EMITTER,
-    EMIT_ALL,
-    PAIR_EMITTER,
-    VALUE_KEY_SELECTOR,
     TimestampedBuffer,
+    value_key_selector,
+    with_emit_all,
+    with_pair_emitters,
 )
 from statekit.runtime.exchange.input_gate import InputGate, TaskCancelled
 from statekit.runtime.exchange.partitioning import Partitioning
@@ -179,8 +190,8 @@ class RecordWriter:
                 if len(buffer) >= size:
                     flush(channel)
 
-        setattr(emit, EMIT_ALL, emit_all)
-        value_selector = getattr(selector, VALUE_KEY_SELECTOR, None)
+        with_emit_all(emit, emit_all)
+        value_selector = value_key_selector(selector)
         if value_selector is None or self._n < 2:
             return emit
         # a timestamped edge to several channels: its buffers are TimestampedBuffers
@@ -231,9 +242,7 @@ class RecordWriter:
         def emit_record(record: tuple[Any, int]) -> None:
             emit_pair(record[0], record[1])
 
-        setattr(emit_record, PAIR_EMITTER, emit_pair)
-        setattr(emit_record, ASSIGNING_EMITTER, emit_assigned)
-        return emit_record
+        return with_pair_emitters(emit_record, emit_pair, emit_assigned)
 
     def _emit_broadcast(self, record: Any) -> None:
         for channel, buffer in enumerate(self._buffers):

@@ -1,21 +1,9 @@
-"""Job metrics: what each task reports, the job master's view of it, and its two renderings.
+"""Job metrics: the job master's view of what its tasks report, and its two renderings.
 
-Each task owns one :class:`TaskMetrics`: plain counters that only the task's own thread
-changes (never an object shared with another task). At most every :data:`REPORT_INTERVAL_S`
-while it works, when it may wait for input and when it ends, the task reports an immutable
-:class:`TaskReport` to the job master (``TaskHost.report_metrics``) — values only, so a task
-in another process can send the same report over a pipe. :class:`JobMetrics` (one per job
-master) keeps the recent reports of every task and derives rates over :data:`RATE_WINDOW_S`;
-it renders the REST ``/jobs/<id>/metrics`` JSON and the Prometheus text of ``/metrics``.
-
-Figures:
-    records in: records a task took from its input gate (a source task: from its reader);
-    records out: records it handed to downstream channels (a broadcast record counts once per
-        channel; a sink task sends none);
-    backpressure: the share of time a task waited for room in its consumers' gates
-        (Flink's levels: ok <= 10% < low <= 50% < high);
-    checkpoints: per task the snapshots it took (last id, alignment and synchronous
-        durations); per job the coordinator's completed, failed and latest checkpoint.
+:class:`JobMetrics` (one per job master) keeps the recent :class:`~statekit.runtime.task.metrics.TaskReport`
+of every task and derives rates over :data:`RATE_WINDOW_S`; it renders the REST
+``/jobs/<id>/metrics`` JSON and the Prometheus text of ``/metrics``, with the coordinator's
+checkpoint figures (completed, failed, latest) per job.
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
-"""Event time: record timestamps, watermarks, watermark strategies and their propagation.
-
-Model (Flink's): a source (or ``assign_timestamps_and_watermarks``) gives each record a
-timestamp with the strategy's timestamp assigner and feeds it to a watermark generator; the
-generator's watermark is emitted periodically (every ``interval_ms`` of wall-clock time, 0:
-after every poll) when it advanced. A watermark ``W`` promises that no more records with a
-timestamp ``<= W`` follow (late records may still come; operators decide what to do).
+"""Event time where records get it: timestamps assigned at a source (or an assigner operator),
+the record timestamp a task's operators see, and handlers of ``(value, timestamp)`` records.
 
 Records travel between tasks as ``(value, timestamp)`` pairs on edges downstream of a timestamp
 assigner (a plain tuple: the consuming task knows per input channel whether its records carry
 timestamps, and a tuple of untracked objects leaves the garbage collector's lists at its first
-collection, so records in flight do not grow the old generations); watermarks and idleness as
-:class:`Watermark` and :class:`WatermarkStatus` events in the channels' data lane, in order with
-the records (nothing is shared between tasks). A task's watermark is the minimum over its live, active input channels
-(:class:`WatermarkValve`); it only moves forward. End of input sends ``MAX_WATERMARK``.
+collection, so records in flight do not grow the old generations). :class:`SourceWatermarks`
+runs a :class:`~statekit.runtime.api.watermarks.WatermarkStrategy` for one subtask.
 """
 
 from __future__ import annotations
@@ -23,7 +16,11 @@ from functools import partial
 from typing import Any
 
 from statekit.runtime.api.watermarks import MIN_WATERMARK, BoundedOutOfOrdernessWatermarks, WatermarkStrategy
-from statekit.runtime.exchange.batch_path import ASSIGNING_EMITTER, BATCH_HANDLER, EMIT_ALL, PAIR_EMITTER
+from statekit.runtime.exchange.batch_path import (
+    assigning_emitter,
+    pair_emitter,
+    with_emit_all,
+)
 from statekit.runtime.exchange.events import Watermark, WatermarkStatus
 
 __all__ = [
@@ -31,8 +28,6 @@ __all__ = [
     "SourceWatermarks",
     "emit_timestamped",
     "timestamped_writer_emit",
-    "with_timestamped_handler",
-    "TIMESTAMPED_HANDLER",
 ]
 
 
@@ -121,8 +116,8 @@ class SourceWatermarks:
 
             return emit
         bounded = generator
-        emit_pair = getattr(writer_emit, PAIR_EMITTER, None)
-        emit_assigned = getattr(writer_emit, ASSIGNING_EMITTER, None)
+        emit_pair = pair_emitter(writer_emit)
+        emit_assigned = assigning_emitter(writer_emit)
         if emit_pair is not None:
             def emit_pair_timestamped(value: Any) -> None:
                 """``emit_timestamped`` to a hash writer that keys the value without a pair to unpack."""
@@ -136,7 +131,7 @@ class SourceWatermarks:
                 emit_pair(value, timestamp)
 
             if emit_assigned is not None:
-                setattr(emit_pair_timestamped, EMIT_ALL, self._assigning_all(emit_assigned, element))
+                with_emit_all(emit_pair_timestamped, self._assigning_all(emit_assigned, element))
             return emit_pair_timestamped
 
         def emit_timestamped(value: Any) -> None:
@@ -223,22 +218,6 @@ def timestamped_writer_emit(collect: Callable[[Any], None]) -> Callable[[Any], N
     return None
 
 
-# the attribute of a record handler naming its variant for (value, timestamp) records
-TIMESTAMPED_HANDLER = "timestamped_handler"
-
-
-def with_timestamped_handler(handle: Callable[[Any], None], timestamped: Callable[[Any], None],
-                             batch: Callable[[list[Any], list[Any]], None] | None = None) -> Callable[[Any], None]:
-    """``handle`` (which takes plain records and reads their timestamp from the task's
-    :class:`ElementTime`), marked with ``timestamped``: the same handler for records as
-    ``(value, timestamp)`` pairs, which a task calls for its channels that carry them instead
-    (it sets no ElementTime: the handler uses the record's timestamp). ``batch(values,
-    timestamps)``: the same for a whole :class:`~statekit.runtime.exchange.batch_path.TimestampedBuffer`
-    (its :data:`~statekit.runtime.exchange.batch_path.BATCH_HANDLER`)."""
-    setattr(handle, TIMESTAMPED_HANDLER, timestamped)
-    if batch is not None:
-        setattr(timestamped, BATCH_HANDLER, batch)
-    return handle
 
 
 

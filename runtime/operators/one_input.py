@@ -1,4 +1,5 @@
-"""TODO docstring."""
+"""Operators with one input: map, flat map, filter, process, keyed process, reduce, aggregate, sink.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from statekit.runtime.api.functions import (
     SinkFunction,
 )
 from statekit.runtime.api.state import AggregatingStateDescriptor, ValueStateDescriptor
-from statekit.runtime.exchange.batch_path import LIST_HANDLER
+from statekit.runtime.exchange.batch_path import with_list_handler
 from statekit.runtime.operators.base import StreamOperator, _method
 from statekit.runtime.operators.process_context import _ProcessContext
 from statekit.runtime.operators.timers import _InternalTimerService
@@ -124,8 +125,7 @@ class KeyedProcessOperator(StreamOperator):
                 backend.current_key = selector(value)
                 fn(value, ctx, out)
 
-        setattr(handle, LIST_HANDLER, handle_all)
-        return handle
+        return with_list_handler(handle, handle_all)
 
 
 REDUCE_STATE = "reduce"

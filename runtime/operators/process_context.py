@@ -1,4 +1,5 @@
-"""TODO docstring."""
+"""The ``ctx`` a process function receives: current key, timers, side outputs, broadcast state.
+"""
 
 from __future__ import annotations
 

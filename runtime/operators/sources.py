@@ -1,4 +1,7 @@
-"""TODO docstring."""
+"""The operators at the head of a stream's time: the source operator (owns the source reader, and
+with a watermark strategy assigns timestamps and emits watermarks) and
+``assign_timestamps_and_watermarks``.
+"""
 
 from __future__ import annotations
 

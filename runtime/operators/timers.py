@@ -1,4 +1,5 @@
-"""TODO docstring."""
+"""Timers of keyed process functions, per key, persisted as keyed map state ``_timers``.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""TODO docstring."""
+"""Operators with two inputs: the broadcast process operator (input 1: the stream, keyed or not;
+input 2: the broadcast stream).
+"""
 
 from __future__ import annotations
 

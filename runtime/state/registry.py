@@ -1,4 +1,8 @@
-"""TODO docstring."""
+"""The registry of keyed state backends: every place that chooses a backend by name
+(``env.set_state_backend``, ``statekit run --state-backend``, the launcher, the state contract
+test) reads it. Adding a backend: one :class:`StateBackendEntry` in ``_BUILT_IN`` and its module
+``statekit/runtime/state/backend_<name>.py``.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""TODO docstring."""
+"""A dict that several handles of one backend may share (window contents and timers).
+"""
 
 from __future__ import annotations
 

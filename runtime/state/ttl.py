@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from statekit.runtime.api.state import AggregatingState, ListState, MapState, ReducingState, ValueState
 from statekit.runtime.api.ttl import Clock, StateTtlConfig, UpdateType
-from statekit.runtime.exchange.batch_path import LIST_HANDLER
+from statekit.runtime.exchange.batch_path import with_list_handler
 from statekit.statefmt.entries import KeyedColumns, KeyedStateEntry, MapStateEntry
 from statekit.statefmt.metadata import StateKind
 from statekit.statefmt.native_state import NO_EXPIRY, TTL_EXPIRY
@@ -494,7 +494,7 @@ def record_timed_handler(backend: KeyedStateBackend[Any], selector: Callable[[An
     millisecond ``ms`` (:func:`_millisecond_window`) are computed once per millisecond, when ``t``
     leaves them (also backwards), and every record of that millisecond gets its one int object.
 
-    The wall-clock handler also takes a whole input buffer (its :data:`LIST_HANDLER`, which a
+    The wall-clock handler also takes a whole input buffer (its whole-buffer variant, :func:`~statekit.runtime.exchange.batch_path.list_handler`, which a
     task calls instead of one call per record): there one reading serves a span of consecutive
     records (a clock reading costs about as much as a small record's state access). The span
     starts at one record and adapts within each buffer: it doubles, up to :data:`_SPAN_LIMIT`,
@@ -559,7 +559,7 @@ def record_timed_handler(backend: KeyedStateBackend[Any], selector: Callable[[An
                 backend.record_time = None
             start = end
 
-    setattr(handle_on_wall_clock, LIST_HANDLER, handle_all)
+    with_list_handler(handle_on_wall_clock, handle_all)
     return handle_on_wall_clock
 
 

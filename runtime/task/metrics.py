@@ -1,4 +1,20 @@
-"""TODO docstring."""
+"""Task metrics: what each task counts and reports, and the figures derived from its reports.
+
+Each task owns one :class:`TaskMetrics`: plain counters that only the task's own thread
+changes (never an object shared with another task). At most every :data:`REPORT_INTERVAL_S`
+while it works, when it may wait for input and when it ends, the task reports an immutable
+:class:`TaskReport` to its host — values only, so a task in another process can send the same
+report over a pipe. :class:`TaskFigures` is one task as the job master sees it: its latest
+report with rates over a window (:mod:`statekit.runtime.jobmaster.metrics`).
+
+Figures:
+    records in: records a task took from its input gate (a source task: from its reader);
+    records out: records it handed to downstream channels (a broadcast record counts once per
+        channel; a sink task sends none);
+    backpressure: the share of time a task waited for room in its consumers' gates
+        (Flink's levels: ok <= 10% < low <= 50% < high);
+    checkpoints: the snapshots it took (last id, alignment and synchronous durations).
+"""
 
 from __future__ import annotations
 

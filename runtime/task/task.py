@@ -29,7 +29,7 @@ from statekit.runtime.api.checkpoint_config import Alignment
 from statekit.runtime.checkpoint.barriers import Barrier, PriorityBarrier
 from statekit.runtime.checkpoint.channel_state import ChannelSpec, InFlightSnapshot
 from statekit.runtime.checkpoint.handles import SubtaskStats
-from statekit.runtime.exchange.batch_path import EMIT_ALL, LIST_HANDLER, TimestampedBuffer
+from statekit.runtime.exchange.batch_path import TimestampedBuffer, emit_all_of, list_handler
 from statekit.runtime.exchange.events import (
     END_OF_INPUT,
     END_OF_PARTITION,
@@ -415,7 +415,7 @@ class Task:
         head = self.operators[0]
         assert isinstance(head, SourceOperator) and head.reader is not None
         reader, emit = head.reader, head.emitter(self.time.element)
-        emit_all = getattr(emit, EMIT_ALL, None)  # the emitter's variant for a whole poll, if any
+        emit_all = emit_all_of(emit)  # the emitter's variant for a whole poll, if any
         gate = self.gate
         self.time.source_tick(head)  # a restored watermark goes out before any record
         while not self._terminated:
@@ -498,7 +498,7 @@ class Task:
         self.handler = handler
         pending = handler.pending
         handlers = self.channel_handlers
-        handle_all = [None if h is None else getattr(h, LIST_HANDLER, None) for h in handlers]
+        handle_all = [None if h is None else list_handler(h) for h in handlers]
         ended_input: set[int] = set()
         channels = len(self.channel_inputs)
         timer_ops = self.timer_ops

@@ -1,4 +1,12 @@
-"""TODO docstring."""
+"""Event time inside a task: the input watermark valve and how records and watermarks leave it.
+
+A task's watermark is the minimum over its live, active input channels
+(:class:`WatermarkValve`); it only moves forward. Records travel between tasks as
+``(value, timestamp)`` pairs on edges downstream of a timestamp assigner (the consuming task
+knows per input channel whether its records carry timestamps); watermarks and idleness travel
+as :mod:`statekit.runtime.exchange.events` in the data lane, in order with the records. End of
+input sends ``MAX_WATERMARK``.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +15,9 @@ from functools import partial
 from typing import Any
 
 from statekit.runtime.api.watermarks import MAX_WATERMARK, MIN_WATERMARK
+from statekit.runtime.exchange.batch_path import timestamped_handler
 from statekit.runtime.exchange.events import Watermark, WatermarkStatus
-from statekit.runtime.operators.event_time import TIMESTAMPED_HANDLER, ElementTime, emit_timestamped
+from statekit.runtime.operators.event_time import ElementTime, emit_timestamped
 
 __all__ = [
     "WatermarkValve",
@@ -133,7 +142,7 @@ class TaskTime:
     def unwrapping(self, handle: Callable[[Any], None]) -> Callable[[Any], None]:
         """``handle`` for ``(value, timestamp)`` records: its own variant for them (see
         :func:`with_timestamped_handler`), else one that sets the task's element time first."""
-        own = getattr(handle, TIMESTAMPED_HANDLER, None)
+        own = timestamped_handler(handle)
         if own is not None:
             return own  # type: ignore[no-any-return]
         element = self.element

@@ -1,5 +1,5 @@
-"""A source's whole poll handed to a keyed exchange (its emitter's ``EMIT_ALL``) and a whole input
-buffer handed to a keyed process function (its handler's ``LIST_HANDLER``) give exactly what one
+"""A source's whole poll handed to a keyed exchange (its emitter's ``emit_all`` variant) and a whole input
+buffer handed to a keyed process function (its handler's ``list_handler`` variant) give exactly what one
 call per record gives: the same channels, buffers and flushes; the same state, outputs and errors."""
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import statekit.runtime.exchange.input_gate as channels_module
+import statekit.runtime.exchange.record_writer as record_writer_module
 import statekit.runtime.task.task as task_module
 from statekit.runtime.api.functions import KeyedProcessFunction, RuntimeContext
 from statekit.runtime.api.state import ValueStateDescriptor
 from statekit.runtime.connectors.sinks import CollectSink
 from statekit.runtime.dataflow.environment import StreamEnvironment
-from statekit.runtime.exchange.batch_path import EMIT_ALL, LIST_HANDLER
+from statekit.runtime.exchange.batch_path import emit_all_of, list_handler, with_list_handler
 from statekit.runtime.exchange.input_gate import InputGate
 from statekit.runtime.exchange.partitioning import Partitioning
 from statekit.runtime.exchange.record_writer import ChannelTarget, RecordWriter
@@ -49,12 +49,12 @@ def test_a_whole_poll_is_routed_and_flushed_as_records_one_by_one(
         record_keys: list[Any], buffer_size: int, channels: int, cut: int, cache_limit: int) -> None:
     records = [(key, i) for i, key in enumerate(record_keys)]
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(channels_module, "_ROUTE_CACHE_LIMIT", cache_limit)  # the route cache fills and clears
+        patch.setattr(record_writer_module, "_ROUTE_CACHE_LIMIT", cache_limit)  # the route cache fills and clears
         one, one_gates = _writer(channels, buffer_size)
         many, many_gates = _writer(channels, buffer_size)
         for record in records:
             one.emit(record)
-        emit_all = getattr(many.emit, EMIT_ALL)
+        emit_all = emit_all_of(many.emit)
         emit_all(records[:cut])
         emit_all([])
         emit_all(records[cut:])
@@ -68,7 +68,7 @@ def test_a_whole_poll_is_routed_and_flushed_as_records_one_by_one(
 
 def test_a_source_to_one_channel_has_no_whole_poll_emitter() -> None:
     writer, _ = _writer(1, 4)
-    assert getattr(writer.emit, EMIT_ALL, None) is None
+    assert emit_all_of(writer.emit) is None
 
 
 class _RunningCount(KeyedProcessFunction):
@@ -87,26 +87,26 @@ class _RunningCount(KeyedProcessFunction):
 
 def _run(events: list[str], monkeypatch: pytest.MonkeyPatch, whole_buffers: bool) -> tuple[list[Any], int]:
     """The running count over ``events`` at parallelism 2 and how many buffers went to the keyed
-    process function's ``LIST_HANDLER`` (``whole_buffers=False``: the task never finds it and
+    process function's ``list_handler`` variant (``whole_buffers=False``: the task never finds it and
     calls the handler once per record)."""
     calls = [0]
     element_handler = KeyedProcessOperator.element_handler
 
     def counted(op: KeyedProcessOperator) -> Any:
         handle = element_handler(op)
-        many = getattr(handle, LIST_HANDLER)
+        many = list_handler(handle)
 
         def handle_all(values: list[Any]) -> None:
             calls[0] += 1
             many(values)
 
-        setattr(handle, LIST_HANDLER, handle_all)
+        with_list_handler(handle, handle_all)
         return handle
 
     with monkeypatch.context() as patch:
         patch.setattr(KeyedProcessOperator, "element_handler", counted)
         if not whole_buffers:
-            patch.setattr(task_module, "LIST_HANDLER", "no_list_handler")
+            patch.setattr(task_module, "list_handler", lambda handle: None)
         sink = CollectSink()
         env = StreamEnvironment().set_parallelism(2)
         (env.from_collection(events, "events").uid("events").key_by(lambda key: key)
@@ -129,3 +129,26 @@ def test_an_error_in_the_middle_of_a_buffer_fails_the_job(monkeypatch: pytest.Mo
     events = [f"k{i % 13}" for i in range(300)] + ["boom"] + [f"k{i % 13}" for i in range(300)]
     with pytest.raises(Exception, match="boom"):
         _run(events, monkeypatch, whole_buffers=True)
+
+
+def test_only_the_batch_path_module_attaches_or_reads_variants() -> None:
+    """The batch paths are one explicit interface: no other module sets or reads their attributes."""
+    import ast
+    from pathlib import Path
+
+    import statekit.runtime.exchange.batch_path as batch_path
+
+    attributes = {value for name, value in vars(batch_path).items() if name.startswith("_") and name.isupper()
+                  and isinstance(value, str)}
+    assert {"list_handler", "batch_handler", "emit_all", "emit_pair", "emit_assigned", "value_key_selector",
+            "timestamped_handler"} <= attributes
+    runtime = Path(batch_path.__file__).resolve().parents[1]
+    found = []
+    for path in runtime.rglob("*.py"):
+        if path.name == "batch_path.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "setattr") \
+                    and len(node.args) > 1 and isinstance(node.args[1], ast.Constant) and node.args[1].value in attributes:
+                found.append(f"{path.relative_to(runtime)}:{node.lineno}")
+    assert not found, found

@@ -18,7 +18,14 @@ from statekit.runtime.connectors.sinks import CollectSink
 from statekit.runtime.connectors.sources import CollectionSource
 from statekit.runtime.dataflow.environment import StreamEnvironment
 from statekit.runtime.dataflow.graph import edge_key_selector
-from statekit.runtime.exchange.batch_path import ASSIGNING_EMITTER, BATCH_HANDLER, PAIR_EMITTER, TimestampedBuffer
+from statekit.runtime.exchange.batch_path import (
+    TimestampedBuffer,
+    assigning_emitter,
+    batch_handler,
+    emit_all_of,
+    pair_emitter,
+    with_batch_handler,
+)
 from statekit.runtime.exchange.input_gate import InputGate
 from statekit.runtime.exchange.partitioning import Partitioning
 from statekit.runtime.exchange.record_writer import ChannelTarget, RecordWriter
@@ -44,7 +51,7 @@ def _received(gate: InputGate) -> list[Any]:
 
 def test_a_timestamped_exchange_sends_values_and_timestamps_as_parallel_lists() -> None:
     writer, gates = _timestamped_writer(3, 4)
-    emit_pair = getattr(writer.emit, PAIR_EMITTER)
+    emit_pair = pair_emitter(writer.emit)
     records = [((f"k{i % 20}", i), 100 + i) for i in range(80)]
     for i, (value, timestamp) in enumerate(records):
         if i % 2:
@@ -81,18 +88,18 @@ def test_the_assigning_emitter_routes_as_the_pair_emitter() -> None:
         return float(value[1])
 
     for value in values:
-        getattr(by_pair.emit, PAIR_EMITTER)(value, value[1])
-    last, highest = getattr(assigning.emit, ASSIGNING_EMITTER)(values, assign, -1, 50)
+        pair_emitter(by_pair.emit)(value, value[1])
+    last, highest = assigning_emitter(assigning.emit)(values, assign, -1, 50)
     assert [b.records() for b in assigning._buffers] == [b.records() for b in by_pair._buffers]
     assert all(t.__class__ is int for b in assigning._buffers for t in b.timestamps)
     assert previous == [-1] + [v[1] for v in values[:-1]]
     assert (last, highest) == (values[-1][1], 96)
-    assert getattr(assigning.emit, ASSIGNING_EMITTER)([("a", 1)], assign, 0, 500) == (1, 500)
+    assert assigning_emitter(assigning.emit)([("a", 1)], assign, 0, 500) == (1, 500)
 
 
 def test_a_timestamped_exchange_to_one_channel_keeps_pairs_in_plain_buffers() -> None:
     writer, gates = _timestamped_writer(1, 8)
-    assert getattr(writer.emit, PAIR_EMITTER, None) is None
+    assert pair_emitter(writer.emit) is None
     writer.emit((("a", 1), 7))
     writer.flush()
     assert _received(gates[0]) == [[(("a", 1), 7)]]
@@ -117,7 +124,7 @@ def test_deliver_calls_the_batch_handler_once_else_the_handler_per_record() -> N
     _buffer(records).deliver(handle)
     assert per_record == records
 
-    setattr(handle, BATCH_HANDLER, lambda values, timestamps: batches.append((list(values), list(timestamps))))
+    with_batch_handler(handle, lambda values, timestamps: batches.append((list(values), list(timestamps))))
     per_record.clear()
     _buffer(records).deliver(handle)
     assert per_record == [] and batches == [(["a", "b", "c"], [1, 2, 3])]
@@ -166,7 +173,7 @@ def test_windows_fed_by_whole_buffers_fire_what_the_per_record_path_fires(
     deliver = TimestampedBuffer.deliver
 
     def spy(self: TimestampedBuffer, handle: Any) -> None:
-        if getattr(handle, BATCH_HANDLER, None) is not None:
+        if batch_handler(handle) is not None:
             batched.append(len(self))
         deliver(self, handle)
 
@@ -201,12 +208,11 @@ def _source_emitter(channels: int) -> tuple[Any, RecordWriter, Any, list[tuple[A
 
 
 def test_a_source_emits_a_whole_poll_as_it_emits_each_record() -> None:
-    from statekit.runtime.exchange.batch_path import EMIT_ALL
 
     values = [(f"k{i % 13}", (i * 37) % 101) for i in range(200)]  # out of order
     one, one_writer, one_watermarks, one_seen = _source_emitter(3)
     all_, all_writer, all_watermarks, all_seen = _source_emitter(3)
-    emit_all = getattr(all_, EMIT_ALL)
+    emit_all = emit_all_of(all_)
     for value in values[:120]:
         one(value)
     for value in values[120:]:
@@ -223,10 +229,9 @@ def test_a_source_emits_a_whole_poll_as_it_emits_each_record() -> None:
 
 
 def test_a_source_to_one_channel_has_no_whole_poll_emitter() -> None:
-    from statekit.runtime.exchange.batch_path import EMIT_ALL
 
     one, _, _, _ = _source_emitter(1)
-    assert getattr(one, EMIT_ALL, None) is None
+    assert emit_all_of(one) is None
 
 
 def test_a_source_task_hands_whole_polls_to_a_keyed_exchange(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -15,7 +15,7 @@ import pytest
 import statekit.runtime.state.ttl as ttl_module
 from statekit.runtime.api.state import ValueStateDescriptor
 from statekit.runtime.api.ttl import ManualClock, StateTtlConfig
-from statekit.runtime.exchange.batch_path import LIST_HANDLER
+from statekit.runtime.exchange.batch_path import list_handler
 from statekit.runtime.state.backend import KeyedStateBackend, SubtaskScope
 from statekit.runtime.state.registry import create_keyed_backend
 from statekit.runtime.state.ttl import RecordTimeHeapTtlValueState, record_timed_handler
@@ -213,7 +213,7 @@ def test_the_wall_clock_handler_gives_the_system_clock_reading_at_the_window_bou
     assert times[0] is times[1] is times[2] or ms <= 0  # one int object per millisecond
 
 
-# -- a whole buffer on the wall clock (LIST_HANDLER) -----------------------------------------------
+# -- a whole buffer on the wall clock (list handler) -----------------------------------------------
 
 
 class SteppingTime(FakeTime):
@@ -232,7 +232,7 @@ class SteppingTime(FakeTime):
 def buffer_handler(b: KeyedStateBackend[Any], process: Any) -> Any:
     handle = record_timed_handler(b, lambda record: record, process, None, None)
     assert handle is not None
-    many = getattr(handle, LIST_HANDLER)
+    many = list_handler(handle)
     assert callable(many)
     return many
 
@@ -305,7 +305,7 @@ def test_a_buffer_gives_the_state_the_per_record_path_gives(monkeypatch: pytest.
         assert handle is not None
         records = [(f"k{i % 7}", i) for i in range(500)]
         if whole:
-            getattr(handle, LIST_HANDLER)(records)
+            list_handler(handle)(records)
         else:
             for record in records:
                 handle(record)

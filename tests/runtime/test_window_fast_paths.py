@@ -19,7 +19,7 @@ from statekit.runtime.connectors.sinks import CollectSink
 from statekit.runtime.connectors.sources import CollectionSource
 from statekit.runtime.dataflow.environment import StreamEnvironment
 from statekit.runtime.dataflow.graph import edge_key_selector
-from statekit.runtime.exchange.batch_path import PAIR_EMITTER, VALUE_KEY_SELECTOR
+from statekit.runtime.exchange.batch_path import pair_emitter, value_key_selector
 from statekit.runtime.exchange.input_gate import InputGate
 from statekit.runtime.exchange.partitioning import Partitioning
 from statekit.runtime.exchange.record_writer import ChannelTarget, RecordWriter
@@ -41,7 +41,7 @@ def test_a_timestamped_edge_selector_names_the_value_selector() -> None:
 
     edge = SimpleNamespace(key_selector=value_key, source=SimpleNamespace(transformation=SimpleNamespace(timestamped=True)))
     selector = edge_key_selector(edge)
-    assert selector is not None and getattr(selector, VALUE_KEY_SELECTOR) is value_key
+    assert selector is not None and value_key_selector(selector) is value_key
     assert selector((("k", 1), 5)) == "k"
     edge.source.transformation.timestamped = False
     assert edge_key_selector(edge) is value_key
@@ -53,7 +53,7 @@ def test_the_pair_emitter_routes_and_buffers_as_the_tuple_emitter() -> None:
 
     edge = SimpleNamespace(key_selector=value_key, source=SimpleNamespace(transformation=SimpleNamespace(timestamped=True)))
     by_tuple, by_pair = _writer(edge_key_selector(edge)), _writer(edge_key_selector(edge))
-    emit_pair = getattr(by_pair.emit, PAIR_EMITTER)
+    emit_pair = pair_emitter(by_pair.emit)
     records = [((f"k{i % 7}", i), i * 10) for i in range(50)] + [(([1, 2], 0), 3)]  # an unhashable key too
     for value, timestamp in records:
         by_tuple.emit((value, timestamp))
@@ -64,7 +64,7 @@ def test_the_pair_emitter_routes_and_buffers_as_the_tuple_emitter() -> None:
 
 
 def test_a_plain_selector_has_no_pair_emitter() -> None:
-    assert getattr(_writer(lambda value: value).emit, PAIR_EMITTER, None) is None
+    assert pair_emitter(_writer(lambda value: value).emit) is None
 
 
 class ListCount(AggregateFunction):

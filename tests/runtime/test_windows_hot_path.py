@@ -18,9 +18,8 @@ from statekit.runtime.api.windows.windows import TimeWindow, Window
 from statekit.runtime.connectors.sinks import CollectSink
 from statekit.runtime.connectors.sources import CollectionSource
 from statekit.runtime.dataflow.environment import StreamEnvironment
-from statekit.runtime.exchange.batch_path import BATCH_HANDLER
+from statekit.runtime.exchange.batch_path import batch_handler, timestamped_handler
 from statekit.runtime.operators.base import OperatorContext, Output
-from statekit.runtime.operators.event_time import TIMESTAMPED_HANDLER
 from statekit.runtime.operators.windows.window_operator import WindowOperator, WindowSpec
 
 
@@ -223,7 +222,9 @@ def window_operator(function: AggregateFunction) -> tuple[WindowOperator, Any, l
     op.setup(OperatorContext("w", "w", 0, 1, 128, key_selector=lambda v: v[0]), Output(out.append))
     op.initialize_state()
     op.open()
-    return op, getattr(getattr(op.element_handler(), TIMESTAMPED_HANDLER), BATCH_HANDLER), out
+    timestamped = timestamped_handler(op.element_handler())
+    assert timestamped is not None
+    return op, batch_handler(timestamped), out
 
 
 def test_a_snapshot_keeps_the_contents_it_saw_when_the_record_path_changes_them_in_place() -> None:

@@ -49,8 +49,8 @@ from statekit.runtime.api.windows.functions import WindowContext
 from statekit.runtime.api.windows.triggers import EventTimeTrigger, Trigger, TriggerContext, TriggerResult
 from statekit.runtime.api.windows.windows import GlobalWindow, TimeWindow, Window, window_of
 from statekit.runtime.checkpoint.barriers import CheckpointOptions
+from statekit.runtime.exchange.batch_path import with_timestamped_handler
 from statekit.runtime.operators.base import OperatorSnapshot, StreamOperator
-from statekit.runtime.operators.event_time import with_timestamped_handler
 from statekit.runtime.operators.windows.live_windows import LiveWindow, LiveWindows
 from statekit.runtime.operators.windows.state_access import maps_by_pair, values_by_pair
 from statekit.runtime.operators.windows.timers import EVENT_TIME, PROCESSING_TIME, WindowTimers
