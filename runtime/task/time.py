@@ -144,7 +144,7 @@ class TaskTime:
         :func:`with_timestamped_handler`), else one that sets the task's element time first."""
         own = timestamped_handler(handle)
         if own is not None:
-            return own  # type: ignore[no-any-return]
+            return own
         element = self.element
 
         def unwrap(record: Any) -> None:
