@@ -61,7 +61,7 @@ def main() -> None:
     import pyarrow as pa
     import pyarrow.ipc
 
-    from statekit.runtime.checkpoint.storage import CheckpointStorageLocation
+    from statekit.runtime.checkpoint.storage import SnapshotOutput
     from statekit.runtime.operators.windows.timers import WINDOW_TIMERS
     from statekit.runtime.operators.windows.window_operator import window_contents
     from statekit.runtime.state.backend import SubtaskScope, write_keyed_rows
@@ -75,7 +75,7 @@ def main() -> None:
     work = tempfile.mkdtemp(prefix="statekit-window-snapshot-bench-")
     try:
         io, directory = FileIO.for_path(work)
-        location = CheckpointStorageLocation(io, directory, directory, 1, False)
+        location = SnapshotOutput(io, directory)
 
         def statekit_write() -> None:
             for descriptor, data in tables:

@@ -9,9 +9,9 @@ object of the coordinator.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from statekit.runtime.api.checkpoint_config import Alignment
+from statekit.runtime.checkpoint.storage import SnapshotTarget
 
 __all__ = [
     "CheckpointOptions",
@@ -26,7 +26,7 @@ class CheckpointOptions:
 
     Attributes:
         is_savepoint: Savepoint (never disposed) rather than checkpoint.
-        location: Where tasks write their files (None: a checkpoint that is not stored).
+        target: Where tasks write their files (None: a checkpoint that is not stored).
         stop: After this snapshot sources stop emitting (stop-with-savepoint).
         drain: Sources emitted end-of-input before this barrier.
         final: The final checkpoint of a bounded job.
@@ -41,7 +41,7 @@ class CheckpointOptions:
     """
 
     is_savepoint: bool = False
-    location: Any = None
+    target: SnapshotTarget | None = None
     stop: bool = False
     drain: bool = False
     final: bool = False

@@ -22,7 +22,7 @@ from statekit.statefmt.channel_state import (
 )
 
 if TYPE_CHECKING:
-    from statekit.runtime.checkpoint.storage import CheckpointStorageLocation
+    from statekit.runtime.checkpoint.storage import SnapshotOutput
 
 __all__ = [
     "ChannelSpec",
@@ -80,7 +80,7 @@ class InFlightSnapshot:
             if records
         ]
 
-    def write(self, location: CheckpointStorageLocation) -> ChannelStateFile | None:
+    def write(self, location: SnapshotOutput) -> ChannelStateFile | None:
         """Write the channel-state file (nothing when no record was in flight)."""
         sections = self.sections()
         if not sections:

@@ -21,6 +21,8 @@ from statekit.writers.staging import staged_output_dir
 from statekit.writers.state_writer import commit_metadata
 
 __all__ = [
+    "SnapshotTarget",
+    "SnapshotOutput",
     "CheckpointStorageLocation",
     "CheckpointStorage",
     "savepoint_dir_name",
@@ -30,6 +32,36 @@ __all__ = [
 def savepoint_dir_name(job_id: str) -> str:
     """``savepoint-<first 6 chars of the job id>-<12 random hex chars>``."""
     return f"{layout.SAVEPOINT_DIR_PREFIX}{job_id[:6]}-{secrets.token_hex(6)}"
+
+
+@dataclass(frozen=True)
+class SnapshotTarget:
+    """Where the tasks of one checkpoint or savepoint write their files: plain URLs (what a
+    barrier carries, also to another process).
+
+    Attributes:
+        directory: The snapshot's directory (a savepoint's staging directory while it is taken).
+        shared_directory: The job's ``shared/`` (checkpoints of native incremental state only).
+    """
+
+    directory: str
+    shared_directory: str | None = None
+
+    def open(self, storage_options: dict[str, Any] | None = None) -> SnapshotOutput:
+        """The writing side of this target (``storage_options``: the job's, for object stores)."""
+        io, directory = FileIO.for_path(self.directory, storage_options)
+        shared = None if self.shared_directory is None else FileIO.for_path(self.shared_directory, storage_options)[1]
+        return SnapshotOutput(io, directory, shared)
+
+
+@dataclass(frozen=True)
+class SnapshotOutput:
+    """A task's writing side of one snapshot: the filesystem, the snapshot's directory and the
+    job's ``shared/`` (None: a savepoint or canonical checkpoint, which shares nothing)."""
+
+    io: FileIO
+    directory: str
+    shared_directory: str | None = None
 
 
 @dataclass
@@ -43,6 +75,16 @@ class CheckpointStorageLocation:
     is_savepoint: bool
     _stage: contextlib.ExitStack | None = field(default=None, repr=False)
     shared_directory: str | None = None  # the job's shared/ (checkpoints only; savepoints are self-contained)
+
+    @property
+    def target(self) -> SnapshotTarget:
+        """What the barrier of this snapshot tells the tasks."""
+        shared = None if self.shared_directory is None else self.io.url(self.shared_directory)
+        return SnapshotTarget(self.io.url(self.directory), shared)
+
+    def output(self) -> SnapshotOutput:
+        """The writing side in this process (tests and offline writers)."""
+        return SnapshotOutput(self.io, self.directory, self.shared_directory)
 
     def commit(self, metadata: CheckpointMetadata) -> None:
         """Publish ``_metadata`` (last), then, for a savepoint, move it into place."""

@@ -36,11 +36,11 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from statekit.runtime.api.checkpoint_config import Alignment, CheckpointConfig, CheckpointingMode
 from statekit.runtime.checkpoint.barriers import Barrier, CheckpointOptions
-from statekit.runtime.checkpoint.handles import SubtaskStats
+from statekit.runtime.checkpoint.handles import OperatorStateHandle, TaskStateSnapshot
 from statekit.runtime.checkpoint.shared_registry import SharedStateRegistry
 from statekit.runtime.checkpoint.storage import CheckpointStorage, CheckpointStorageLocation
 from statekit.runtime.task.mails import NotifyCheckpointAborted, NotifyCheckpointComplete, TriggerCheckpoint
@@ -54,9 +54,6 @@ from statekit.statefmt.metadata import (
 )
 from statekit.statefmt.paths import SHARED_PREFIX
 from statekit.writers.metadata_builder import SnapshotMetadataBuilder, operator_metadata
-
-if TYPE_CHECKING:
-    from statekit.runtime.operators.base import OperatorSnapshot
 
 __all__ = [
     "CheckpointCoordinator",
@@ -72,6 +69,7 @@ log = logging.getLogger("statekit.runtime")
 
 TaskKey = tuple[int, int]
 HISTORY_SIZE = 20
+ENDED_LOCATIONS_KEPT = 64
 
 
 @dataclass(frozen=True)
@@ -111,7 +109,7 @@ class PendingCheckpoint:
     deadline: float
     expected: int
     execution: ExecutionView
-    acks: dict[TaskKey, list[OperatorSnapshot]] = field(default_factory=dict)
+    acks: dict[TaskKey, TaskStateSnapshot] = field(default_factory=dict)
     future: concurrent.futures.Future[str] = field(default_factory=concurrent.futures.Future)
     last_ack_ms: int = 0
     end_ms: int = 0
@@ -136,7 +134,7 @@ class PendingCheckpoint:
             else Alignment.ALIGNED.value
 
     def new_shared(self) -> list[str]:
-        return [p for snapshots in self.acks.values() for s in snapshots for p in s.new_shared]
+        return [p for snapshot in self.acks.values() for p in snapshot.new_shared]
 
 
 class CheckpointCoordinator:
@@ -192,7 +190,8 @@ class CheckpointCoordinator:
         self._latest: dict[str, dict[str, Any] | None] = {"completed": None, "savepoint": None, "failed": None}
         self.restored: dict[str, Any] | None = None
         self._adopt()
-        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="snapshot")
+        # the locations of recently aborted snapshots: a task's late write into one is removed again
+        self._ended_locations: collections.OrderedDict[int, CheckpointStorageLocation] = collections.OrderedDict()
         self._timer = threading.Thread(target=self._timer_loop, name="checkpoint-timer", daemon=True)
         self._timer.start()
 
@@ -270,24 +269,24 @@ class CheckpointCoordinator:
             self._periodic = False
 
     def close(self) -> None:
-        """Stop the timer and the snapshot threads (waits for running writes)."""
+        """Stop the timer (tasks finish their own writes before they end)."""
         with self._wakeup:
             self._closed = True
             self._periodic = False
             self._wakeup.notify_all()
-        self._executor.shutdown(wait=True)
 
     # ------------------------------------------------------------ trigger
 
     def _options(self, location: CheckpointStorageLocation | None, *, is_savepoint: bool, stop: bool, drain: bool,
                  final: bool, native: bool) -> CheckpointOptions:
+        target = location.target if location is not None else None
         if is_savepoint:  # always aligned; native only when asked for, never incremental
-            return CheckpointOptions(is_savepoint=True, location=location, stop=stop, drain=drain, native=native)
+            return CheckpointOptions(is_savepoint=True, target=target, stop=stop, drain=drain, native=native)
         alignment, timeout = (Alignment.ALIGNED, None) if final else self.config.barrier_alignment()
         if final and self.config.mode is CheckpointingMode.AT_LEAST_ONCE:
             alignment = Alignment.AT_LEAST_ONCE
         return CheckpointOptions(
-            location=location, stop=stop, drain=drain, final=final, alignment=alignment,
+            target=target, stop=stop, drain=drain, final=final, alignment=alignment,
             aligned_timeout_ms=timeout, native=self.incremental, incremental=self.incremental,
             base_checkpoint_id=self._base_id,
         )
@@ -384,68 +383,34 @@ class CheckpointCoordinator:
 
     # ------------------------------------------------------------ acknowledge
 
-    def submit_snapshot(self, key: TaskKey, barrier: Barrier, snapshots: list[OperatorSnapshot],
-                        stats: SubtaskStats | None = None) -> None:
-        """A task's synchronous part is done: write its files asynchronously, then acknowledge."""
-        try:
-            self._executor.submit(self._write_and_ack, key, barrier, snapshots, stats or SubtaskStats())
-        except RuntimeError:  # shut down
-            for snapshot in snapshots:
-                snapshot.release()
+    def acknowledge(self, key: TaskKey, checkpoint_id: int, snapshot: TaskStateSnapshot) -> None:
+        """Record one task's acknowledgement; complete the checkpoint when every task acknowledged.
 
-    def _alive(self, checkpoint_id: int) -> bool:
+        An acknowledgement of a checkpoint that is no longer pending (aborted, expired, or of an
+        ended attempt) is discarded: its files and the shared files it uploaded are deleted.
+        """
+        stats = snapshot.stats
         with self._lock:
             pending = self._pending.get(checkpoint_id)
-            return pending is not None and not pending.done
-
-    def _write_and_ack(self, key: TaskKey, barrier: Barrier, snapshots: list[OperatorSnapshot],
-                       stats: SubtaskStats) -> None:
-        checkpoint_id = barrier.checkpoint_id
-        location = barrier.options.location
-        try:
-            if location is not None and self._alive(checkpoint_id):
-                for snapshot in snapshots:
-                    snapshot.write(location)
-        except Exception as exc:  # noqa: BLE001 - any write failure declines the checkpoint
-            self._delete_shared([p for s in snapshots for p in s.new_shared])
-            if self._alive(checkpoint_id):
-                log.warning("task %s failed to write checkpoint %d: %s", key, checkpoint_id, exc)
-                self.decline(checkpoint_id, f"task {key} could not write its state: {exc}")
-            elif location is not None:
-                location.discard()
+            if pending is not None and not pending.done:
+                pending.acks[key] = snapshot
+                pending.last_ack_ms = int(time.time() * 1000)
+                pending.state_size += snapshot.full_size
+                pending.bytes_written += snapshot.bytes_written
+                pending.inflight_bytes += snapshot.inflight_bytes
+                pending.alignment_ms = max(pending.alignment_ms, stats.alignment_ms)
+                pending.unaligned = pending.unaligned or stats.unaligned
+                if len(pending.acks) < pending.expected:
+                    return
+                pending.done = True
+                del self._pending[checkpoint_id]
+                if not pending.is_savepoint:
+                    self._completing.add(checkpoint_id)
+            else:
+                pending = None
+        if pending is None:
+            self._discard_late(checkpoint_id, snapshot)
             return
-        finally:
-            for snapshot in snapshots:
-                snapshot.release()
-        if location is not None and not self._alive(checkpoint_id):
-            location.discard()  # aborted while this task wrote: remove what it re-created
-            self._delete_shared([p for s in snapshots for p in s.new_shared])
-            return
-        self.acknowledge(key, checkpoint_id, snapshots, stats)
-
-    def acknowledge(self, key: TaskKey, checkpoint_id: int, snapshots: list[OperatorSnapshot],
-                    stats: SubtaskStats | None = None) -> None:
-        """Record one task's snapshot; complete the checkpoint when every task acknowledged."""
-        stats = stats or SubtaskStats()
-        with self._lock:
-            pending = self._pending.get(checkpoint_id)
-            if pending is None or pending.done:
-                if pending is None:
-                    self._delete_shared([p for s in snapshots for p in s.new_shared])
-                return
-            pending.acks[key] = snapshots
-            pending.last_ack_ms = int(time.time() * 1000)
-            pending.state_size += sum(s.full_size for s in snapshots)
-            pending.bytes_written += sum(s.bytes_written for s in snapshots)
-            pending.inflight_bytes += sum(s.channel_file.size for s in snapshots if s.channel_file is not None)
-            pending.alignment_ms = max(pending.alignment_ms, stats.alignment_ms)
-            pending.unaligned = pending.unaligned or stats.unaligned
-            if len(pending.acks) < pending.expected:
-                return
-            pending.done = True
-            del self._pending[checkpoint_id]
-            if not pending.is_savepoint:
-                self._completing.add(checkpoint_id)
         try:
             self._complete(pending)
         except Exception as exc:  # noqa: BLE001 - a failed commit fails the checkpoint
@@ -453,8 +418,20 @@ class CheckpointCoordinator:
             pending.done = False
             self._abort(pending, f"could not be completed: {exc}", count=True)
 
-    def decline(self, checkpoint_id: int, reason: str, *, subsumed: bool = False) -> None:
-        """A task could not take its part of the checkpoint (``subsumed``: a newer one replaced it)."""
+    def _discard_late(self, checkpoint_id: int, snapshot: TaskStateSnapshot) -> None:
+        """Delete what a task wrote for a checkpoint that ended without it."""
+        with self._lock:
+            location = self._ended_locations.get(checkpoint_id)
+        if location is not None:
+            location.discard()  # the directory of an aborted checkpoint, re-created by a late write
+        self._delete_shared(snapshot.new_shared)
+
+    def decline(self, checkpoint_id: int, reason: str, *, subsumed: bool = False,
+                new_shared: list[str] | None = None) -> None:
+        """A task could not take its part of the checkpoint (``subsumed``: a newer one replaced it;
+        ``new_shared``: shared files it uploaded before it failed, deleted)."""
+        if new_shared:
+            self._delete_shared(new_shared)
         with self._lock:
             pending = self._pending.get(checkpoint_id)
         if pending is not None:
@@ -463,20 +440,20 @@ class CheckpointCoordinator:
     # ------------------------------------------------------------ complete / abort
 
     def _metadata(self, pending: PendingCheckpoint) -> CheckpointMetadata:
-        per_uid: dict[str, dict[int, OperatorSnapshot]] = collections.defaultdict(dict)
-        for (_, subtask), snapshots in pending.acks.items():
-            for snapshot in snapshots:
-                per_uid[snapshot.uid][subtask] = snapshot
+        per_uid: dict[str, dict[int, OperatorStateHandle]] = collections.defaultdict(dict)
+        for (_, subtask), snapshot in pending.acks.items():
+            for handle in snapshot.operators:
+                per_uid[handle.uid][subtask] = handle
         operators: list[OperatorMetadata] = []
         native = False
         for info in self.operators:
             snaps = per_uid.get(info.uid, {})
             descriptors: dict[str, StateDescriptor] = {}
             key_serializer = None
-            for snapshot in snaps.values():
-                for descriptor in snapshot.descriptors:
+            for handle in snaps.values():
+                for descriptor in handle.descriptors:
                     descriptors.setdefault(descriptor.name, descriptor)
-                key_serializer = key_serializer or snapshot.key_serializer
+                key_serializer = key_serializer or handle.key_serializer
             channel = [snaps[i].channel_file if i in snaps else None for i in range(info.parallelism)]
             stores = [snaps[i].native if i in snaps else None for i in range(info.parallelism)]
             if not descriptors and not any(channel):
@@ -563,6 +540,10 @@ class CheckpointCoordinator:
         log.warning("%s %d aborted: %s", what, pending.checkpoint_id, reason)
         if pending.location is not None:
             pending.location.discard()
+            with self._lock:
+                self._ended_locations[pending.checkpoint_id] = pending.location
+                while len(self._ended_locations) > ENDED_LOCATIONS_KEPT:
+                    self._ended_locations.popitem(last=False)
         self._delete_shared(pending.new_shared())
         self._delete_shared(self.shared.ended(pending.checkpoint_id))
         if execution is not None and pending.barrier_sent:

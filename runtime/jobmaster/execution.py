@@ -16,7 +16,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from statekit.runtime.checkpoint.channel_state import ChannelSpec
-from statekit.runtime.checkpoint.handles import SubtaskStats
+from statekit.runtime.checkpoint.handles import TaskStateSnapshot
 from statekit.runtime.checkpoint.restore import RestorePlan
 from statekit.runtime.dataflow.graph import Edge, edge_key_selector
 from statekit.runtime.exchange.input_gate import InputGate
@@ -137,7 +137,8 @@ class Execution:
                     writers.append(node_writers)
                 task = Task(self, vertex.id, vertex.name, i, vertex.parallelism, operators, chained_next, writers,
                             gates[(vertex.id, i)], input_specs[(vertex.id, i)], output_specs=output_specs,
-                            replay=replay, channel_state_serializer=master.config.channel_state_serializer)
+                            replay=replay, channel_state_serializer=master.config.channel_state_serializer,
+                            storage_options=master.env.storage_options)
                 configure_task_time(task, graph, vertex)
                 self.tasks.append(task)
                 if vertex.is_source:
@@ -165,14 +166,16 @@ class Execution:
     def source_exhausted(self, task: Task) -> None:
         self.post("exhausted", task)
 
-    def submit_snapshot(self, task: Task, barrier: Any, snapshots: list[Any], stats: SubtaskStats) -> None:
-        self.master.coordinator.submit_snapshot(task.key, barrier, snapshots, stats)
+    def acknowledge_checkpoint(self, task: Task, checkpoint_id: int, snapshot: TaskStateSnapshot) -> None:
+        self.master.coordinator.acknowledge(task.key, checkpoint_id, snapshot)
 
     def report_metrics(self, report: TaskReport) -> None:
         self.master.metrics.update(report)
 
-    def decline_checkpoint(self, task: Task, checkpoint_id: int, reason: str, *, subsumed: bool) -> None:
-        self.master.coordinator.decline(checkpoint_id, f"task {task.name}: {reason}", subsumed=subsumed)
+    def decline_checkpoint(self, task: Task, checkpoint_id: int, reason: str, *, subsumed: bool,
+                           new_shared: list[str] | None = None) -> None:
+        self.master.coordinator.decline(checkpoint_id, f"task {task.name}: {reason}", subsumed=subsumed,
+                                        new_shared=new_shared)
 
     def fail(self, error: BaseException) -> None:
         self.post("failed", None, error)

@@ -10,7 +10,7 @@ returns an :class:`OperatorSnapshot` whose ``write`` is the asynchronous part.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from statekit.runtime.api.functions import (
@@ -36,6 +36,7 @@ from statekit.runtime.api.state import (
 )
 from statekit.runtime.api.watermarks import MAX_WATERMARK
 from statekit.runtime.checkpoint.barriers import CheckpointOptions
+from statekit.runtime.checkpoint.handles import OperatorStateHandle
 from statekit.runtime.operators.event_time import ElementTime
 from statekit.runtime.operators.timers import _InternalTimerService
 from statekit.runtime.state.backend import (
@@ -56,13 +57,13 @@ from statekit.statefmt.native_state import NativeKeyedState
 if TYPE_CHECKING:
     from statekit.runtime.checkpoint.channel_state import InFlightSnapshot
     from statekit.runtime.checkpoint.restore import SubtaskRestore
-    from statekit.runtime.checkpoint.storage import CheckpointStorageLocation
-    from statekit.statefmt.channel_state import ChannelStateFile
+    from statekit.runtime.checkpoint.storage import SnapshotOutput
 
 __all__ = [
     "Output",
     "OperatorContext",
     "OperatorSnapshot",
+    "SnapshotWriteError",
     "StreamOperator",
     "iter_chain",
 ]
@@ -100,61 +101,59 @@ class OperatorContext:
 
 @dataclass
 class OperatorSnapshot:
-    """One operator subtask's snapshot: descriptors now, files when written.
-
-    Attributes:
-        files: Canonical state files (after :meth:`write`).
-        native: Keyed state as native store files (a native snapshot, after :meth:`write`).
-        inflight: In-flight records of the task (only on the head operator of a task that
-            took an unaligned checkpoint); ``channel_file`` after :meth:`write`.
-        bytes_written: Bytes this snapshot wrote (shared files it reused do not count).
-        new_shared: Files it added to the job's ``shared/`` (relative to it).
-    """
+    """One operator subtask's synchronous snapshot: its descriptors and copies of its state,
+    written by :meth:`write` (the asynchronous part, on the task's own writer thread)."""
 
     uid: str
     descriptors: list[StateDescriptor]
     key_serializer: str | None
     keyed: KeyedSnapshot | None
     operator: OperatorStateSnapshot | None
-    files: list[StateFile] = field(default_factory=list)
-    native: NativeKeyedState | None = None
-    inflight: InFlightSnapshot | None = None
-    channel_file: ChannelStateFile | None = None
-    bytes_written: int = 0
-    new_shared: list[str] = field(default_factory=list)
 
-    def write(self, location: CheckpointStorageLocation) -> list[StateFile]:
-        """The asynchronous part: write the state files into ``location``."""
+    def write(self, output: SnapshotOutput, inflight: InFlightSnapshot | None = None) -> OperatorStateHandle:
+        """Write the state files into ``output`` (``inflight``: the task's in-flight records, on
+        its head operator) and return what the task acknowledges.
+
+        Raises:
+            SnapshotWriteError: A write failed; ``new_shared`` names the shared files it had
+                uploaded (the coordinator deletes them).
+        """
         files: list[StateFile] = []
+        native: NativeKeyedState | None = None
         written = 0
-        if isinstance(self.keyed, NativeKeyedSnapshot):
-            try:
-                self.native = self.keyed.write_native(location)
-            finally:  # the shared files uploaded so far are known even when a later write failed
-                self.new_shared = list(self.keyed.new_shared)
-            written += self.keyed.bytes_written
-        elif self.keyed is not None:
-            files.extend(self.keyed.write(location))
-        if self.operator is not None:
-            files.extend(self.operator.write(location))
-        if self.inflight is not None:
-            self.channel_file = self.inflight.write(location)
-            written += self.channel_file.size if self.channel_file is not None else 0
-        self.files = files
-        self.bytes_written = written + sum(f.size for f in files)
-        return files
+        try:
+            if isinstance(self.keyed, NativeKeyedSnapshot):
+                native = self.keyed.write_native(output)
+                written += self.keyed.bytes_written
+            elif self.keyed is not None:
+                files.extend(self.keyed.write(output))
+            if self.operator is not None:
+                files.extend(self.operator.write(output))
+            channel_file = inflight.write(output) if inflight is not None else None
+        except Exception as exc:
+            raise SnapshotWriteError(str(exc), self.new_shared()) from exc
+        written += channel_file.size if channel_file is not None else 0
+        return OperatorStateHandle(
+            self.uid, tuple(self.descriptors), self.key_serializer, tuple(files), native, channel_file,
+            written + sum(f.size for f in files), tuple(self.new_shared()),
+        )
 
-    @property
-    def full_size(self) -> int:
-        """Every byte the snapshot consists of (shared files included)."""
-        native = self.native.size if self.native is not None else 0
-        channel = self.channel_file.size if self.channel_file is not None else 0
-        return sum(f.size for f in self.files) + native + channel
+    def new_shared(self) -> list[str]:
+        """The files of the job's ``shared/`` this snapshot uploaded so far (relative to it)."""
+        return list(self.keyed.new_shared) if isinstance(self.keyed, NativeKeyedSnapshot) else []
 
     def release(self) -> None:
         """Drop the snapshot's copies."""
         if self.keyed is not None:
             self.keyed.release()
+
+
+class SnapshotWriteError(Exception):
+    """Writing a snapshot failed; ``new_shared``: the shared files it had uploaded."""
+
+    def __init__(self, message: str, new_shared: list[str]) -> None:
+        super().__init__(message)
+        self.new_shared = new_shared
 
 
 class _InitContext(FunctionInitializationContext):

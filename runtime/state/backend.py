@@ -48,7 +48,7 @@ if TYPE_CHECKING:
         ValueState,
     )
     from statekit.runtime.checkpoint.restore import NativeRestoreSource
-    from statekit.runtime.checkpoint.storage import CheckpointStorageLocation
+    from statekit.runtime.checkpoint.storage import SnapshotOutput
 
 __all__ = [
     "KeyedStateBackend",
@@ -85,7 +85,7 @@ class KeyedSnapshot(ABC):
     """The asynchronous part of a keyed snapshot."""
 
     @abstractmethod
-    def write(self, location: CheckpointStorageLocation) -> list[StateFile]:
+    def write(self, location: SnapshotOutput) -> list[StateFile]:
         """Write one file per non-empty state into ``location``; return them."""
 
     @abstractmethod
@@ -105,10 +105,10 @@ class NativeKeyedSnapshot(KeyedSnapshot):
     bytes_written: int
 
     @abstractmethod
-    def write_native(self, location: CheckpointStorageLocation) -> NativeKeyedState:
+    def write_native(self, location: SnapshotOutput) -> NativeKeyedState:
         """Write (or reference) the store's files for ``location``; return what ``_metadata`` records."""
 
-    def write(self, location: CheckpointStorageLocation) -> list[StateFile]:
+    def write(self, location: SnapshotOutput) -> list[StateFile]:
         raise TypeError("a native keyed snapshot is written with write_native")
 
 
@@ -389,7 +389,7 @@ def check_compatible(restored: StateDescriptor, declared: StateDescriptor, uid: 
 
 
 def write_keyed_rows(
-    location: CheckpointStorageLocation,
+    location: SnapshotOutput,
     scope: SubtaskScope,
     descriptor: StateDescriptor,
     rows: list[Any] | KeyedColumns,

@@ -19,7 +19,7 @@ from operator import itemgetter
 from typing import Any
 
 from statekit.runtime.api.state import AggregatingState, ListState, MapState, ReducingState, ValueState
-from statekit.runtime.checkpoint.storage import CheckpointStorageLocation
+from statekit.runtime.checkpoint.storage import SnapshotOutput
 from statekit.runtime.state.backend import (
     KeyedSnapshot,
     KeyedStateBackend,
@@ -82,7 +82,7 @@ class _Snapshot(KeyedSnapshot):
         # taken in the synchronous part: the time TTL entries expired at are left out
         self._drop_at = {t.descriptor.name: backend.ttl_snapshot_time(t.descriptor.name) for t, _ in copies}
 
-    def write(self, location: CheckpointStorageLocation) -> list[StateFile]:
+    def write(self, location: SnapshotOutput) -> list[StateFile]:
         files = []
         for table, data in self._copies:
             descriptor = table.descriptor

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 import mmh3
 
 from statekit.runtime.api.state import AggregatingState, ListState, MapState, ReducingState, ValueState
-from statekit.runtime.checkpoint.storage import CheckpointStorageLocation
+from statekit.runtime.checkpoint.storage import SnapshotOutput
 from statekit.runtime.state.backend import (
     KeyedSnapshot,
     KeyedStateBackend,
@@ -112,7 +112,7 @@ class _Snapshot(KeyedSnapshot):
         # taken in the synchronous part: the time TTL entries expired at are left out
         self.drop_at = {s.descriptor.name: backend.ttl_snapshot_time(s.descriptor.name) for s in states}
 
-    def write(self, location: CheckpointStorageLocation) -> list[StateFile]:
+    def write(self, location: SnapshotOutput) -> list[StateFile]:
         scope = self.backend.scope
         db = open_store(self.path)
         files = []
@@ -154,7 +154,7 @@ def _chain(first: tuple[int, Any], rest: Iterator[tuple[int, Any]]) -> Iterator[
     yield from rest
 
 
-def _upload(location: CheckpointStorageLocation, local: str, target: str) -> str:
+def _upload(location: SnapshotOutput, local: str, target: str) -> str:
     """Copy a local file to ``target`` of the location's filesystem; its CRC-32."""
     running = Crc32()
     with open(local, "rb") as source, location.io.open_output(target) as out:
@@ -177,7 +177,7 @@ class _NativeSnapshot(NativeKeyedSnapshot):
         self.new_shared = []
         self.bytes_written = 0
 
-    def write_native(self, location: CheckpointStorageLocation) -> NativeKeyedState:
+    def write_native(self, location: SnapshotOutput) -> NativeKeyedState:
         scope = self.backend.scope
         shared_root = location.shared_directory if self.request.incremental else None
         private = native_private_dir(scope.uid, scope.subtask, scope.parallelism)
@@ -196,7 +196,7 @@ class _NativeSnapshot(NativeKeyedSnapshot):
             self.backend.record_uploads(self.request.checkpoint_id, [f for f in files if f.shared])
         return NativeKeyedState(NATIVE_ROCKSDB_FORMAT, self.state_ids, tuple(files))
 
-    def _shared(self, location: CheckpointStorageLocation, shared_root: str, name: str, local: str,
+    def _shared(self, location: SnapshotOutput, shared_root: str, name: str, local: str,
                 size: int) -> NativeFile:
         known = self.reuse.get(name)
         if known is not None and known.size == size:

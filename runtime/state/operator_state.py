@@ -12,7 +12,7 @@ from typing import Any
 
 from statekit.runtime.api.functions import OperatorStateStore
 from statekit.runtime.api.state import BroadcastState, ListState, ListStateDescriptor, MapStateDescriptor
-from statekit.runtime.checkpoint.storage import CheckpointStorageLocation
+from statekit.runtime.checkpoint.storage import SnapshotOutput
 from statekit.runtime.state.backend import check_compatible, hashable
 from statekit.statefmt import layout
 from statekit.statefmt.entries import StateCodec
@@ -77,7 +77,7 @@ class OperatorStateSnapshot:
         self.parallelism = parallelism
         self.copies = copies
 
-    def write(self, location: CheckpointStorageLocation) -> list[StateFile]:
+    def write(self, location: SnapshotOutput) -> list[StateFile]:
         files = []
         for descriptor, data in self.copies:
             codec = StateCodec(descriptor, None, for_write=True, trust_pickle=True)

@@ -5,7 +5,10 @@ barrier (unaligned). Its part is complete when (a) its input side is complete �
 delivered the barrier, and in-flight records of an unaligned checkpoint were stored — and (b)
 its output side is complete — a timeoutable aligned barrier it forwarded left its output
 backlog, or was converted to an unaligned one (the records it overtook are stored). Only then
-is the part submitted for the asynchronous writes and the acknowledgement.
+is the part handed to the task's :class:`CheckpointWriter`: the task's own thread for the
+asynchronous part, which writes the files where the barrier's target says and acknowledges the
+coordinator with handles (:class:`~statekit.runtime.checkpoint.handles.TaskStateSnapshot`) — the
+coordinator never touches a task's state.
 
 In-flight records are encoded the moment they are captured: the task processes them right
 after, and user functions may change a record in place.
@@ -13,19 +16,25 @@ after, and user functions may change a record in place.
 
 from __future__ import annotations
 
+import concurrent.futures
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from statekit.runtime.checkpoint.barriers import Barrier
 from statekit.runtime.checkpoint.channel_state import ChannelSpec, InFlightSnapshot
-from statekit.runtime.checkpoint.handles import SubtaskStats
+from statekit.runtime.checkpoint.handles import OperatorStateHandle, SubtaskStats, TaskStateSnapshot
+from statekit.runtime.operators.base import SnapshotWriteError
 from statekit.statefmt.errors import SerializationError
 
 if TYPE_CHECKING:
+    from statekit.runtime.checkpoint.storage import SnapshotOutput
     from statekit.runtime.operators.base import OperatorSnapshot
 
 __all__ = [
     "SubtaskCheckpoint",
+    "CheckpointWriter",
 ]
 
 
@@ -74,3 +83,92 @@ class SubtaskCheckpoint:
     def release(self) -> None:
         for snapshot in self.snapshots:
             snapshot.release()
+
+    def handles(self, output: SnapshotOutput | None) -> tuple[OperatorStateHandle, ...]:
+        """Write every operator's files (the in-flight records with the head operator's) into
+        ``output`` and return the handles (``output`` None: a checkpoint that is not stored).
+
+        Raises:
+            SnapshotWriteError: A write failed.
+        """
+        inflight = self.inflight if self.inflight.records else None
+        if output is None:
+            return tuple(OperatorStateHandle(s.uid, tuple(s.descriptors), s.key_serializer) for s in self.snapshots)
+        handles: list[OperatorStateHandle] = []
+        for position, snapshot in enumerate(self.snapshots):
+            try:
+                handles.append(snapshot.write(output, inflight if position == 0 else None))
+            except SnapshotWriteError as exc:
+                exc.new_shared = [p for h in handles for p in h.new_shared] + exc.new_shared
+                raise
+        return tuple(handles)
+
+
+class CheckpointWriter:
+    """The asynchronous part of one task's checkpoints, on the task's own thread, in order.
+
+    Each submitted part is written where its barrier's target says, released, and acknowledged
+    (or declined when a write failed). A part of a checkpoint the task learned was aborted is
+    released unwritten. :meth:`close` waits for the write in progress and drops the queued ones.
+
+    Args:
+        name: The task's name (the thread's).
+        storage_options: The job's fsspec options (object stores).
+        acknowledge: ``acknowledge(checkpoint_id, snapshot)``.
+        decline: ``decline(checkpoint_id, reason, new_shared)``.
+    """
+
+    def __init__(self, name: str, storage_options: dict[str, Any] | None,
+                 acknowledge: Callable[[int, TaskStateSnapshot], None],
+                 decline: Callable[[int, str, list[str]], None]) -> None:
+        self.name = name
+        self.storage_options = storage_options
+        self._acknowledge = acknowledge
+        self._decline = decline
+        self._aborted: set[int] = set()
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._queued: dict[int, SubtaskCheckpoint] = {}
+        self._lock = threading.Lock()
+
+    def submit(self, part: SubtaskCheckpoint) -> None:
+        """Write ``part`` on the writer thread, then acknowledge it."""
+        with self._lock:
+            if self._executor is None:
+                self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"{self.name} async")
+            self._queued[part.checkpoint_id] = part
+            self._executor.submit(self._write, part)
+
+    def abort(self, checkpoint_id: int) -> None:
+        """The coordinator aborted ``checkpoint_id``: a part of it not written yet never will be."""
+        self._aborted.add(checkpoint_id)
+
+    def _write(self, part: SubtaskCheckpoint) -> None:
+        checkpoint_id = part.checkpoint_id
+        with self._lock:
+            if self._queued.pop(checkpoint_id, None) is None:
+                return  # dropped by close()
+        try:
+            if checkpoint_id in self._aborted:
+                return
+            target = part.barrier.options.target
+            output = None if target is None else target.open(self.storage_options)
+            handles = part.handles(output)
+        except SnapshotWriteError as exc:
+            self._decline(checkpoint_id, f"could not write its state: {exc}", exc.new_shared)
+            return
+        except Exception as exc:  # noqa: BLE001 - opening the target failed: this checkpoint fails
+            self._decline(checkpoint_id, f"could not write its state: {exc}", [])
+            return
+        finally:
+            part.release()
+        self._acknowledge(checkpoint_id, TaskStateSnapshot(handles, part.stats))
+
+    def close(self) -> None:
+        """Wait for the write in progress; release the queued parts unwritten."""
+        with self._lock:
+            executor, self._executor = self._executor, None
+            dropped, self._queued = list(self._queued.values()), {}
+        for part in dropped:
+            part.release()
+        if executor is not None:
+            executor.shutdown(wait=True, cancel_futures=True)

@@ -52,11 +52,11 @@ from statekit.runtime.task.mails import (
     TriggerCheckpoint,
 )
 from statekit.runtime.task.metrics import TaskMetrics
-from statekit.runtime.task.subtask_checkpoint import SubtaskCheckpoint
+from statekit.runtime.task.subtask_checkpoint import CheckpointWriter, SubtaskCheckpoint
 from statekit.runtime.task.time import TaskTime
 
 if TYPE_CHECKING:
-    from statekit.runtime.operators.base import OperatorSnapshot
+    from statekit.runtime.checkpoint.handles import TaskStateSnapshot
     from statekit.runtime.task.metrics import TaskReport
 
 __all__ = [
@@ -85,12 +85,12 @@ class TaskHost(Protocol):
 
     def source_exhausted(self, task: Task) -> None: ...
 
-    def submit_snapshot(self, task: Task, barrier: Barrier, snapshots: list[OperatorSnapshot],
-                        stats: SubtaskStats) -> None: ...
+    def acknowledge_checkpoint(self, task: Task, checkpoint_id: int, snapshot: TaskStateSnapshot) -> None: ...
 
     def report_metrics(self, report: TaskReport) -> None: ...
 
-    def decline_checkpoint(self, task: Task, checkpoint_id: int, reason: str, *, subsumed: bool) -> None: ...
+    def decline_checkpoint(self, task: Task, checkpoint_id: int, reason: str, *, subsumed: bool,
+                           new_shared: list[str] | None = None) -> None: ...
 
 
 class Task:
@@ -103,6 +103,7 @@ class Task:
         replay: In-flight records of the restored checkpoint for this task, as ``(operator
             position in the chain, input index, records)``, processed before any new input.
         channel_state_serializer: How in-flight records are stored (``records`` or ``pickle``).
+        storage_options: The job's fsspec options (where checkpoints are written).
     """
 
     def __init__(
@@ -121,6 +122,7 @@ class Task:
         output_specs: list[list[ChannelSpec]] | None = None,
         replay: list[tuple[int, int, list[Any]]] | None = None,
         channel_state_serializer: str = "records",
+        storage_options: dict[str, Any] | None = None,
     ) -> None:
         self.host = host
         self.key = (vertex_id, subtask)
@@ -137,6 +139,12 @@ class Task:
         self.output_specs = output_specs or [[] for _ in self.writers]
         self.replay = replay or []
         self.channel_state_serializer = channel_state_serializer
+        self.checkpoint_writer = CheckpointWriter(
+            self.name, storage_options,
+            lambda checkpoint_id, snapshot: host.acknowledge_checkpoint(self, checkpoint_id, snapshot),
+            lambda checkpoint_id, reason, new_shared: host.decline_checkpoint(
+                self, checkpoint_id, reason, subsumed=False, new_shared=new_shared),
+        )
         self.is_source = isinstance(operators[0], SourceOperator)
         self.thread = threading.Thread(target=self.run, name=self.name, daemon=True)
         self.metrics = TaskMetrics(vertex_id, subtask, self.name, self.writers, host.report_metrics,
@@ -183,7 +191,8 @@ class Task:
             self._tear_down()
 
     def _tear_down(self) -> None:
-        """Release pending snapshots and close the operators (and their state backends), once.
+        """Release pending snapshots, finish the write in progress, close the operators (and
+        their state backends), once.
 
         Runs on the task thread before the task reports its end: a job's ``execute`` returns
         only after every backend is closed, so no native store (RocksDB) is still closing on
@@ -195,6 +204,7 @@ class Task:
         for pending in self._checkpoints.values():
             pending.release()
         self._checkpoints.clear()
+        self.checkpoint_writer.close()
         self.metrics.report(finished=True)
         for op in self.operators:
             try:
@@ -286,9 +296,7 @@ class Task:
             pending.release()
             self.host.decline_checkpoint(self, pending.checkpoint_id, pending.failure, subsumed=False)
             return
-        if pending.inflight.records:
-            pending.snapshots[0].inflight = pending.inflight
-        self.host.submit_snapshot(self, pending.barrier, pending.snapshots, pending.stats)
+        self.checkpoint_writer.submit(pending)
 
     def _convert_timed_out(self, now_ms: int) -> None:
         """Turn forwarded aligned barriers still queued past their deadline into unaligned ones."""
@@ -388,6 +396,7 @@ class Task:
             for op in self.operators:
                 op.notify_checkpoint_complete(mail.checkpoint_id)
         elif isinstance(mail, NotifyCheckpointAborted):
+            self.checkpoint_writer.abort(mail.checkpoint_id)
             pending = self._checkpoints.pop(mail.checkpoint_id, None)
             if pending is not None:
                 pending.release()

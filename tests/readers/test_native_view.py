@@ -152,7 +152,7 @@ def _ttl_savepoints(tmp_path: Path) -> tuple[str, str]:
     """(native, canonical) savepoints of one RocksDB backend holding TTL value, list and map state."""
     from statekit.runtime.api.state import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
     from statekit.runtime.api.ttl import ManualClock, StateTtlConfig
-    from statekit.runtime.checkpoint.storage import CheckpointStorageLocation
+    from statekit.runtime.checkpoint.storage import SnapshotOutput
     from statekit.runtime.state.backend import SnapshotRequest, SubtaskScope
     from statekit.runtime.state.registry import create_keyed_backend
     from statekit.statefmt.fileio import FileIO
@@ -181,7 +181,7 @@ def _ttl_savepoints(tmp_path: Path) -> tuple[str, str]:
         paths = []
         for fmt in (SnapshotFormat.NATIVE, SnapshotFormat.CANONICAL):
             io, path = FileIO.for_path(str(tmp_path / fmt.value))
-            location = CheckpointStorageLocation(io, path, path, 1, True)
+            location = SnapshotOutput(io, path)
             if fmt is SnapshotFormat.NATIVE:
                 native = backend.native_snapshot(SnapshotRequest(1, native=True))
                 assert native is not None

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from statekit.runtime.api.checkpoint_config import CheckpointConfig
+from statekit.runtime.checkpoint.handles import TaskStateSnapshot
 from statekit.runtime.checkpoint.storage import CheckpointStorage
 from statekit.runtime.jobmaster.coordinator import CheckpointCoordinator, OperatorInfo
 from statekit.runtime.task.mails import TriggerCheckpoint
@@ -92,10 +93,10 @@ def test_the_final_checkpoint_waits_for_the_periodic_one_in_flight(running: Any)
     time.sleep(0.2)
     assert execution.source.triggered() == [1], "the final checkpoint started while checkpoint 1 was in flight"
 
-    coordinator.acknowledge((0, 0), 1, [])
+    coordinator.acknowledge((0, 0), 1, TaskStateSnapshot(()))
     thread.join(5)
     _wait(lambda: execution.source.triggered() == [1, 2], "the final checkpoint")
-    coordinator.acknowledge((0, 0), 2, [])
+    coordinator.acknowledge((0, 0), 2, TaskStateSnapshot(()))
     assert final[0].result(5).endswith("chk-2")
 
 
@@ -133,7 +134,7 @@ def test_no_periodic_trigger_while_the_previous_checkpoint_commits(
     monkeypatch.setattr(checkpoint_storage.CheckpointStorageLocation, "commit", slow_commit)
     coordinator.start_periodic()
     _wait(lambda: execution.source.triggered() == [1], "checkpoint 1")
-    acked = threading.Thread(target=coordinator.acknowledge, args=((0, 0), 1, []))
+    acked = threading.Thread(target=coordinator.acknowledge, args=((0, 0), 1, TaskStateSnapshot(())))
     acked.start()
     assert committing.wait(5)
     for _ in range(10):  # ten intervals, each waking the timer up
@@ -152,7 +153,7 @@ def test_periodic_checkpoints_never_overlap_with_max_concurrent_one(running: Any
         _wait(lambda n=checkpoint_id: len(execution.source.triggered()) >= n, f"checkpoint {checkpoint_id}")
         time.sleep(0.05)
         assert execution.source.triggered() == list(range(1, checkpoint_id + 1))
-        coordinator.acknowledge((0, 0), checkpoint_id, [])
+        coordinator.acknowledge((0, 0), checkpoint_id, TaskStateSnapshot(()))
     stats = coordinator.stats()
     completed = sorted((e for e in stats["history"] if e["status"] == "COMPLETED"), key=lambda e: e["id"])
     for earlier, later in itertools.pairwise(completed):

@@ -23,7 +23,7 @@ from statekit.runtime.api.state import (
     ValueStateDescriptor,
 )
 from statekit.runtime.checkpoint.restore import RestorePlan, SubtaskRestore
-from statekit.runtime.checkpoint.storage import CheckpointStorageLocation
+from statekit.runtime.checkpoint.storage import SnapshotOutput
 from statekit.runtime.state.backend import KeyedStateBackend, SubtaskScope
 from statekit.runtime.state.operator_state import DefaultOperatorStateStore
 from statekit.runtime.state.registry import (
@@ -207,7 +207,7 @@ class TestKeyedStateBackendContract:
         b.current_key = "k3"
         value.update(3)
         io, directory = FileIO.for_path(str(tmp_path / "chk-1"))
-        location = CheckpointStorageLocation(io, directory, directory, 1, False)
+        location = SnapshotOutput(io, directory)
         files = snapshot.write(location)
         snapshot.release()
         assert {f.state for f in files} == {"v", "l", "m", "a"}
@@ -239,7 +239,7 @@ class TestKeyedStateBackendContract:
             state.update(i)
         io, directory = FileIO.for_path(str(tmp_path / "sp"))
         snapshot = source.snapshot()
-        files = snapshot.write(CheckpointStorageLocation(io, directory, directory, 1, True))
+        files = snapshot.write(SnapshotOutput(io, directory))
         commit_metadata(io, directory, _metadata(source, files))
         key_bytes = get_serializer("msgpack").serialize
         seen: dict[str, int] = {}
@@ -324,7 +324,7 @@ class TestNamespacedStateContract:
                 expected[(f"k{i}", tuple(window))] = i  # type: ignore[index]
         io, directory = FileIO.for_path(str(tmp_path / "sp"))
         snapshot = source.snapshot()
-        files = snapshot.write(CheckpointStorageLocation(io, directory, directory, 1, True))
+        files = snapshot.write(SnapshotOutput(io, directory))
         snapshot.release()
         commit_metadata(io, directory, _metadata(source, files))
         reader = SavepointReader.read(directory)
@@ -382,7 +382,7 @@ def test_hashmap_hands_out_a_private_copy_of_a_container_a_snapshot_shares(tmp_p
     lst.add(2)
     lst.get().append(99)
     io, directory = FileIO.for_path(str(tmp_path / "chk-1"))
-    files = snapshot.write(CheckpointStorageLocation(io, directory, directory, 1, False))
+    files = snapshot.write(SnapshotOutput(io, directory))
     snapshot.release()
     commit_metadata(io, directory, _metadata(b, files))
     reader = SavepointReader.read(directory)

@@ -20,7 +20,7 @@ from statekit.runtime.api.state import (
 )
 from statekit.runtime.api.ttl import ManualClock, StateTtlConfig, StateVisibility, UpdateType
 from statekit.runtime.checkpoint.restore import RestorePlan, SubtaskRestore
-from statekit.runtime.checkpoint.storage import CheckpointStorageLocation
+from statekit.runtime.checkpoint.storage import SnapshotOutput
 from statekit.runtime.state.backend import KeyedStateBackend, SubtaskScope
 from statekit.runtime.state.registry import create_keyed_backend, state_backend, state_backend_names
 from statekit.statefmt.errors import BadInputError
@@ -94,7 +94,7 @@ def savepoint(b: KeyedStateBackend[Any], directory: Path, parallelism: int = 1,
     """Snapshot ``b`` (or every subtask of ``backends``) into a committed savepoint; its path."""
     subtasks = backends or [b]
     io, path = FileIO.for_path(str(directory))
-    location = CheckpointStorageLocation(io, path, path, 1, True)
+    location = SnapshotOutput(io, path)
     states: list[SubtaskState] = []
     for index, sub in enumerate(subtasks):
         snapshot = sub.snapshot()

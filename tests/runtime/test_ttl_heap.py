@@ -14,7 +14,7 @@ import statekit.runtime.state.ttl as ttl_module
 from statekit.readers.savepoint_reader import SavepointReader
 from statekit.runtime.api.state import ValueStateDescriptor
 from statekit.runtime.api.ttl import ManualClock, StateTtlConfig, StateTtlConfigBuilder
-from statekit.runtime.checkpoint.storage import CheckpointStorageLocation
+from statekit.runtime.checkpoint.storage import SnapshotOutput
 from statekit.runtime.state.backend import KeyedStateBackend, SubtaskScope
 from statekit.runtime.state.registry import create_keyed_backend
 from statekit.runtime.state.ttl import (
@@ -178,7 +178,7 @@ def test_a_snapshot_keeps_what_it_saw_while_the_heap_handle_writes(tmp_path: Pat
         b.current_key = f"k{i}"
         state.update(state.value() + 10)
     io, path = FileIO.for_path(str(tmp_path))
-    files = snapshot.write(CheckpointStorageLocation(io, path, path, 1, True))
+    files = snapshot.write(SnapshotOutput(io, path))
     snapshot.release()
     op = OperatorMetadata(uid="op", name="op", parallelism=1, max_parallelism=128, key_serializer="msgpack",
                           states=tuple(b.descriptors()), subtasks=(SubtaskState(0, b.scope.key_group_range,

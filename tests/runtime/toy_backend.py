@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from statekit.runtime.api.state import AggregatingState, ListState, MapState, ReducingState, ValueState
-from statekit.runtime.checkpoint.storage import CheckpointStorageLocation
+from statekit.runtime.checkpoint.storage import SnapshotOutput
 from statekit.runtime.state.backend import (
     KeyedSnapshot,
     KeyedStateBackend,
@@ -43,7 +43,7 @@ class _Snapshot(KeyedSnapshot):
         self.scope = scope
         self.copies = copies
 
-    def write(self, location: CheckpointStorageLocation) -> list[StateFile]:
+    def write(self, location: SnapshotOutput) -> list[StateFile]:
         written = (write_keyed_rows(location, self.scope, d, rows_of(d.kind, data)) for d, data in self.copies)
         return [file for file in written if file is not None]
 
