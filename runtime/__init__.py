@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from statekit.runtime.dataflow.executor import Executor, register_executor
 
 if TYPE_CHECKING:
+    from statekit.runtime.api.accumulators import Accumulator, IntCounter, ListAccumulator
     from statekit.runtime.api.checkpoint_config import (
         CheckpointConfig,
         CheckpointingMode,
@@ -133,12 +134,15 @@ _PUBLIC: dict[str, str] = {
     **dict.fromkeys(("FileSource", "NumberSequenceSource", "CollectionSource"), "connectors.sources"),
     **dict.fromkeys(("FileSink", "PrintSink", "DiscardingSink", "CollectSink"), "connectors.sinks"),
     "TwoPhaseCommitSink": "connectors.two_phase_commit", "PostgresSink": "connectors.postgres_sink",
+    # accumulators
+    **dict.fromkeys(("Accumulator", "IntCounter", "ListAccumulator"), "api.accumulators"),
     # jobs
     "JobStatus": "dataflow.job_handle", "JobHandle": "dataflow.job_handle", "JobExecutionResult": "dataflow.job_handle",
     "RunOptions": "dataflow.run_options", "run_job_file": "control.launcher",
 }
 
 __all__ = [
+    "Accumulator", "IntCounter", "ListAccumulator",
     "AggregateFunction", "AggregatingState", "AggregatingStateDescriptor", "BoundedOutOfOrdernessWatermarks",
     "BroadcastProcessFunction", "BroadcastState", "BroadcastStream", "CheckpointConfig", "CheckpointListener",
     "CheckpointedFunction", "CheckpointingMode", "CollectSink", "CollectionSource", "Collector", "CountTrigger",

@@ -12,6 +12,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from statekit.runtime.api.accumulators import Accumulator
+
 if TYPE_CHECKING:
     from statekit.runtime.api.state import (
         AggregatingState,
@@ -123,6 +125,15 @@ class RuntimeContext(ABC):
     def operator_uid(self) -> str:
         """The uid of the operator the function runs in."""
         raise NotImplementedError
+
+    def add_accumulator(self, name: str, accumulator: Accumulator) -> None:
+        """Register ``accumulator`` under ``name``: the job master merges every subtask's
+        (:mod:`statekit.runtime.api.accumulators`)."""
+        raise NotImplementedError(f"{type(self).__name__} has no accumulators")
+
+    def get_accumulator(self, name: str) -> Accumulator | None:
+        """This subtask's accumulator registered under ``name``, if any."""
+        raise NotImplementedError(f"{type(self).__name__} has no accumulators")
 
     @abstractmethod
     def get_state(self, descriptor: ValueStateDescriptor) -> ValueState[Any]:

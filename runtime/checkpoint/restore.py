@@ -46,6 +46,7 @@ from statekit.writers.savepoint_writer import split_evenly
 
 __all__ = [
     "RestorePlan",
+    "RestoreSpec",
     "SubtaskRestore",
     "NativeRestoreSource",
     "ExchangeEdge",
@@ -116,6 +117,27 @@ class NativeRestoreSource:
     where: str
 
 
+@dataclass(frozen=True)
+class RestoreSpec:
+    """The snapshot a job restores from, in plain values: what a task's host needs to open it
+    itself and take its subtasks' slices (:meth:`RestorePlan.from_spec`).
+
+    Attributes:
+        path: The snapshot directory (resolved: a savepoint or ``chk-N``).
+        trust_pickle: Pickle-serialized state may be decoded.
+        allow_non_restored_state: State of uids the job lacks is skipped.
+        own_job_dir: The job directory this job checkpoints into (shared files of a snapshot
+            there may be reused).
+        migrations: ``(uid, state, the job's descriptor)``: values migrate to its value type.
+    """
+
+    path: str
+    trust_pickle: bool = False
+    allow_non_restored_state: bool = False
+    own_job_dir: str | None = None
+    migrations: tuple[tuple[str, str, StateDescriptor], ...] = ()
+
+
 class RestorePlan:
     """An opened snapshot and how its operators map onto the job."""
 
@@ -138,6 +160,20 @@ class RestorePlan:
         """Open ``path`` (savepoint, ``chk-N``, or a job checkpoint dir = its latest complete one)."""
         snapshot = open_snapshot(path, storage_options=storage_options)
         return cls(SavepointReader(snapshot, trust_pickle=trust_pickle), allow_non_restored_state)
+
+    @classmethod
+    def from_spec(cls, spec: RestoreSpec, storage_options: dict[str, Any] | None = None) -> RestorePlan:
+        """Open the snapshot ``spec`` names, as the plan that made the spec had it."""
+        plan = cls.open(spec.path, allow_non_restored_state=spec.allow_non_restored_state,
+                        trust_pickle=spec.trust_pickle, storage_options=storage_options)
+        plan.own_job_dir = spec.own_job_dir
+        plan.migrations = {(uid, state): descriptor for uid, state, descriptor in spec.migrations}
+        return plan
+
+    def spec(self) -> RestoreSpec:
+        """This plan in plain values (:class:`RestoreSpec`)."""
+        return RestoreSpec(self.path, self.reader.trust_pickle, self.allow_non_restored_state, self.own_job_dir,
+                           tuple((uid, state, d) for (uid, state), d in sorted(self.migrations.items())))
 
     @property
     def snapshot(self) -> Snapshot:

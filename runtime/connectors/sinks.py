@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, Any
 
+from statekit.runtime.api.accumulators import ListAccumulator
 from statekit.runtime.api.functions import RuntimeContext, SinkFunction
 from statekit.runtime.api.state import ListStateDescriptor
 from statekit.runtime.connectors.two_phase_commit import TwoPhaseCommitSink
@@ -221,9 +222,14 @@ class DiscardingSink(SinkFunction):
 
 
 class CollectSink(SinkFunction):
-    """Appends records to one list shared by all subtasks (tests; not exactly-once).
+    """Collects the records of every subtask into ``values`` of this object (tests; not exactly-once).
 
-    The sink is not copied per subtask, so ``sink.values`` holds every subtask's records.
+    Each subtask runs its own copy, which adds its records to a list accumulator
+    (:mod:`statekit.runtime.api.accumulators`) named :meth:`accumulator_name`; the job master
+    merges every subtask's records as the tasks report them — also from another process — and
+    hands them to this object (:meth:`receive`) when it runs in the job master's process.
+    ``values`` is complete when ``execute()`` returns; while the job runs it trails the tasks by
+    their report interval. The records are also ``JobExecutionResult.accumulators[name]``.
     """
 
     def __init__(self) -> None:
@@ -231,10 +237,27 @@ class CollectSink(SinkFunction):
 
         self.values: list[Any] = []
         self._lock = threading.Lock()
+        self._collected: ListAccumulator | None = None
+
+    @staticmethod
+    def accumulator_name(uid: str) -> str:
+        """The accumulator a collect sink with operator ``uid`` adds its records to."""
+        return f"collect:{uid}"
 
     def __deepcopy__(self, memo: dict[int, Any]) -> CollectSink:
-        return self
+        return CollectSink()  # a subtask's copy: its own empty lists, nothing shared
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        self._collected = ListAccumulator()
+        runtime_context.add_accumulator(self.accumulator_name(runtime_context.operator_uid), self._collected)
 
     def invoke(self, value: Any) -> None:
+        collected = self._collected
+        if collected is None:
+            raise RuntimeError("CollectSink.invoke before open: the sink runs only inside a job")
+        collected.add(value)
+
+    def receive(self, values: list[Any]) -> None:
+        """Records of one subtask, from the job master."""
         with self._lock:
-            self.values.append(value)
+            self.values.extend(values)

@@ -51,6 +51,7 @@ __all__ = [
     "BroadcastConnectedStream",
     "DataStreamSink",
     "copy_function",
+    "user_function",
 ]
 
 
@@ -62,8 +63,27 @@ def copy_function(function: Any) -> Any:
         return function
 
 
+class _OperatorFactory:
+    """Makes a subtask's operator around its own copy of the user function (Flink deserializes
+    one instance per subtask); ``function`` is the user's own object (never run)."""
+
+    __slots__ = ("function", "operator_type")
+
+    def __init__(self, operator_type: type[StreamOperator], function: Any) -> None:
+        self.operator_type = operator_type
+        self.function = function
+
+    def __call__(self) -> StreamOperator:
+        return self.operator_type(copy_function(self.function))
+
+
 def _factory(operator_type: type[StreamOperator], function: Any) -> Callable[[], StreamOperator]:
-    return lambda: operator_type(copy_function(function))
+    return _OperatorFactory(operator_type, function)
+
+
+def user_function(factory: Callable[[], StreamOperator]) -> Any:
+    """The user's function object behind an operator factory (None: none, e.g. a source)."""
+    return factory.function if isinstance(factory, _OperatorFactory) else None
 
 
 class DataStream:

@@ -27,6 +27,10 @@ if TYPE_CHECKING:
     from statekit.runtime.operators.base import StreamOperator
 
 __all__ = [
+    "JobTopology",
+    "OperatorDescription",
+    "VertexDescription",
+    "EdgeDescription",
     "Transformation",
     "InputSpec",
     "OperatorNode",
@@ -130,10 +134,75 @@ class JobVertex:
         return " -> ".join(op.name for op in self.operators)
 
 
+@dataclass(frozen=True)
+class OperatorDescription:
+    """One operator as job control shows it."""
+
+    uid: str
+    name: str
+    parallelism: int
+    max_parallelism: int = 128
+    vertex: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        """Flink-like vertex of the REST API: ``{"id", "name", "parallelism"}`` (id is the uid)."""
+        return {"id": self.uid, "name": self.name, "parallelism": self.parallelism}
+
+
+@dataclass(frozen=True)
+class EdgeDescription:
+    """One edge between operators (``chained``: inside one vertex, a direct call)."""
+
+    source: str
+    target: str
+    partitioning: str
+    input_index: int = 1
+    chained: bool = False
+    side_output: str | None = None
+
+
+@dataclass(frozen=True)
+class VertexDescription:
+    """One job vertex: a chain of operators run by one task per subtask."""
+
+    id: int
+    name: str
+    parallelism: int
+    operators: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class JobTopology:
+    """The job graph described in plain values (job control, REST, the dashboard): its operators,
+    the vertices they are chained into, and the edges between them."""
+
+    operators: tuple[OperatorDescription, ...]
+    vertices: tuple[VertexDescription, ...] = ()
+    edges: tuple[EdgeDescription, ...] = ()
+
+    @staticmethod
+    def of(*operators: OperatorDescription) -> JobTopology:
+        """A topology of unconnected operators, each its own vertex (tests, stand-ins)."""
+        vertices = tuple(VertexDescription(i, op.name, op.parallelism, (op.uid,)) for i, op in enumerate(operators))
+        return JobTopology(tuple(OperatorDescription(op.uid, op.name, op.parallelism, op.max_parallelism, i)
+                                 for i, op in enumerate(operators)), vertices)
+
+
 @dataclass
 class JobGraph:
     operators: list[OperatorNode]
     vertices: list[JobVertex]
+
+    def topology(self) -> JobTopology:
+        """This graph in plain values."""
+        return JobTopology(
+            tuple(OperatorDescription(op.uid, op.name, op.parallelism, op.max_parallelism,
+                                      op.vertex.id if op.vertex is not None else -1) for op in self.operators),
+            tuple(VertexDescription(v.id, v.name, v.parallelism, tuple(op.uid for op in v.operators))
+                  for v in self.vertices),
+            tuple(EdgeDescription(e.source.uid, e.target.uid, e.partitioning.value, e.input_index, e.chained,
+                                  e.side_output) for op in self.operators for e in op.outputs),
+        )
 
     @property
     def bounded(self) -> bool:

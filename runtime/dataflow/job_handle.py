@@ -10,17 +10,17 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from statekit.runtime.dataflow.graph import JobTopology
     from statekit.runtime.task.metrics import TaskFigures
 
 __all__ = [
     "JobStatus",
     "JobHandle",
-    "JobVertex",
     "JobControl",
     "JobExecutionResult",
 ]
@@ -43,21 +43,6 @@ class JobStatus(str, Enum):
         return self in (JobStatus.FINISHED, JobStatus.FAILED, JobStatus.CANCELED)
 
 
-class JobVertex:
-    """One operator of the job graph: uid, name, parallelism."""
-
-    __slots__ = ("name", "parallelism", "uid")
-
-    def __init__(self, uid: str, name: str, parallelism: int) -> None:
-        self.uid = uid
-        self.name = name
-        self.parallelism = parallelism
-
-    def to_json(self) -> dict[str, Any]:
-        """Flink-like vertex: ``{"id", "name", "parallelism"}`` (id is the uid)."""
-        return {"id": self.uid, "name": self.name, "parallelism": self.parallelism}
-
-
 class JobControl(Protocol):
     """What the job master behind a handle offers (runtime internal)."""
 
@@ -70,6 +55,8 @@ class JobControl(Protocol):
     def checkpoint_stats(self) -> dict[str, Any]: ...
 
     def task_metrics(self) -> list[TaskFigures]: ...
+
+    def accumulator_results(self) -> dict[str, Any]: ...
 
 
 class JobHandle:
@@ -88,13 +75,13 @@ class JobHandle:
         self,
         job_id: str,
         job_name: str,
-        vertices: list[JobVertex],
+        topology: JobTopology,
         checkpoint_dir: str | None,
         control: JobControl,
     ) -> None:
         self.job_id = job_id
         self.job_name = job_name
-        self.vertices = vertices
+        self.topology = topology
         self.checkpoint_dir = checkpoint_dir
         self.start_time_ms = int(time.time() * 1000)
         self.end_time_ms: int | None = None
@@ -137,7 +124,7 @@ class JobHandle:
                 "state": self._status.value,
                 "start-time": self.start_time_ms,
                 "end-time": self.end_time_ms if self.end_time_ms is not None else -1,
-                "vertices": [vertex.to_json() for vertex in self.vertices],
+                "vertices": [op.to_json() for op in self.topology.operators],
                 "checkpoint-dir": self.checkpoint_dir,
             }
             if self.failure is not None:
@@ -186,6 +173,10 @@ class JobHandle:
         """What every task reported, with rates (``statekit.runtime.jobmaster.metrics``)."""
         return self._control.task_metrics()
 
+    def accumulators(self) -> dict[str, Any]:
+        """The job's accumulators merged so far (:mod:`statekit.runtime.api.accumulators`)."""
+        return self._control.accumulator_results()
+
     def wait(self, timeout: float | None = None) -> JobStatus:
         """Block until the job is terminal (or ``timeout`` seconds passed); return its status."""
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -208,5 +199,10 @@ class JobExecutionResult:
     net_runtime_ms: int
     savepoint_path: str | None = None
     latest_checkpoint: str | None = None
+    accumulators: dict[str, Any] = field(default_factory=dict)
+
+    def get_accumulator_result(self, name: str) -> Any:
+        """The merged accumulator ``name`` (Flink's ``getAccumulatorResult``; None: never added to)."""
+        return self.accumulators.get(name)
 
 

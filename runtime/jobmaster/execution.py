@@ -15,6 +15,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from statekit.runtime.api.accumulators import Accumulator
 from statekit.runtime.checkpoint.channel_state import ChannelSpec
 from statekit.runtime.checkpoint.handles import TaskStateSnapshot
 from statekit.runtime.checkpoint.restore import RestorePlan
@@ -101,6 +102,7 @@ class Execution:
                 writers: list[list[RecordWriter]] = []
                 output_specs: list[list[ChannelSpec]] = []
                 replay: list[tuple[int, int, list[Any]]] = []
+                accumulators: dict[str, Accumulator] = {}  # the task's, shared by its chain
                 for position, node in enumerate(vertex.operators):
                     replay.extend((position, index, records) for index, records in inflight.get((node.uid, i), ()))
                     op = node.transformation.factory()
@@ -110,6 +112,7 @@ class Execution:
                         key_selector=node.key_selector, key_serializer=node.key_serializer,
                         restore=restore.subtask(node.uid, i, node.parallelism, node.max_parallelism) if restore else None,
                         working_dir=working_dir, job_id=master.job_id, incremental=master.incremental,
+                        accumulators=accumulators,
                     ), Output(lambda value: None))
                     operators.append(op)
                     chained_next.append([vertex.operators.index(e.target) for e in node.outputs if e.chained])
@@ -170,6 +173,8 @@ class Execution:
         self.master.coordinator.acknowledge(task.key, checkpoint_id, snapshot)
 
     def report_metrics(self, report: TaskReport) -> None:
+        if report.accumulators:
+            self.master.accumulate(report.accumulators)
         self.master.metrics.update(report)
 
     def decline_checkpoint(self, task: Task, checkpoint_id: int, reason: str, *, subsumed: bool,

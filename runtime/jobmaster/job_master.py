@@ -21,13 +21,16 @@ import time
 from dataclasses import replace
 from typing import Any
 
+from statekit.runtime.api.accumulators import merge_accumulator
 from statekit.runtime.api.restart_strategy import RestartStrategy, fixed_delay_restart, no_restart
 from statekit.runtime.checkpoint.restore import ExchangeEdge, RestorePlan
 from statekit.runtime.checkpoint.restore_mode import RestoreMode, parse_restore_mode
 from statekit.runtime.checkpoint.storage import CheckpointStorage
+from statekit.runtime.connectors.sinks import CollectSink
+from statekit.runtime.dataflow.datastream import user_function
 from statekit.runtime.dataflow.environment import StreamEnvironment
 from statekit.runtime.dataflow.graph import JobGraph, build_job_graph
-from statekit.runtime.dataflow.job_handle import JobExecutionResult, JobHandle, JobStatus, JobVertex
+from statekit.runtime.dataflow.job_handle import JobExecutionResult, JobHandle, JobStatus
 from statekit.runtime.dataflow.run_options import RunOptions, get_run_options, notify_job_listeners
 from statekit.runtime.jobmaster.coordinator import CheckpointCoordinator, OperatorInfo
 from statekit.runtime.jobmaster.execution import JOIN_TIMEOUT_S, Execution, one_line
@@ -90,7 +93,7 @@ def execute(env: StreamEnvironment, job_name: str) -> JobExecutionResult:
     end = handle.end_time_ms or int(time.time() * 1000)
     return JobExecutionResult(
         handle.job_id, job_name, status, end - handle.start_time_ms, master.final_savepoint,
-        master.coordinator.latest_completed,
+        master.coordinator.latest_completed, master.accumulator_results(),
     )
 
 
@@ -169,13 +172,19 @@ class JobMaster:
             }
         self.handle = JobHandle(
             self.job_id, job_name,
-            [JobVertex(op.uid, op.name, op.parallelism) for op in self.graph.operators],
+            self.graph.topology(),
             None if self.ephemeral_storage else self.storage.job_dir_url,
             self,
         )
         self.error: BaseException | None = None
         self.final_savepoint: str | None = None
-        self.metrics = JobMetrics()  # what the tasks report (runtime/metrics.py)
+        self.metrics = JobMetrics()  # what the tasks report (statekit.runtime.jobmaster.metrics)
+        self.accumulators: dict[str, Any] = {}  # merged from every task's reports
+        self._accumulator_lock = threading.Lock()
+        self._collect_sinks = {
+            CollectSink.accumulator_name(node.uid): function for node in self.graph.operators
+            if isinstance(function := user_function(node.transformation.factory), CollectSink)
+        }
         self._lock = threading.Lock()
         self._execution: Execution | None = None
         self._cancel = threading.Event()
@@ -218,6 +227,22 @@ class JobMaster:
 
     def task_metrics(self) -> list[TaskFigures]:
         return self.metrics.tasks()
+
+    def accumulate(self, changes: tuple[tuple[str, Any], ...]) -> None:
+        """Merge one task's accumulator changes (and hand a collect sink's records to the
+        user's :class:`CollectSink` object in this process)."""
+        with self._accumulator_lock:
+            for name, change in changes:
+                self.accumulators[name] = merge_accumulator(self.accumulators.get(name), change)
+                sink = self._collect_sinks.get(name)
+                if sink is not None:
+                    sink.receive(change)
+
+    def accumulator_results(self) -> dict[str, Any]:
+        """The merged accumulators now (copies)."""
+        with self._accumulator_lock:
+            return {name: list(value) if isinstance(value, list) else value
+                    for name, value in self.accumulators.items()}
 
     def _checkpoint_failures_exceeded(self, error: BaseException) -> None:
         with self._lock:

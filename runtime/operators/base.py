@@ -10,9 +10,10 @@ returns an :class:`OperatorSnapshot` whose ``write`` is the asynchronous part.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from statekit.runtime.api.accumulators import Accumulator
 from statekit.runtime.api.functions import (
     CheckpointedFunction,
     CheckpointListener,
@@ -97,6 +98,8 @@ class OperatorContext:
     working_dir: str | None = None
     job_id: str = ""
     incremental: bool = False
+    # the accumulators of the operator's task (shared by the operators of its chain)
+    accumulators: dict[str, Accumulator] = field(default_factory=dict)
 
 
 @dataclass
@@ -226,6 +229,16 @@ class _RuntimeContext(RuntimeContext):
     @property
     def operator_uid(self) -> str:
         return self._op.ctx.uid
+
+    def add_accumulator(self, name: str, accumulator: Accumulator) -> None:
+        accumulators = self._op.ctx.accumulators
+        if name in accumulators:
+            raise BadInputError(f"operator {self._op.ctx.uid!r}: an accumulator named {name!r} is already "
+                                "registered in this task")
+        accumulators[name] = accumulator
+
+    def get_accumulator(self, name: str) -> Accumulator | None:
+        return self._op.ctx.accumulators.get(name)
 
     def _backend(self) -> KeyedStateBackend[Any]:
         if self._op.keyed_backend is None:

@@ -23,6 +23,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from statekit.runtime.api.accumulators import Accumulator
+
 if TYPE_CHECKING:
     pass
 
@@ -68,6 +70,8 @@ class TaskReport:
     source: bool = False
     sink: bool = False
     finished: bool = False
+    # (name, changes since the previous report) of the task's accumulators
+    accumulators: tuple[tuple[str, Any], ...] = ()
 
 
 class _Writer(Protocol):
@@ -89,6 +93,7 @@ class TaskMetrics:
         "_due",
         "_report",
         "_writers",
+        "accumulators",
         "backpressured_s",
         "checkpoints_taken",
         "last_alignment_ms",
@@ -103,8 +108,10 @@ class TaskMetrics:
     )
 
     def __init__(self, vertex_id: int, subtask: int, name: str, writers: Sequence[_Writer],
-                 report: Callable[[TaskReport], None], *, source: bool = False) -> None:
+                 report: Callable[[TaskReport], None], *, source: bool = False,
+                 accumulators: dict[str, Accumulator] | None = None) -> None:
         self.vertex_id, self.subtask, self.name, self.source = vertex_id, subtask, name, source
+        self.accumulators = accumulators if accumulators is not None else {}
         self._writers = writers
         self._report = report
         self.records_in = 0
@@ -147,8 +154,12 @@ class TaskMetrics:
             self.vertex_id, self.subtask, self.name, time.time(), self.records_in,
             sum(w.records_out for w in self._writers), self.backpressured_s, self.checkpoints_taken,
             self.last_checkpoint_id, self.last_alignment_ms, self.last_sync_ms, self.last_unaligned,
-            self.source, not self._writers, finished,
+            self.source, not self._writers, finished, self._accumulator_changes(),
         ))
+
+    def _accumulator_changes(self) -> tuple[tuple[str, Any], ...]:
+        changes = ((name, accumulator.take_changes()) for name, accumulator in self.accumulators.items())
+        return tuple((name, change) for name, change in changes if change is not None)
 
 
 @dataclass(frozen=True)

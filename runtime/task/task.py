@@ -148,7 +148,7 @@ class Task:
         self.is_source = isinstance(operators[0], SourceOperator)
         self.thread = threading.Thread(target=self.run, name=self.name, daemon=True)
         self.metrics = TaskMetrics(vertex_id, subtask, self.name, self.writers, host.report_metrics,
-                                   source=self.is_source)
+                                   source=self.is_source, accumulators=operators[0].ctx.accumulators)
         self.timer_ops: list[StreamOperator] = []
         self.time = TaskTime(len(input_specs))
         self.handler: CheckpointBarrierHandler | None = None

@@ -25,7 +25,8 @@ from statekit.runtime.control.registry import JobRegistry, process_alive
 FAKE_JOB = '''
 """A job without dataflow: savepoints are empty directories; stop finishes, cancel cancels."""
 import concurrent.futures, os, sys
-from statekit.runtime.dataflow.job_handle import JobHandle, JobStatus, JobVertex
+from statekit.runtime.dataflow.graph import JobTopology, OperatorDescription
+from statekit.runtime.dataflow.job_handle import JobHandle, JobStatus
 from statekit.runtime.dataflow.run_options import get_run_options, notify_job_listeners
 
 class Master:
@@ -47,7 +48,7 @@ class Master:
 if sys.argv[1] == "--fail-early":
     raise RuntimeError("boom before the job started")
 options = get_run_options()
-handle = JobHandle(options.job_id, "fake", [JobVertex("counter", "counter", 1)], None, Master())
+handle = JobHandle(options.job_id, "fake", JobTopology.of(OperatorDescription("counter", "counter", 1)), None, Master())
 notify_job_listeners(handle)
 handle.set_status(JobStatus.RUNNING)
 print("fake job running", flush=True)

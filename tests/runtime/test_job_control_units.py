@@ -35,7 +35,8 @@ from statekit.runtime.control.registry import (
     process_start_ticks,
 )
 from statekit.runtime.control.rest import JobRestServer
-from statekit.runtime.dataflow.job_handle import JobHandle, JobStatus, JobVertex
+from statekit.runtime.dataflow.graph import JobTopology, OperatorDescription
+from statekit.runtime.dataflow.job_handle import JobHandle, JobStatus
 from statekit.statefmt.errors import BadInputError, JobError
 
 
@@ -78,7 +79,7 @@ class FakeControl:
 
 def fake_handle(job_id: str | None = None) -> tuple[JobHandle, FakeControl]:
     stub = FakeControl()
-    handle = JobHandle(job_id or new_job_id(), "fake-job", [JobVertex("counter", "counter", 2)], None, stub)
+    handle = JobHandle(job_id or new_job_id(), "fake-job", JobTopology.of(OperatorDescription("counter", "counter", 2)), None, stub)
     stub.handle = handle
     handle.set_status(JobStatus.RUNNING)
     return handle, stub

@@ -24,7 +24,8 @@ from statekit.runtime.control import client as control
 from statekit.runtime.control import registry as registry_module
 from statekit.runtime.control.registry import JobEntry, JobRegistry, current_process_entry, new_job_id, process_alive
 from statekit.runtime.control.rest import JobRestServer
-from statekit.runtime.dataflow.job_handle import JobHandle, JobStatus, JobVertex
+from statekit.runtime.dataflow.graph import JobTopology, OperatorDescription
+from statekit.runtime.dataflow.job_handle import JobHandle, JobStatus
 from statekit.statefmt.errors import BadInputError, JobError
 
 NOBODY = 65534
@@ -89,7 +90,7 @@ def foreign_job(home: Path) -> Iterator[tuple[str, _Stub]]:
     other user it is made unreadable, which is what another user's 0700 directory is to us.
     """
     stub = _Stub()
-    handle = JobHandle(new_job_id(), "theirs", [JobVertex("op", "op", 1)], None, stub)
+    handle = JobHandle(new_job_id(), "theirs", JobTopology.of(OperatorDescription("op", "op", 1)), None, stub)
     handle.set_status(JobStatus.RUNNING)
     registry = JobRegistry()
     token = registry.register(current_process_entry(handle.job_id, "theirs"))
@@ -193,7 +194,8 @@ def test_run_with_the_job_id_of_a_crashed_job(home: Path, tiny_job: str) -> None
 
 FAKE_JOB = '''
 import sys
-from statekit.runtime.dataflow.job_handle import JobHandle, JobStatus, JobVertex
+from statekit.runtime.dataflow.graph import JobTopology, OperatorDescription
+from statekit.runtime.dataflow.job_handle import JobHandle, JobStatus
 from statekit.runtime.dataflow.run_options import get_run_options, notify_job_listeners
 
 class Master:
@@ -206,7 +208,7 @@ class Master:
     def checkpoint_stats(self):
         return {}
 
-handle = JobHandle(get_run_options().job_id, "fake", [JobVertex("op", "op", 1)], None, Master())
+handle = JobHandle(get_run_options().job_id, "fake", JobTopology.of(OperatorDescription("op", "op", 1)), None, Master())
 notify_job_listeners(handle)
 handle.set_status(JobStatus.RUNNING)
 handle.wait(float(sys.argv[1]))
@@ -267,7 +269,7 @@ def test_rest_refuses_malformed_job_ids_with_400() -> None:
     import urllib.error
     import urllib.request
 
-    handle = JobHandle(new_job_id(), "j", [JobVertex("op", "op", 1)], None, _Stub())
+    handle = JobHandle(new_job_id(), "j", JobTopology.of(OperatorDescription("op", "op", 1)), None, _Stub())
     server = JobRestServer(handle, "t").start()
     try:
         for path, code in ((f"/jobs/{'0' * 32}", 404), ("/jobs/not-a-job-id", 400), (f"/jobs/{'0' * 31}/checkpoints", 400),

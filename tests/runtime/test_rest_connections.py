@@ -22,7 +22,8 @@ from statekit.cli.main import cli
 from statekit.runtime.control import submission
 from statekit.runtime.control.registry import JobRegistry, current_process_entry, new_job_id
 from statekit.runtime.control.rest import JobRestServer
-from statekit.runtime.dataflow.job_handle import JobHandle, JobStatus, JobVertex
+from statekit.runtime.dataflow.graph import JobTopology, OperatorDescription
+from statekit.runtime.dataflow.job_handle import JobHandle, JobStatus
 
 TOKEN = "t0ken"
 
@@ -51,7 +52,7 @@ class Stub:
 
 def job() -> tuple[JobHandle, Stub]:
     stub = Stub()
-    handle = JobHandle(new_job_id(), "j", [JobVertex("op", "op", 1)], None, stub)
+    handle = JobHandle(new_job_id(), "j", JobTopology.of(OperatorDescription("op", "op", 1)), None, stub)
     handle.set_status(JobStatus.RUNNING)
     return handle, stub
 
