@@ -24,16 +24,17 @@ import os
 import threading
 from typing import Any
 
-from statekit.runtime.api.functions import (
+from statekit.runtime import (
     CheckpointedFunction,
     FunctionInitializationContext,
     FunctionSnapshotContext,
     KeyedBroadcastProcessFunction,
+    ListStateDescriptor,
+    MapStateDescriptor,
     RuntimeContext,
     SinkFunction,
+    get_execution_environment,
 )
-from statekit.runtime.api.state import ListStateDescriptor, MapStateDescriptor
-from statekit.runtime.dataflow.environment import get_execution_environment
 
 LIMITS = MapStateDescriptor("limits", "int", key_type="string")
 SPENT = MapStateDescriptor("spent", "int", key_type="string")

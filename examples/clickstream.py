@@ -17,10 +17,15 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from statekit.runtime.api.functions import KeyedProcessFunction, RuntimeContext
-from statekit.runtime.api.state import ListStateDescriptor, MapStateDescriptor
-from statekit.runtime.connectors.sinks import FileSink, PrintSink
-from statekit.runtime.dataflow.environment import get_execution_environment
+from statekit.runtime import (
+    FileSink,
+    KeyedProcessFunction,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    PrintSink,
+    RuntimeContext,
+    get_execution_environment,
+)
 
 PAGES = ("home", "search", "product", "cart", "checkout", "help")
 RECENT = 5

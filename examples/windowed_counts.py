@@ -28,16 +28,22 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from statekit.runtime.api.functions import AggregateFunction, FunctionInitializationContext, FunctionSnapshotContext
-from statekit.runtime.api.side_outputs import OutputTag
-from statekit.runtime.api.sources import Source, SourceReader, SourceReaderContext
-from statekit.runtime.api.watermarks import WatermarkStrategy
-from statekit.runtime.api.windows.assigners import TumblingEventTimeWindows
-from statekit.runtime.api.windows.functions import ProcessWindowFunction
-from statekit.runtime.connectors.sinks import FileSink
-from statekit.runtime.connectors.sources import FileSource
-from statekit.runtime.control.launcher import parse_duration_ms
-from statekit.runtime.dataflow.environment import get_execution_environment
+from statekit.runtime import (
+    AggregateFunction,
+    FileSink,
+    FileSource,
+    FunctionInitializationContext,
+    FunctionSnapshotContext,
+    OutputTag,
+    ProcessWindowFunction,
+    Source,
+    SourceReader,
+    SourceReaderContext,
+    TumblingEventTimeWindows,
+    WatermarkStrategy,
+    get_execution_environment,
+    parse_duration,
+)
 from statekit.statefmt.errors import BadInputError
 
 WORD = re.compile(r"[^\W\d_]+")
@@ -131,14 +137,18 @@ def event_time(record: Record, previous: int | None) -> int:
     return record[1]
 
 
+def _duration(text: str) -> int:
+    return parse_duration(text, minimum=0)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--input", required=True, help="directory of EPOCH_MS<TAB>TEXT files")
     parser.add_argument("--output", required=True, help="directory for WINDOW_START_MS<TAB>WORD<TAB>COUNT part files")
-    parser.add_argument("--window", default="10s", type=parse_duration_ms, help="window size (default 10s)")
-    parser.add_argument("--out-of-orderness", default="2s", type=parse_duration_ms,
+    parser.add_argument("--window", default="10s", type=_duration, help="window size (default 10s)")
+    parser.add_argument("--out-of-orderness", default="2s", type=_duration,
                         help="how far behind the latest timestamp records may be (default 2s)")
-    parser.add_argument("--allowed-lateness", default="0s", type=parse_duration_ms,
+    parser.add_argument("--allowed-lateness", default="0s", type=_duration,
                         help="how long windows are kept after they fired (default 0s)")
     parser.add_argument("--late-output", help="directory for lines later than watermark + lateness")
     parser.add_argument("--watch", action="store_true",

@@ -19,11 +19,14 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from statekit.runtime.api.functions import KeyedProcessFunction, RuntimeContext
-from statekit.runtime.api.state import ValueStateDescriptor
-from statekit.runtime.connectors.sinks import FileSink
-from statekit.runtime.connectors.sources import FileSource
-from statekit.runtime.dataflow.environment import get_execution_environment
+from statekit.runtime import (
+    FileSink,
+    FileSource,
+    KeyedProcessFunction,
+    RuntimeContext,
+    ValueStateDescriptor,
+    get_execution_environment,
+)
 
 WORD = re.compile(r"[^\W\d_]+")
 

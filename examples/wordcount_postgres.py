@@ -23,9 +23,7 @@ import importlib.util
 from pathlib import Path
 from types import ModuleType
 
-from statekit.runtime.connectors.postgres_sink import PostgresSink
-from statekit.runtime.connectors.sources import FileSource
-from statekit.runtime.dataflow.environment import get_execution_environment
+from statekit.runtime import FileSource, PostgresSink, get_execution_environment
 
 COLUMNS = {"word": "text", "count": "bigint"}
 

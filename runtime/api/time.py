@@ -54,18 +54,21 @@ _DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*([a-z]*)$")
 _MAX_DURATION_MS = 365 * 86_400_000
 
 
-def parse_duration(text: str, *, what: str = "duration") -> int:
+def parse_duration(text: str, *, what: str = "duration", minimum: int = 1) -> int:
     """Milliseconds of ``200ms``, ``1s``, ``1.5 s``, ``2min``, ``1h`` or a bare number of ms.
 
+    Args:
+        minimum: The least duration accepted (0: ``0s`` is a valid duration).
+
     Raises:
-        BadInputError: Not a positive duration in a known unit.
+        BadInputError: Not a duration in a known unit, or outside ``minimum`` .. 365 days.
     """
     match = _DURATION.match(text.strip().lower())
     if match is None or match.group(2) not in _DURATION_UNITS:
         raise BadInputError(f"invalid {what} {text!r}; use e.g. 200ms, 1s, 2min or 1h")
     millis = float(match.group(1)) * _DURATION_UNITS[match.group(2)]
-    if not 1 <= millis <= _MAX_DURATION_MS:
-        raise BadInputError(f"invalid {what} {text!r}: must be between 1 ms and 365 days")
+    if not minimum <= millis <= _MAX_DURATION_MS:
+        raise BadInputError(f"invalid {what} {text!r}: must be between {minimum} ms and 365 days")
     return int(millis)
 
 

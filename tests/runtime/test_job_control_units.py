@@ -338,7 +338,7 @@ def test_cancel_with_savepoint(served: tuple[JobHandle, FakeControl, str], tmp_p
 
 
 def test_outcome_of_a_stop_survives_the_server(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(control, "FETCH_GRACE_S", 0.2)
+    monkeypatch.setattr(submission, "FETCH_GRACE_S", 0.2)
     handle, _ = fake_handle()
     registry = JobRegistry()
     token = registry.register(current_process_entry(handle.job_id, "fake-job"))

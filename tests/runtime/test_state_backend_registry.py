@@ -104,7 +104,7 @@ env.execute("toy backend job")
 # A fresh `statekit` process that registers the toy backend before the CLI is built.
 CLI_WITH_TOY = """
 import runpy, sys
-from statekit.runtime.state.backend import register_state_backend
+from statekit.runtime.state.registry import register_state_backend
 register_state_backend(runpy.run_path(sys.argv[1])["TOY"])
 from statekit.cli.main import cli
 cli(args=sys.argv[2:], prog_name="statekit")
@@ -238,7 +238,8 @@ def test_only_the_registry_and_the_backends_spell_a_backend_name() -> None:
     found = []
     for package in ("runtime", "cli"):
         for path in sorted((ROOT / package).rglob("*.py")):
-            if package == "runtime" and path.name.startswith("backend"):
+            if package == "runtime" and (path.name.startswith("backend") or (path.name == "registry.py"
+                                         and path.parent.name == "state")):
                 continue
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
                 if isinstance(node, ast.Constant) and node.value in spelled:

@@ -21,11 +21,15 @@ import argparse
 import re
 from typing import Any
 
-from statekit.runtime.api.functions import KeyedProcessFunction, RuntimeContext
-from statekit.runtime.api.state import ListStateDescriptor, ValueStateDescriptor
-from statekit.runtime.connectors.sinks import FileSink
-from statekit.runtime.connectors.sources import FileSource
-from statekit.runtime.dataflow.environment import get_execution_environment
+from statekit.runtime import (
+    FileSink,
+    FileSource,
+    KeyedProcessFunction,
+    ListStateDescriptor,
+    RuntimeContext,
+    ValueStateDescriptor,
+    get_execution_environment,
+)
 
 WORD = re.compile(r"[^\W\d_]+")
 VARIANTS = ("same", "renamed-uid", "removed-operator", "added-state", "float-count", "string-count",
