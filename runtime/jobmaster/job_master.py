@@ -23,7 +23,7 @@ from typing import Any
 
 from statekit.runtime.api.accumulators import merge_accumulator
 from statekit.runtime.api.restart_strategy import RestartStrategy, fixed_delay_restart, no_restart
-from statekit.runtime.checkpoint.restore import ExchangeEdge, RestorePlan
+from statekit.runtime.checkpoint.restore import RestorePlan
 from statekit.runtime.checkpoint.restore_mode import RestoreMode, parse_restore_mode
 from statekit.runtime.checkpoint.storage import CheckpointStorage
 from statekit.runtime.connectors.sinks import CollectSink
@@ -33,11 +33,12 @@ from statekit.runtime.dataflow.graph import JobGraph, build_job_graph
 from statekit.runtime.dataflow.job_handle import JobExecutionResult, JobHandle, JobStatus
 from statekit.runtime.dataflow.run_options import RunOptions, get_run_options, notify_job_listeners
 from statekit.runtime.jobmaster.coordinator import CheckpointCoordinator, OperatorInfo
-from statekit.runtime.jobmaster.execution import JOIN_TIMEOUT_S, Execution, one_line
+from statekit.runtime.jobmaster.execution import JOIN_TIMEOUT_S, Deployer, Execution, ThreadDeployer, one_line
 from statekit.runtime.jobmaster.metrics import JobMetrics
 from statekit.runtime.jobmaster.temp_dirs import TempDirs
 from statekit.runtime.state.registry import resolve_state_backend
 from statekit.runtime.task.metrics import TaskFigures
+from statekit.runtime.taskmanager.deployment import exchange_edges
 from statekit.statefmt.errors import BadInputError, JobError, JobFailedError, StatekitError
 from statekit.statefmt.job_id import check_job_id, new_job_id
 from statekit.statefmt.pandas_probe import answer_pandas_probe_on_import
@@ -57,10 +58,14 @@ log = logging.getLogger("statekit.runtime")
 
 
 
-def execute_async(env: StreamEnvironment, job_name: str) -> JobHandle:
-    """Resolve and start the job; return its handle (listeners are called before it runs)."""
+def execute_async(env: StreamEnvironment, job_name: str, deployer: Deployer | None = None) -> JobHandle:
+    """Resolve and start the job; return its handle (listeners are called before it runs).
+
+    Args:
+        deployer: How attempts are deployed (default: threads of this process).
+    """
     answer_pandas_probe_on_import()  # a job's first snapshot would otherwise import pandas (~0.4 s)
-    master = JobMaster(env, job_name, get_run_options())
+    master = JobMaster(env, job_name, get_run_options(), deployer)
     try:
         notify_job_listeners(master.handle)
     except Exception as exc:  # noqa: BLE001 - a listener never stops the job
@@ -69,14 +74,14 @@ def execute_async(env: StreamEnvironment, job_name: str) -> JobHandle:
     return master.handle
 
 
-def execute(env: StreamEnvironment, job_name: str) -> JobExecutionResult:
+def execute(env: StreamEnvironment, job_name: str, deployer: Deployer | None = None) -> JobExecutionResult:
     """Run the job and block until it ends.
 
     Raises:
         StatekitError: the job could not start or restore (BadInputError, ...).
         JobFailedError: it failed and restarts were exhausted.
     """
-    handle = execute_async(env, job_name)
+    handle = execute_async(env, job_name, deployer)
     master = handle._control
     assert isinstance(master, JobMaster)
     try:
@@ -100,8 +105,10 @@ def execute(env: StreamEnvironment, job_name: str) -> JobExecutionResult:
 class JobMaster:
     """Runs one job: attempts, restarts, checkpoints, savepoints, cancellation."""
 
-    def __init__(self, env: StreamEnvironment, job_name: str, options: RunOptions | None) -> None:
+    def __init__(self, env: StreamEnvironment, job_name: str, options: RunOptions | None,
+                 deployer: Deployer | None = None) -> None:
         options = options or RunOptions()
+        self.deployer: Deployer = deployer or ThreadDeployer()
         env._check_sources()
         self.env = env
         self.options = options
@@ -347,16 +354,6 @@ def _fast_switching(on: bool) -> None:
             _switching_jobs -= 1
             if _switching_jobs == 0:
                 sys.setswitchinterval(_switching_saved)
-
-
-def exchange_edges(graph: JobGraph) -> list[ExchangeEdge]:
-    """Every edge between two operators, as in-flight records of a restore see it."""
-    return [
-        ExchangeEdge(edge.source.uid, edge.target.uid, edge.input_index, edge.partitioning.value,
-                     edge.source.parallelism, edge.target.parallelism, edge.target.max_parallelism,
-                     edge.key_selector, edge.key_serializer)
-        for node in graph.operators for edge in node.outputs
-    ]
 
 
 
