@@ -63,7 +63,16 @@ class RunOptions:
         restore_mode: Who owns ``restore_path``: ``no-claim`` (default) or ``claim``
             (``--restore-mode``; :mod:`statekit.runtime.checkpoint.restore_mode`).
         executor: The registered executor that runs the job
-            (:mod:`statekit.runtime.dataflow.executor`; None: the default).
+            (:mod:`statekit.runtime.dataflow.executor`; None: the default, ``threads``; ``auto``:
+            TaskManager processes when a vertex has more than one subtask, else threads).
+        job_file: The job script being run (TaskManager processes import it to build the graph).
+        task_managers: TaskManager processes (``--task-managers``; None: one per core).
+        slots: Slots per TaskManager (``--slots``; None: enough for the job).
+        buffer_timeout_ms: How long a record may wait in a network buffer before it is sent
+            (``--buffer-timeout``; 0: sent at once; None: the default, 100 ms).
+        buffer_size: Bytes of a network buffer (``--buffer-size``; None: 32 KiB).
+        restart_attempts: Restarts after a failure (``--restart-attempts``; None: the job's strategy).
+        restart_delay_ms: Delay between restarts (``--restart-delay``).
     """
 
     parallelism: int | None = None
@@ -86,6 +95,13 @@ class RunOptions:
     checkpoint_timeout_ms: int | None = None
     restore_mode: str = "no-claim"
     executor: str | None = None
+    job_file: str | None = None
+    task_managers: int | None = None
+    slots: int | None = None
+    buffer_timeout_ms: int | None = None
+    buffer_size: int | None = None
+    restart_attempts: int | None = None
+    restart_delay_ms: int | None = None
 
     def apply_to(self, config: CheckpointConfig) -> CheckpointConfig:
         """``config`` with these overrides set (the job's own settings elsewhere)."""

@@ -271,6 +271,10 @@ class RecordWriter:
             self.records_out += len(buffer)
             self._send(channel, buffer)
 
+    def buffered(self) -> bool:
+        """Whether a channel's buffer holds records not handed over yet."""
+        return any(self._buffers)
+
     def flush(self) -> None:
         """Hand over every non-empty buffer."""
         for channel, buffer in enumerate(self._buffers):

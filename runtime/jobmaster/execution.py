@@ -74,8 +74,16 @@ class Deployment(Protocol):
         """Start every task (each reports ``task_ready`` to the execution)."""
         ...
 
+    def release(self) -> None:
+        """Every task is ready: they may process input (``host.started``)."""
+        ...
+
     def cancel(self) -> None:
         """End every task that still runs; returns when they ended (bounded wait)."""
+        ...
+
+    def close(self) -> None:
+        """The attempt ended: release what the deployment holds (processes, sockets)."""
         ...
 
 
@@ -114,6 +122,12 @@ class ThreadDeployment:
     def start(self) -> None:
         for task in self._tasks:
             task.thread.start()
+
+    def release(self) -> None:
+        """The tasks wait on the execution's ``started`` event, which is set now."""
+
+    def close(self) -> None:
+        """Threads end with their tasks."""
 
     def cancel(self) -> None:
         for gate in self.gates:
@@ -211,6 +225,7 @@ class Execution:
                     coordinator.attach(self)
                     attached = True
                     self.started.set()
+                    self.deployment.release()
                     coordinator.start_periodic()
             elif kind == "failed":
                 outcome = ("failed", event[2])
@@ -233,6 +248,7 @@ class Execution:
                         outcome = ("finished", None)
         if outcome[0] != "finished":
             self._teardown()
+        self.deployment.close()
         if attached:
             coordinator.stop_periodic()
             coordinator.detach("job attempt ended" if outcome[0] == "finished" else f"job {outcome[0]}")

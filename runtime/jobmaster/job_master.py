@@ -55,9 +55,6 @@ __all__ = [
 log = logging.getLogger("statekit.runtime")
 
 
-
-
-
 def execute_async(env: StreamEnvironment, job_name: str, deployer: Deployer | None = None) -> JobHandle:
     """Resolve and start the job; return its handle (listeners are called before it runs).
 
@@ -129,6 +126,10 @@ class JobMaster:
         self.restart: RestartStrategy = env.restart_strategy or (
             fixed_delay_restart(3, 1000) if self.config.enabled else no_restart()
         )
+        if options.restart_attempts is not None or options.restart_delay_ms is not None:  # the command line's
+            self.restart = fixed_delay_restart(
+                self.restart.attempts if options.restart_attempts is None else options.restart_attempts,
+                self.restart.delay_ms if options.restart_delay_ms is None else options.restart_delay_ms)
         self.initial_restore = (
             RestorePlan.open(options.restore_path, allow_non_restored_state=options.allow_non_restored_state,
                              trust_pickle=env.trust_pickle or options.trust_pickle, storage_options=env.storage_options)
@@ -356,8 +357,6 @@ def _fast_switching(on: bool) -> None:
                 sys.setswitchinterval(_switching_saved)
 
 
-
-
 def _unrecoverable(error: BaseException) -> bool:
     """Configuration and restore errors fail the job at once; task exceptions restart it."""
     return isinstance(error, StatekitError) and not isinstance(error, JobFailedError)
@@ -368,10 +367,6 @@ def _describe(error: BaseException) -> str:
     if isinstance(error, StatekitError):
         return one_line(str(error))
     return f"{type(error).__name__}: {one_line(str(error))}"
-
-
-
-
 
 
 def check_event_time_checkpoints(transformations: list[Any], unaligned: bool) -> None:

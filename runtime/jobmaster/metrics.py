@@ -34,14 +34,6 @@ __all__ = [
 RATE_WINDOW_S = 3.0
 
 
-
-
-
-
-
-
-
-
 class JobMetrics:
     """The reports of every task of a job (thread-safe); rates over ``window_s`` seconds."""
 

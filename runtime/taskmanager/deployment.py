@@ -22,7 +22,7 @@ from statekit.runtime.checkpoint.restore import ExchangeEdge, RestorePlan
 from statekit.runtime.dataflow.graph import Edge, JobGraph, JobVertex, edge_key_selector
 from statekit.runtime.exchange.input_gate import InputGate
 from statekit.runtime.exchange.partitioning import Partitioning
-from statekit.runtime.exchange.record_writer import ChannelTarget, RecordWriter
+from statekit.runtime.exchange.record_writer import BUFFER_SIZE, ChannelTarget, RecordWriter
 from statekit.runtime.operators.base import OperatorContext, Output, StreamOperator
 from statekit.runtime.task.task import Task, TaskHost
 from statekit.runtime.task.time import configure_task_time
@@ -58,6 +58,9 @@ class DeploymentContext:
         storage_options: The job's fsspec options.
         restore: The snapshot the attempt restores from, opened on this host (None: none).
         exchanges: Every exchange of the job (in-flight records are replayed into them).
+        buffer_records: Records a writer's buffer holds before it is handed over.
+        buffer_timeout_ms: How long records may wait in a writer's buffer (None: until the task
+            runs out of input; 0: not at all).
     """
 
     job_id: str
@@ -69,6 +72,8 @@ class DeploymentContext:
     storage_options: dict[str, Any] | None
     restore: RestorePlan | None
     exchanges: list[ExchangeEdge] = field(default_factory=list)
+    buffer_records: int = BUFFER_SIZE
+    buffer_timeout_ms: int | None = None
 
 
 class RemoteChannels(Protocol):
@@ -193,7 +198,7 @@ def deploy_tasks(graph: JobGraph, subtasks: Iterable[SubtaskKey], host: TaskHost
                 writer = RecordWriter(
                     targets, edge.partitioning, key_selector=edge_key_selector(edge),
                     key_serializer=edge.key_serializer, max_parallelism=edge.target.max_parallelism,
-                    start_channel=i,
+                    start_channel=i, buffer_size=context.buffer_records,
                 )
                 writer.side_output = edge.side_output
                 writer.timestamped = edge.source.transformation.timestamped
@@ -202,7 +207,7 @@ def deploy_tasks(graph: JobGraph, subtasks: Iterable[SubtaskKey], host: TaskHost
         task = Task(host, vertex.id, vertex.name, i, vertex.parallelism, operators, chained_next, writers,
                     gates[(vertex.id, i)], input_specs[(vertex.id, i)], output_specs=output_specs,
                     replay=replay, channel_state_serializer=context.channel_state_serializer,
-                    storage_options=context.storage_options)
+                    storage_options=context.storage_options, buffer_timeout_ms=context.buffer_timeout_ms)
         configure_task_time(task, graph, vertex)
         deployed.tasks.append(task)
         if vertex.is_source:
