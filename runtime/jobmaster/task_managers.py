@@ -253,10 +253,7 @@ class ProcessDeployment:
         for manager in self.managers:
             if manager.process.poll() is None:
                 log.warning("%s did not end; killing it", manager.describe())
-                with contextlib.suppress(OSError):
-                    os.killpg(manager.process.pid, signal.SIGKILL)
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    manager.process.wait(5)
+                _kill(manager)
 
     # ------------------------------------------------------------ events from the TaskManagers
 
@@ -315,7 +312,16 @@ class ProcessDeployment:
         if self._closing.is_set():
             return
         self._closing.set()
+        _kill(manager)  # lost is lost: a hung one must not hold the restart up
         self.execution.fail(TaskManagerLostError(f"{manager.describe()} was lost: {why}"))
+
+
+def _kill(manager: _ManagerProcess) -> None:
+    """SIGKILL a TaskManager's process group (it runs in a session of its own) and reap it."""
+    with contextlib.suppress(OSError):
+        os.killpg(manager.process.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        manager.process.wait(5)
 
 
 def _exit_description(code: int) -> str:

@@ -135,6 +135,16 @@ class TaskMetrics:
         self.backpressured_s += seconds
         self._dirty = True
 
+    def waited(self, since: float) -> float:
+        """The task has waited for room downstream since ``since`` (monotonic) and still waits:
+        once the report interval passed, count the wait so far and report; returns the new ``since``."""
+        now = time.monotonic()
+        if now < self._due:
+            return since
+        self.backpressured_s += now - since
+        self.report()
+        return now
+
     def checkpoint_taken(self, checkpoint_id: int, alignment_ms: int, unaligned: bool, sync_ms: float) -> None:
         self.checkpoints_taken += 1
         self.last_checkpoint_id, self.last_alignment_ms = checkpoint_id, alignment_ms

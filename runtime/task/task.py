@@ -362,6 +362,7 @@ class Task:
                 if writer.pending:
                     writer.wait_for_room(_OUTPUT_WAIT_S)
                     break
+            started = self.metrics.waited(started)  # a long wait is reported while it lasts
         self.metrics.add_backpressure(time.monotonic() - started)
 
     def _drain_output(self) -> None:

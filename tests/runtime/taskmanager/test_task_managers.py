@@ -1,0 +1,210 @@
+"""Subtasks in TaskManager processes: results equal the threads', a lost TaskManager fails only its
+attempt (the job restarts from its latest checkpoint, exactly once), nothing outlives the job, the
+graph a TaskManager builds must be the job master's, and backpressure crosses processes."""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from statekit.runtime import JobHandle, JobStatus, RunOptions, run_job_file
+from statekit.runtime.dataflow.run_options import add_job_listener, remove_job_listener
+from statekit.statefmt.errors import BadInputError
+
+pytestmark = pytest.mark.slow
+
+JOB = str(Path(__file__).with_name("jobs") / "numbers.py")
+
+
+def truth(count: int, keys: int = 100) -> dict[int, int]:
+    sums: dict[int, int] = collections.defaultdict(int)
+    for n in range(count):
+        sums[n % keys] += n
+    return dict(sums)
+
+
+def final_sums(output: Path) -> dict[int, int]:
+    names = os.listdir(output)
+    assert not [n for n in names if n.startswith(".")], "pending or in-progress files are visible"
+    sums: dict[int, int] = {}
+    for name in names:
+        for line in (output / name).read_text().splitlines():
+            key, total = (int(x) for x in line.split("\t"))
+            sums[key] = max(sums.get(key, 0), total)
+    return sums
+
+
+def children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (Linux /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    fields = stat.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                found.append(int(entry))
+    return found
+
+
+def task_managers(pid: int) -> list[int]:
+    found = []
+    for child in children(pid):
+        try:
+            with open(f"/proc/{child}/cmdline", "rb") as cmdline:
+                if b"statekit.runtime.taskmanager" in cmdline.read():
+                    found.append(child)
+        except OSError:
+            pass
+    return found
+
+
+def run(tmp_path: Path, *args: str, parallelism: int = 2, **options: object) -> JobStatus:
+    settings: dict[str, object] = {"executor": "processes", "parallelism": parallelism,
+                                   "checkpoint_dir": str(tmp_path / "chk"), "checkpoint_interval_ms": 100}
+    settings.update(options)
+    return run_job_file(JOB, RunOptions(job_args=args, **settings))  # type: ignore[arg-type]
+
+
+def test_a_job_on_task_managers_computes_what_it_computes_on_threads(tmp_path: Path) -> None:
+    for executor in ("processes", "threads"):
+        out = tmp_path / executor
+        status = run(tmp_path / f"c-{executor}", "--count", "20000", "--output", str(out), executor=executor)
+        assert status is JobStatus.FINISHED
+        assert final_sums(out) == truth(20_000)
+    assert not task_managers(os.getpid()), "a TaskManager outlived its job"
+
+
+def test_a_savepoint_taken_on_threads_restores_on_processes_and_back(tmp_path: Path) -> None:
+    first = run(tmp_path / "1", "--count", "6000", "--output", str(tmp_path / "o1"), executor="threads",
+                savepoint_on_finish=str(tmp_path / "sp1"))
+    assert first is JobStatus.FINISHED
+    (savepoint,) = (tmp_path / "sp1").iterdir()
+    # the restored sources have nothing left to read: the sums go on from the savepoint's
+    second = run(tmp_path / "2", "--count", "6000", "--output", str(tmp_path / "o2"), executor="processes",
+                 restore_path=str(savepoint), savepoint_on_finish=str(tmp_path / "sp2"))
+    assert second is JobStatus.FINISHED
+    (again,) = (tmp_path / "sp2").iterdir()
+    third = run(tmp_path / "3", "--count", "9000", "--output", str(tmp_path / "o3"), executor="threads",
+                restore_path=str(again))
+    assert third is JobStatus.FINISHED
+    assert final_sums(tmp_path / "o3") == truth(9000)
+
+
+@pytest.mark.parametrize("how", ["exit", "segfault", "raise"])
+def test_a_crashing_task_manager_fails_only_its_attempt(tmp_path: Path, how: str) -> None:
+    marker = tmp_path / "crashed"
+    status = run(tmp_path, "--count", "30000", "--rate", "5000", "--output", str(tmp_path / "out"),
+                 "--crash", how, "--crash-at", "12001", "--marker", str(marker), restart_attempts=2,
+                 restart_delay_ms=0)
+    assert marker.exists(), "the crash was never injected"
+    assert status is JobStatus.FINISHED
+    assert final_sums(tmp_path / "out") == truth(30_000)
+    assert not task_managers(os.getpid())
+
+
+def test_a_task_manager_that_stops_answering_is_lost_within_two_seconds(tmp_path: Path) -> None:
+    handles: list[JobHandle] = []
+    add_job_listener(handles.append)
+    result: list[JobStatus] = []
+    try:
+        runner = threading.Thread(target=lambda: result.append(run(
+            tmp_path, "--count", "40000", "--rate", "5000", "--output", str(tmp_path / "out"),
+            restart_attempts=1, restart_delay_ms=1000)))  # RESTARTING lasts the delay: long enough to see
+        runner.start()
+        deadline = time.monotonic() + 60
+        while not (handles and handles[0].checkpoint_stats()["counts"]["completed"] >= 2):
+            assert time.monotonic() < deadline and runner.is_alive(), "no checkpoint completed"
+            time.sleep(0.02)
+        (victim, *_) = task_managers(os.getpid())
+        os.kill(victim, signal.SIGSTOP)
+        stopped = time.monotonic()
+        while handles[0].status is not JobStatus.RESTARTING:
+            assert time.monotonic() - stopped < 10, "the stopped TaskManager was never detected"
+            time.sleep(0.01)
+        detected = time.monotonic() - stopped
+        runner.join(120)
+    finally:
+        remove_job_listener(handles.append)
+    assert detected <= 2.0, f"a silent TaskManager was detected after {detected:.2f} s"
+    assert result == [JobStatus.FINISHED]
+    assert final_sums(tmp_path / "out") == truth(40_000)
+    with pytest.raises(ProcessLookupError):
+        os.kill(victim, 0)
+
+
+def test_a_graph_that_differs_in_a_task_manager_fails_the_deployment_with_one_line(tmp_path: Path) -> None:
+    with pytest.raises(BadInputError, match="builds a different job graph in a TaskManager") as caught:
+        run(tmp_path, "--count", "100", "--output", str(tmp_path / "out"), "--uid-from-pid")
+    assert "\n" not in str(caught.value) and "crash-" in str(caught.value)
+    assert not task_managers(os.getpid())
+
+
+def test_a_killed_job_master_takes_its_task_managers_with_it(tmp_path: Path) -> None:
+    env = dict(os.environ, STATEKIT_HOME=str(tmp_path / "home"))
+    master = subprocess.Popen(
+        [sys.executable, "-m", "statekit.cli.main", "run", "-p", "2", "--executor", "processes", JOB,
+         "--count", "10000000", "--rate", "1000", "--output", str(tmp_path / "out")],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while len(managers := task_managers(master.pid)) < 2:
+            assert master.poll() is None, master.stderr.read()  # type: ignore[union-attr]
+            assert time.monotonic() < deadline, "no TaskManager started"
+            time.sleep(0.05)
+        master.kill()
+        master.wait()
+        deadline = time.monotonic() + 5
+        while [pid for pid in managers if os.path.exists(f"/proc/{pid}") and _alive(pid)]:
+            assert time.monotonic() < deadline, f"TaskManagers {managers} outlived their job master"
+            time.sleep(0.02)
+    finally:
+        if master.poll() is None:
+            master.kill()
+        master.stderr.close()  # type: ignore[union-attr]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_backpressure_crosses_processes_and_memory_stays_bounded(tmp_path: Path) -> None:
+    handles: list[JobHandle] = []
+    add_job_listener(handles.append)
+    try:
+        runner = threading.Thread(target=run, args=(
+            tmp_path, "--count", "200000", "--latency", str(tmp_path / "latency"), "--slow-sink", "0.002"),
+            kwargs={"checkpoint_interval_ms": None})
+        runner.start()
+        deadline = time.monotonic() + 60
+        while not handles:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        handle = handles[0]
+        time.sleep(3)
+        figures = handle.task_metrics()
+        handle.cancel()
+        runner.join(60)
+    finally:
+        remove_job_listener(handles.append)
+    sources = [t for t in figures if t.report.source]
+    sinks = [t for t in figures if t.report.sink]
+    assert sources and sinks
+    assert all(t.backpressure == "high" for t in sources), [(t.report.name, t.backpressured_ratio) for t in sources]
+    in_flight = sum(t.report.records_out for t in sources) - sum(t.report.records_in for t in sinks)
+    # credits (4 buffers a remote channel) and gate bounds: a few buffers of 512 records per channel
+    assert 0 <= in_flight <= 40 * 512, in_flight
