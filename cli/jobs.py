@@ -49,6 +49,9 @@ __all__ = ["run", "list_jobs", "savepoint", "stop", "cancel"]
 @click.option("--restart-attempts", type=int, metavar="N",
               help="Restarts after a failure (default: the job's strategy: 3 with checkpoints, else none).")
 @click.option("--restart-delay", metavar="DURATION", help="Delay before each restart (default 1s).")
+@click.option("--latency-interval", metavar="DURATION",
+              help="How often each source subtask sends a latency marker (default 200ms; 0: never); "
+                   "their end-to-end latency is in the metrics (p50, p99).")
 @click.option("-d", "--detached", is_flag=True, help="Run in the background: print the job id and return.")
 @click.option("--job-id", metavar="ID",
               help="Job id (32 lower-case hex chars; default: new). Reusing a crashed job's id takes over its "
@@ -64,7 +67,8 @@ def run(job_file: str, job_args: tuple[str, ...], parallelism: int | None, max_p
         restore_path: str | None, allow_non_restored_state: bool, restore_mode: str, checkpoint_dir: str | None,
         checkpoint_interval: str | None, state_backend: str | None, savepoint_on_finish: str | None,
         executor: str, task_managers: int | None, slots: int | None, buffer_timeout: str | None,
-        buffer_size: int | None, restart_attempts: int | None, restart_delay: str | None, detached: bool, job_id: str | None, trust_pickle: bool, log_file: str | None, verbose: bool,
+        buffer_size: int | None, restart_attempts: int | None, restart_delay: str | None,
+        latency_interval: str | None, detached: bool, job_id: str | None, trust_pickle: bool, log_file: str | None, verbose: bool,
         **more: Any) -> None:
     """Run JOB.py on the mini runtime; options go before JOB.py, the job's own arguments after it.
 
@@ -97,6 +101,8 @@ def run(job_file: str, job_args: tuple[str, ...], parallelism: int | None, max_p
                                                                               minimum=0),
         restart_delay_ms=None if restart_delay is None else parse_duration(restart_delay, what="restart delay",
                                                                             minimum=0),
+        latency_interval_ms=None if latency_interval is None else parse_duration(
+            latency_interval, what="latency interval", minimum=0),
         **checkpointing_run_options(more),
     )
     if detached:

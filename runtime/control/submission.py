@@ -328,7 +328,8 @@ def _run_argv(job_file: str, options: RunOptions, log_path: str, verbose: bool =
                         ("--buffer-size", options.buffer_size), ("--restart-attempts", options.restart_attempts)):
         if value is not None:
             argv += [flag, str(value)]
-    for flag, ms in (("--buffer-timeout", options.buffer_timeout_ms), ("--restart-delay", options.restart_delay_ms)):
+    for flag, ms in (("--buffer-timeout", options.buffer_timeout_ms), ("--restart-delay", options.restart_delay_ms),
+                     ("--latency-interval", options.latency_interval_ms)):
         if ms is not None:
             argv += [flag, f"{ms}ms"]
     if verbose:

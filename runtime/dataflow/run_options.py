@@ -17,7 +17,10 @@ if TYPE_CHECKING:
     from statekit.runtime.api.checkpoint_config import CheckpointConfig
     from statekit.runtime.dataflow.job_handle import JobHandle
 
+DEFAULT_LATENCY_INTERVAL_MS = 200
+
 __all__ = [
+    "DEFAULT_LATENCY_INTERVAL_MS",
     "RunOptions",
     "set_run_options",
     "get_run_options",
@@ -73,6 +76,8 @@ class RunOptions:
         buffer_size: Bytes of a network buffer (``--buffer-size``; None: 32 KiB).
         restart_attempts: Restarts after a failure (``--restart-attempts``; None: the job's strategy).
         restart_delay_ms: Delay between restarts (``--restart-delay``).
+        latency_interval_ms: How often each source subtask sends a latency marker
+            (``--latency-interval``; 0: never; None: :data:`DEFAULT_LATENCY_INTERVAL_MS`).
     """
 
     parallelism: int | None = None
@@ -102,6 +107,13 @@ class RunOptions:
     buffer_size: int | None = None
     restart_attempts: int | None = None
     restart_delay_ms: int | None = None
+    latency_interval_ms: int | None = None
+
+    @property
+    def latency_interval(self) -> int | None:
+        """The latency-marker interval in effect (None: no markers)."""
+        interval = DEFAULT_LATENCY_INTERVAL_MS if self.latency_interval_ms is None else self.latency_interval_ms
+        return interval or None
 
     def apply_to(self, config: CheckpointConfig) -> CheckpointConfig:
         """``config`` with these overrides set (the job's own settings elsewhere)."""

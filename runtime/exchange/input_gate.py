@@ -170,6 +170,10 @@ class InputGate:
         with self._lock:
             return self._priority.popleft() if self._priority else None
 
+    def queued(self) -> int:
+        """Items queued in the data lane now (buffers, events, mails)."""
+        return len(self._data)
+
     def has_priority(self) -> bool:
         with self._lock:
             return bool(self._priority)

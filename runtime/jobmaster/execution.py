@@ -104,6 +104,7 @@ class ThreadDeployment:
             working_dir=master._temp_dir(f"statekit-{backend.name}-") if backend.needs_working_dir else None,
             incremental=master.incremental, channel_state_serializer=master.config.channel_state_serializer,
             storage_options=master.env.storage_options, restore=restore, exchanges=master.exchanges,
+            latency_interval_ms=master.options.latency_interval,
         )
         subtasks = [(v.id, i) for v in master.graph.vertices for i in range(v.parallelism)]
         deployed = deploy_tasks(master.graph, subtasks, execution, context)

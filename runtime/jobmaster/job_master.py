@@ -37,7 +37,7 @@ from statekit.runtime.jobmaster.execution import JOIN_TIMEOUT_S, Deployer, Execu
 from statekit.runtime.jobmaster.metrics import JobMetrics
 from statekit.runtime.jobmaster.temp_dirs import TempDirs
 from statekit.runtime.state.registry import resolve_state_backend
-from statekit.runtime.task.metrics import TaskFigures
+from statekit.runtime.task.metrics import Latency, TaskFigures
 from statekit.runtime.taskmanager.deployment import exchange_edges
 from statekit.statefmt.errors import BadInputError, JobError, JobFailedError, StatekitError
 from statekit.statefmt.job_id import check_job_id, new_job_id
@@ -235,6 +235,9 @@ class JobMaster:
 
     def task_metrics(self) -> list[TaskFigures]:
         return self.metrics.tasks()
+
+    def latency(self) -> Latency | None:
+        return self.metrics.latency()
 
     def accumulate(self, changes: tuple[tuple[str, Any], ...]) -> None:
         """Merge one task's accumulator changes (and hand a collect sink's records to the

@@ -35,6 +35,7 @@ from statekit.runtime.exchange.events import (
     END_OF_PARTITION,
     EndOfInput,
     EndOfPartition,
+    LatencyMarker,
     Watermark,
     WatermarkStatus,
 )
@@ -107,6 +108,7 @@ class Task:
         buffer_timeout_ms: How long records may wait in the writers' buffers (Flink's buffer
             timeout; a buffer also goes when it is full, and at every event). None: whenever the
             task runs out of input (the in-process default). 0: the writers send every record.
+        latency_interval_ms: A source task sends a latency marker this often (None: never).
     """
 
     def __init__(
@@ -127,6 +129,7 @@ class Task:
         channel_state_serializer: str = "records",
         storage_options: dict[str, Any] | None = None,
         buffer_timeout_ms: int | None = None,
+        latency_interval_ms: int | None = None,
     ) -> None:
         self.host = host
         self.key = (vertex_id, subtask)
@@ -145,6 +148,8 @@ class Task:
         self.channel_state_serializer = channel_state_serializer
         self._flush_every_s = None if buffer_timeout_ms is None else buffer_timeout_ms / 1000.0
         self._flush_due = 0.0
+        self._marker_every_s = latency_interval_ms / 1000.0 if latency_interval_ms else None
+        self._marker_due = 0.0
         self.checkpoint_writer = CheckpointWriter(
             self.name, storage_options,
             lambda checkpoint_id, snapshot: host.acknowledge_checkpoint(self, checkpoint_id, snapshot),
@@ -154,7 +159,8 @@ class Task:
         self.is_source = isinstance(operators[0], SourceOperator)
         self.thread = threading.Thread(target=self.run, name=self.name, daemon=True)
         self.metrics = TaskMetrics(vertex_id, subtask, self.name, self.writers, host.report_metrics,
-                                   source=self.is_source, accumulators=operators[0].ctx.accumulators)
+                                   source=self.is_source, accumulators=operators[0].ctx.accumulators,
+                                   queued=gate.queued)
         self.timer_ops: list[StreamOperator] = []
         self.time = TaskTime(len(input_specs))
         self.handler: CheckpointBarrierHandler | None = None
@@ -389,6 +395,25 @@ class Task:
         for writer in self.writers:
             writer.broadcast_event(END_OF_INPUT)
 
+    def _on_latency_marker(self, marker: LatencyMarker) -> None:
+        """Forward a latency marker (one channel of each writer), or, without writers, measure it."""
+        if self.writers:
+            for writer in self.writers:
+                writer.emit_latency_marker(marker)
+        else:
+            self.metrics.latency(int(time.time() * 1000) - marker.created_ms)
+
+    def _maybe_mark_latency(self) -> None:
+        """A source task: a latency marker behind what its writers hold, every ``latency_interval_ms``."""
+        every = self._marker_every_s
+        if every is None:
+            return
+        now = time.monotonic()
+        if now < self._marker_due:
+            return
+        self._marker_due = now + every
+        self._on_latency_marker(LatencyMarker(int(time.time() * 1000), self.key[0], self.subtask))
+
     def _end_of_partition(self) -> None:
         for writer in self.writers:
             writer.broadcast_event(END_OF_PARTITION)
@@ -474,6 +499,7 @@ class Task:
                     emit(record)
             self.metrics.count_in(len(records))
             self.time.source_tick(head)
+            self._maybe_mark_latency()
             self._flush()
             if ended:
                 self._running, self._exhausted = False, True
@@ -585,6 +611,8 @@ class Task:
                         self._fire_timers()
             elif payload.__class__ is Watermark or payload.__class__ is WatermarkStatus:
                 self.time.on_input_event(channel, payload)
+            elif payload.__class__ is LatencyMarker:
+                self._on_latency_marker(payload)
             elif isinstance(payload, EndOfInput):
                 ended_input.add(channel)
                 if len(ended_input) == channels:

@@ -61,6 +61,7 @@ class DeploymentContext:
         buffer_records: Records a writer's buffer holds before it is handed over.
         buffer_timeout_ms: How long records may wait in a writer's buffer (None: until the task
             runs out of input; 0: not at all).
+        latency_interval_ms: How often a source task sends a latency marker (None: never).
     """
 
     job_id: str
@@ -74,6 +75,7 @@ class DeploymentContext:
     exchanges: list[ExchangeEdge] = field(default_factory=list)
     buffer_records: int = BUFFER_SIZE
     buffer_timeout_ms: int | None = None
+    latency_interval_ms: int | None = None
 
 
 class RemoteChannels(Protocol):
@@ -207,7 +209,8 @@ def deploy_tasks(graph: JobGraph, subtasks: Iterable[SubtaskKey], host: TaskHost
         task = Task(host, vertex.id, vertex.name, i, vertex.parallelism, operators, chained_next, writers,
                     gates[(vertex.id, i)], input_specs[(vertex.id, i)], output_specs=output_specs,
                     replay=replay, channel_state_serializer=context.channel_state_serializer,
-                    storage_options=context.storage_options, buffer_timeout_ms=context.buffer_timeout_ms)
+                    storage_options=context.storage_options, buffer_timeout_ms=context.buffer_timeout_ms,
+                    latency_interval_ms=context.latency_interval_ms)
         configure_task_time(task, graph, vertex)
         deployed.tasks.append(task)
         if vertex.is_source:

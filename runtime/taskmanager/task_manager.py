@@ -249,7 +249,7 @@ class TaskManager:
             incremental=spec.incremental, channel_state_serializer=spec.channel_state_serializer,
             storage_options=storage_options, restore=restore, exchanges=exchange_edges(graph),
             buffer_records=1 if spec.buffer_timeout_ms == 0 else max(1, spec.buffer_size // RECORD_BYTES),
-            buffer_timeout_ms=spec.buffer_timeout_ms,
+            buffer_timeout_ms=spec.buffer_timeout_ms, latency_interval_ms=spec.options.latency_interval,
         )
         subtasks = spec.placement.subtasks_of(graph, spec.index)
         return deploy_tasks(graph, subtasks, self.host, context, self.links)

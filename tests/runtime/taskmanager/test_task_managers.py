@@ -208,3 +208,28 @@ def test_backpressure_crosses_processes_and_memory_stays_bounded(tmp_path: Path)
     in_flight = sum(t.report.records_out for t in sources) - sum(t.report.records_in for t in sinks)
     # credits (4 buffers a remote channel) and gate bounds: a few buffers of 512 records per channel
     assert 0 <= in_flight <= 40 * 512, in_flight
+
+
+@pytest.mark.parametrize("timeout_ms", [0, 300])
+def test_the_buffer_timeout_bounds_how_long_a_trickle_of_records_waits(tmp_path: Path, timeout_ms: int) -> None:
+    handles: list[JobHandle] = []
+    add_job_listener(handles.append)
+    try:
+        status = run(tmp_path, "--count", "600", "--rate", "100", "--latency", str(tmp_path / "latency"),
+                     checkpoint_interval_ms=None, buffer_timeout_ms=timeout_ms, latency_interval_ms=50)
+    finally:
+        remove_job_listener(handles.append)
+    assert status is JobStatus.FINISHED
+    latencies = sorted(int(x) for x in (tmp_path / "latency").read_text().split())
+    assert len(latencies) == 600
+    median = latencies[len(latencies) // 2]
+    if timeout_ms == 0:
+        assert median < 50, latencies  # every record is sent at once
+    else:
+        # a record waits for the next flush of its buffer: about half the timeout, never much more
+        assert timeout_ms / 5 <= median <= timeout_ms, latencies
+        assert latencies[-1] <= timeout_ms + 400, latencies
+    measured = handles[0].latency()
+    assert measured is not None and measured.samples > 0  # the latency markers travelled the same way
+    if timeout_ms:
+        assert measured.p99_ms <= timeout_ms + 400
