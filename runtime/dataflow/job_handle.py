@@ -89,6 +89,7 @@ class JobHandle:
         self.end_time_ms: int | None = None
         self.failure: str | None = None
         self.final_savepoint_path: str | None = None
+        self.tasks_running_ms: int | None = None  # when every task of the first attempt was deployed and ready
         self._control = control
         self._status = JobStatus.CREATED
         self._changed = threading.Condition()

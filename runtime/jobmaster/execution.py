@@ -227,6 +227,9 @@ class Execution:
                     attached = True
                     self.started.set()
                     self.deployment.release()
+                    handle = self.master.handle
+                    if handle.tasks_running_ms is None:
+                        handle.tasks_running_ms = int(time.time() * 1000)
                     coordinator.start_periodic()
             elif kind == "failed":
                 outcome = ("failed", event[2])
