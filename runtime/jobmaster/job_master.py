@@ -291,12 +291,7 @@ class JobMaster:
             if self._cancel.is_set():
                 return JobStatus.CANCELED, None
             handle.set_status(JobStatus.RUNNING)
-            execution = Execution(self, attempt, restore)
-            with self._lock:
-                self._execution = execution
-            outcome, error = execution.run()
-            with self._lock:
-                self._execution = None
+            outcome, error = self._run_attempt(attempt, restore)
             if outcome == "finished":
                 return JobStatus.FINISHED, None
             if outcome == "cancelled":
@@ -313,6 +308,23 @@ class JobMaster:
             if self._cancel.wait(self.restart.delay_ms / 1000.0):
                 return JobStatus.CANCELED, None
             restore = self._restore_for_restart()
+
+    def _run_attempt(self, attempt: int, restore: RestorePlan | None) -> tuple[str, BaseException | None]:
+        """Deploy and run one attempt; a deployment that fails for a reason a restart may cure (a
+        TaskManager killed while it started) is a failed attempt like any other."""
+        try:
+            execution = Execution(self, attempt, restore)
+        except Exception as error:  # judged below like a task failure
+            if _unrecoverable(error):
+                raise
+            return "failed", error
+        with self._lock:
+            self._execution = execution
+        try:
+            return execution.run()
+        finally:
+            with self._lock:
+                self._execution = None
 
     def _restore_for_restart(self) -> RestorePlan | None:
         """The latest checkpoint this job completed, else what it started from.

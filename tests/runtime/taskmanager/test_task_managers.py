@@ -4,7 +4,6 @@ graph a TaskManager builds must be the job master's, and backpressure crosses pr
 
 from __future__ import annotations
 
-import collections
 import os
 import signal
 import subprocess
@@ -14,60 +13,13 @@ import time
 from pathlib import Path
 
 import pytest
+from tm_support import JOB, alive, final_sums, task_managers, truth
 
 from statekit.runtime import JobHandle, JobStatus, RunOptions, run_job_file
 from statekit.runtime.dataflow.run_options import add_job_listener, remove_job_listener
 from statekit.statefmt.errors import BadInputError
 
 pytestmark = pytest.mark.slow
-
-JOB = str(Path(__file__).with_name("jobs") / "numbers.py")
-
-
-def truth(count: int, keys: int = 100) -> dict[int, int]:
-    sums: dict[int, int] = collections.defaultdict(int)
-    for n in range(count):
-        sums[n % keys] += n
-    return dict(sums)
-
-
-def final_sums(output: Path) -> dict[int, int]:
-    names = os.listdir(output)
-    assert not [n for n in names if n.startswith(".")], "pending or in-progress files are visible"
-    sums: dict[int, int] = {}
-    for name in names:
-        for line in (output / name).read_text().splitlines():
-            key, total = (int(x) for x in line.split("\t"))
-            sums[key] = max(sums.get(key, 0), total)
-    return sums
-
-
-def children(pid: int) -> list[int]:
-    """The processes whose parent is ``pid`` (Linux /proc)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as stat:
-                    fields = stat.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == pid:
-                found.append(int(entry))
-    return found
-
-
-def task_managers(pid: int) -> list[int]:
-    found = []
-    for child in children(pid):
-        try:
-            with open(f"/proc/{child}/cmdline", "rb") as cmdline:
-                if b"statekit.runtime.taskmanager" in cmdline.read():
-                    found.append(child)
-        except OSError:
-            pass
-    return found
-
 
 def run(tmp_path: Path, *args: str, parallelism: int = 2, **options: object) -> JobStatus:
     settings: dict[str, object] = {"executor": "processes", "parallelism": parallelism,
@@ -165,21 +117,13 @@ def test_a_killed_job_master_takes_its_task_managers_with_it(tmp_path: Path) -> 
         master.kill()
         master.wait()
         deadline = time.monotonic() + 5
-        while [pid for pid in managers if os.path.exists(f"/proc/{pid}") and _alive(pid)]:
+        while [pid for pid in managers if os.path.exists(f"/proc/{pid}") and alive(pid)]:
             assert time.monotonic() < deadline, f"TaskManagers {managers} outlived their job master"
             time.sleep(0.02)
     finally:
         if master.poll() is None:
             master.kill()
         master.stderr.close()  # type: ignore[union-attr]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def test_backpressure_crosses_processes_and_memory_stays_bounded(tmp_path: Path) -> None:
