@@ -52,7 +52,7 @@ class Run:
 
 
 def run_keyed_count(events: int, keys: int, parallelism: int, interval_ms: int | None, backend: str = "hashmap",
-                    executor: str = "processes") -> Run:
+                    executor: str = "processes", buffer_timeout_ms: int | None = None) -> Run:
     """Run bench/jobs/keyed_count.py once, as ``statekit run`` would (the job master in this process)."""
     from statekit.runtime import JobHandle, RunOptions, run_job_file
     from statekit.runtime.dataflow.run_options import add_job_listener, remove_job_listener
@@ -65,7 +65,7 @@ def run_keyed_count(events: int, keys: int, parallelism: int, interval_ms: int |
         if interval_ms:
             args += ["--interval-ms", str(interval_ms), "--checkpoints", work]
         run_job_file(JOB, RunOptions(parallelism=parallelism, executor=executor, job_args=tuple(args),
-                                     latency_interval_ms=0))
+                                     latency_interval_ms=0, buffer_timeout_ms=buffer_timeout_ms))
         (handle,) = handles
         assert handle.tasks_running_ms is not None and handle.end_time_ms is not None
         completed = int(handle.checkpoint_stats()["counts"]["completed"])

@@ -67,6 +67,8 @@ _HEADER = struct.Struct(">IBI")
 _REGISTER = struct.Struct(">III")
 _CREDIT = struct.Struct(">I")
 _MAX_FRAME = 1 << 30
+_READ_BLOCK = 1 << 16
+_COPY_BELOW = 1 << 16  # smaller payloads go in one send with their header
 
 REGISTER, DATA, TIMESTAMPED, EVENT, PRIORITY, CREDIT = 1, 2, 3, 4, 5, 6
 
@@ -82,6 +84,8 @@ class Connection:
         self.sock = sock
         self._send_lock = threading.Lock()
         self._closed = False
+        self._in = bytearray()  # read from the socket, not yet returned (from _at on)
+        self._at = 0
 
     def send(self, kind: int, channel: int, payload: bytes = b"") -> None:
         """Send one frame.
@@ -89,41 +93,52 @@ class Connection:
         Raises:
             ConnectionClosed: The connection is closed or broke.
         """
-        frame = _HEADER.pack(len(payload), kind, channel) + payload
+        header = _HEADER.pack(len(payload), kind, channel)
+        frame = header + payload if len(payload) < _COPY_BELOW else None
         with self._send_lock:
             if self._closed:
                 raise ConnectionClosed("connection closed")
             try:
-                self.sock.sendall(frame)
+                if frame is not None:
+                    self.sock.sendall(frame)
+                else:
+                    self.sock.sendall(header)
+                    self.sock.sendall(payload)
             except OSError as exc:
                 self._closed = True
                 raise ConnectionClosed(str(exc)) from exc
 
     def receive(self) -> tuple[int, int, bytes]:
-        """The next frame ``(kind, channel, payload)``.
+        """The next frame ``(kind, channel, payload)`` (frames are read from the socket in blocks:
+        many small frames cost one system call).
 
         Raises:
             ConnectionClosed: The peer closed the connection, or it broke.
         """
-        header = self._exactly(_HEADER.size)
-        length, kind, channel = _HEADER.unpack(header)
+        self._fill(_HEADER.size)
+        length, kind, channel = _HEADER.unpack_from(self._in, self._at)
         if length > _MAX_FRAME:
             raise ConnectionClosed(f"a frame of {length} bytes is larger than any this runtime sends")
-        return kind, channel, self._exactly(length) if length else b""
+        end = self._at + _HEADER.size + length
+        self._fill(_HEADER.size + length)
+        with memoryview(self._in) as view:
+            payload = bytes(view[self._at + _HEADER.size:end])
+        self._at = end
+        return kind, channel, payload
 
-    def _exactly(self, size: int) -> bytes:
-        chunks: list[bytes] = []
-        remaining = size
-        while remaining:
+    def _fill(self, size: int) -> None:
+        """At least ``size`` unread bytes in the input buffer."""
+        while len(self._in) - self._at < size:
+            if self._at:
+                del self._in[:self._at]
+                self._at = 0
             try:
-                chunk = self.sock.recv(min(remaining, 1 << 20))
+                chunk = self.sock.recv(max(_READ_BLOCK, size - len(self._in)))
             except OSError as exc:
                 raise ConnectionClosed(str(exc)) from exc
             if not chunk:
                 raise ConnectionClosed("the peer closed the connection")
-            chunks.append(chunk)
-            remaining -= len(chunk)
-        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            self._in += chunk
 
     def close(self) -> None:
         with self._send_lock:
