@@ -37,20 +37,41 @@ def test_a_job_on_task_managers_computes_what_it_computes_on_threads(tmp_path: P
     assert not task_managers(os.getpid()), "a TaskManager outlived its job"
 
 
-def test_a_savepoint_taken_on_threads_restores_on_processes_and_back(tmp_path: Path) -> None:
-    first = run(tmp_path / "1", "--count", "6000", "--output", str(tmp_path / "o1"), executor="threads",
-                savepoint_on_finish=str(tmp_path / "sp1"))
-    assert first is JobStatus.FINISHED
-    (savepoint,) = (tmp_path / "sp1").iterdir()
-    # the restored sources have nothing left to read: the sums go on from the savepoint's
-    second = run(tmp_path / "2", "--count", "6000", "--output", str(tmp_path / "o2"), executor="processes",
-                 restore_path=str(savepoint), savepoint_on_finish=str(tmp_path / "sp2"))
-    assert second is JobStatus.FINISHED
-    (again,) = (tmp_path / "sp2").iterdir()
-    third = run(tmp_path / "3", "--count", "9000", "--output", str(tmp_path / "o3"), executor="threads",
-                restore_path=str(again))
-    assert third is JobStatus.FINISHED
-    assert final_sums(tmp_path / "o3") == truth(9000)
+def stopped_mid_stream(tmp_path: Path, name: str, native: bool = False, **options: object) -> str:
+    """Run the paced job until its first checkpoint, then stop it with a savepoint (``native``: in
+    the backend's format); the savepoint's path."""
+    handles: list[JobHandle] = []
+    add_job_listener(handles.append)
+    outcome: list[JobStatus] = []
+    try:
+        runner = threading.Thread(target=lambda: outcome.append(run(
+            tmp_path / name, "--count", "30000", "--rate", "2000", "--output", str(tmp_path / f"out-{name}"),
+            **options)))
+        runner.start()
+        deadline = time.monotonic() + 60
+        while not (handles and handles[0].checkpoint_stats()["counts"]["completed"] >= 1):
+            assert time.monotonic() < deadline and runner.is_alive(), "no checkpoint completed"
+            time.sleep(0.02)
+        path = handles[0].trigger_savepoint(str(tmp_path / f"sp-{name}"), stop=True, native=native).result(60)
+        runner.join(60)
+    finally:
+        remove_job_listener(handles.append)
+    assert outcome == [JobStatus.FINISHED]
+    return path
+
+
+def test_savepoints_move_between_threads_and_processes_at_new_parallelisms(tmp_path: Path) -> None:
+    first = stopped_mid_stream(tmp_path, "1", executor="threads", parallelism=2)
+    second = stopped_mid_stream(tmp_path, "2", native=True, executor="processes", parallelism=3,
+                                restore_path=first, state_backend="rocksdb")
+    last = run(tmp_path / "3", "--count", "30000", "--output", str(tmp_path / "out-3"), executor="threads",
+               parallelism=1, restore_path=second)
+    assert last is JobStatus.FINISHED
+    sums: dict[int, int] = {}
+    for name in ("1", "2", "3"):  # the sums go on from each savepoint: the largest of a key is its total
+        for key, total in final_sums(tmp_path / f"out-{name}").items():
+            sums[key] = max(sums.get(key, 0), total)
+    assert sums == truth(30_000)
 
 
 @pytest.mark.parametrize("how", ["exit", "segfault", "raise"])

@@ -34,42 +34,50 @@ from statekit.runtime import (
     get_execution_environment,
 )
 
-NEXT = ListStateDescriptor("next", value_type="int")
+SPLITS = ListStateDescriptor("splits", value_type="struct<next:int,end:int>")
 
 
 class _Reader(SourceReader):
+    """Emits its splits of ``0..count-1`` in order (``rate`` per second); the splits are even-split
+    list state, so the source restores at any parallelism."""
+
     def __init__(self, ctx: SourceReaderContext, count: int, rate: float) -> None:
         self.ctx, self.count, self.rate = ctx, count, rate
-        self.next = ctx.subtask
+        self.splits: list[list[int]] = []
         self.started = time.monotonic()
         self.emitted = 0
         self.idle_wait_s = 0.002
 
     def initialize_state(self, ctx: FunctionInitializationContext) -> None:
-        self.state = ctx.operator_state_store.get_list_state(NEXT)
-        restored = [int(v) for v in self.state.get()]
-        if ctx.is_restored() and restored:
-            self.next = restored[0]
+        self.state = ctx.operator_state_store.get_list_state(SPLITS)
+        if ctx.is_restored():
+            self.splits = [[int(s["next"]), int(s["end"])] for s in self.state.get()]
+            return
+        per, extra = divmod(self.count, self.ctx.parallelism)
+        start = self.ctx.subtask * per + min(self.ctx.subtask, extra)
+        end = start + per + (1 if self.ctx.subtask < extra else 0) - 1
+        self.splits = [[start, end]] if start <= end else []
 
     def poll(self, max_records: int) -> tuple[list[Any], bool]:
-        if self.next >= self.count:
+        while self.splits and self.splits[0][0] > self.splits[0][1]:
+            self.splits.pop(0)
+        if not self.splits:
             return [], True
         budget = max_records
         if self.rate:
-            due = int((time.monotonic() - self.started) * self.rate) - self.emitted
-            budget = min(budget, due)
+            budget = min(budget, int((time.monotonic() - self.started) * self.rate) - self.emitted)
             if budget <= 0:
                 return [], False
+        split = self.splits[0]
+        stop = min(split[1], split[0] + budget - 1)
         now = int(time.time() * 1000)
-        out = []
-        while self.next < self.count and len(out) < budget:
-            out.append((self.next, now))
-            self.next += self.ctx.parallelism
+        out = [(n, now) for n in range(split[0], stop + 1)]
+        split[0] = stop + 1
         self.emitted += len(out)
         return out, False
 
     def snapshot_state(self, ctx: FunctionSnapshotContext) -> None:
-        self.state.update([self.next])
+        self.state.update([{"next": s[0], "end": s[1]} for s in self.splits if s[0] <= s[1]])
 
 
 class Numbers(Source):
