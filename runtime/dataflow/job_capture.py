@@ -67,8 +67,9 @@ def capture_job_file(path: str, options: RunOptions, *, keep_main: bool = False)
     """The first job the script at ``path`` executes, captured before it starts.
 
     Args:
-        keep_main: The script's module stays ``sys.modules["__main__"]`` afterwards (a TaskManager
-            process: records of classes the script defines pickle and unpickle by that name).
+        keep_main: The script's module stays ``sys.modules["__main__"]`` and ``sys.argv`` stays
+            ``[path, *options.job_args]`` afterwards (a TaskManager process: records of classes the
+            script defines pickle and unpickle by that name, and its functions read its arguments).
 
     Raises:
         PathNotFoundError: ``path`` is not a file.
@@ -93,7 +94,8 @@ def capture_job_file(path: str, options: RunOptions, *, keep_main: bool = False)
             path=path,
         ) from None
     finally:
-        sys.argv = saved_argv
+        if not keep_main:  # a TaskManager's user functions see the job's arguments, as the job master's do
+            sys.argv = saved_argv
         set_run_options(saved_options)
     raise BadInputError("the job script never called env.execute(): it defines no job", path=path)
 
