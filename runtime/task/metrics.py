@@ -13,7 +13,10 @@ Figures:
         channel; a sink task sends none);
     backpressure: the share of time a task waited for room in its consumers' gates
         (Flink's levels: ok <= 10% < low <= 50% < high);
-    checkpoints: the snapshots it took (last id, alignment and synchronous durations).
+    checkpoints: the snapshots it took (last id, alignment and synchronous durations);
+    watermarks: the task's current input watermark (the minimum over its live, active input
+        channels; none for a source task) and output watermark (the last one it sent on);
+        ``None`` before the first (Flink's "No Watermark").
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ __all__ = [
     "TaskReport",
     "TaskMetrics",
     "TaskFigures",
+    "WatermarkSource",
 ]
 
 
@@ -72,10 +76,20 @@ class TaskReport:
     finished: bool = False
     # (name, changes since the previous report) of the task's accumulators
     accumulators: tuple[tuple[str, Any], ...] = ()
+    input_watermark: int | None = None
+    output_watermark: int | None = None
 
 
 class _Writer(Protocol):
     records_out: int
+
+
+class WatermarkSource(Protocol):
+    """Where a task's metrics read its watermarks (the task's event time)."""
+
+    def input_watermark(self) -> int | None: ...
+
+    def output_watermark(self) -> int | None: ...
 
 
 class TaskMetrics:
@@ -92,6 +106,8 @@ class TaskMetrics:
         "_dirty",
         "_due",
         "_report",
+        "_reported_watermarks",
+        "_time",
         "_writers",
         "accumulators",
         "backpressured_s",
@@ -123,6 +139,16 @@ class TaskMetrics:
         self.last_unaligned = False
         self._due = 0.0
         self._dirty = True
+        self._time: WatermarkSource | None = None
+        self._reported_watermarks: tuple[int | None, int | None] = (None, None)
+
+    def watch(self, time: WatermarkSource) -> None:
+        """Report the watermarks of ``time`` (the task's event time) too."""
+        self._time = time
+
+    def _watermarks(self) -> tuple[int | None, int | None]:
+        time = self._time
+        return (None, None) if time is None else (time.input_watermark(), time.output_watermark())
 
     def count_in(self, records: int) -> None:
         """``records`` taken in; reports when the interval has passed."""
@@ -144,17 +170,19 @@ class TaskMetrics:
 
     def idle(self) -> None:
         """The task may wait now: report what changed (unless it reported moments ago)."""
-        if self._dirty and time.monotonic() >= self._due - REPORT_INTERVAL_S + IDLE_REPORT_GAP_S:
+        dirty = self._dirty or (self._time is not None and self._watermarks() != self._reported_watermarks)
+        if dirty and time.monotonic() >= self._due - REPORT_INTERVAL_S + IDLE_REPORT_GAP_S:
             self.report()
 
     def report(self, *, finished: bool = False) -> None:
         self._due = time.monotonic() + REPORT_INTERVAL_S
         self._dirty = False
+        watermarks = self._reported_watermarks = self._watermarks()
         self._report(TaskReport(
             self.vertex_id, self.subtask, self.name, time.time(), self.records_in,
             sum(w.records_out for w in self._writers), self.backpressured_s, self.checkpoints_taken,
             self.last_checkpoint_id, self.last_alignment_ms, self.last_sync_ms, self.last_unaligned,
-            self.source, not self._writers, finished, self._accumulator_changes(),
+            self.source, not self._writers, finished, self._accumulator_changes(), *watermarks,
         ))
 
     def _accumulator_changes(self) -> tuple[tuple[str, Any], ...]:
@@ -190,6 +218,7 @@ class TaskFigures:
                             "last_alignment_ms": r.last_alignment_ms,
                             "last_sync_ms": None if r.last_sync_ms is None else round(r.last_sync_ms, 3),
                             "last_unaligned": r.last_unaligned},
+            "watermarks": {"input": r.input_watermark, "output": r.output_watermark},
             "reported_at": int(r.time_s * 1000),
         }
 
