@@ -141,6 +141,8 @@ class JobEntry:
         job_file: The job script.
         checkpoint_dir: Checkpoint storage of the job.
         metrics_port: The fixed port of its process's Prometheus endpoint (``--metrics-port``).
+        plan: The job graph (``JobTopology.plan()``: vertices and edges), kept for the dashboard
+            after the job ended.
         savepoint_dir: The job's default savepoint directory (``run --savepoint-dir`` or the job's
             checkpoint config), used by ``statekit savepoint JOB_ID`` without a directory.
         failure: Why the job failed.
@@ -165,6 +167,7 @@ class JobEntry:
     checkpoint_dir: str | None = None
     savepoint_dir: str | None = None
     metrics_port: int | None = None
+    plan: dict[str, Any] | None = None
     failure: str | None = None
     savepoints: dict[str, dict[str, Any]] = field(default_factory=dict)
     crash_reason: str | None = None

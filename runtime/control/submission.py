@@ -179,7 +179,7 @@ class _Supervisor:
         self.registry.update(handle.job_id, name=handle.job_name, host="127.0.0.1", port=server.port,
                              checkpoint_dir=handle.checkpoint_dir, status=status.value,
                              start_time_ms=handle.start_time_ms,
-                             savepoint_dir=handle.savepoint_dir)
+                             savepoint_dir=handle.savepoint_dir, plan=handle.topology.plan())
         watcher = threading.Thread(target=self._watch, args=(handle, status), name=f"registry-{handle.job_id[:6]}",
                                    daemon=True)
         watcher.start()

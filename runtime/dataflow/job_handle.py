@@ -125,7 +125,7 @@ class JobHandle:
 
         Returns:
             ``{"jid", "name", "state", "start-time", "end-time", "vertices":
-            [{"id", "name", "parallelism"}], "checkpoint-dir"}``; end-time is -1 while the
+            [{"id", "name", "parallelism"}], "plan": {"nodes", "edges"}, "checkpoint-dir"}``; end-time is -1 while the
             job runs (as in Flink); ``"failure"`` is added when the job failed.
         """
         with self._changed:
@@ -136,6 +136,7 @@ class JobHandle:
                 "start-time": self.start_time_ms,
                 "end-time": self.end_time_ms if self.end_time_ms is not None else -1,
                 "vertices": [op.to_json() for op in self.topology.operators],
+                "plan": self.topology.plan(),
                 "checkpoint-dir": self.checkpoint_dir,
             }
             if self.failure is not None:

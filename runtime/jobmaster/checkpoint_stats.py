@@ -132,7 +132,7 @@ class CheckpointStatsTracker:
     def __init__(self, history_size: int = HISTORY_SIZE, details_kept: int = DETAILS_KEPT) -> None:
         self._lock = threading.RLock()
         self.history: collections.deque[dict[str, Any]] = collections.deque(maxlen=history_size)
-        self.counts = {"completed": 0, "failed": 0}
+        self.counts = {"completed": 0, "failed": 0, "savepoints": 0}
         self.latest: dict[str, dict[str, Any] | None] = {"completed": None, "savepoint": None, "failed": None}
         self._summary = {name: _Figure() for name in SUMMARY_FIGURES}
         self._details: collections.OrderedDict[int, dict[str, Any]] = collections.OrderedDict()
@@ -158,6 +158,7 @@ class CheckpointStatsTracker:
             self.history.appendleft(entry)
             if completed:
                 self.latest["savepoint" if entry.get("is_savepoint") else "completed"] = entry
+                self.counts["savepoints"] += 1 if entry.get("is_savepoint") else 0
                 _add(self._summary, entry)
             else:
                 self.latest["failed"] = entry
@@ -191,6 +192,7 @@ class CheckpointStatsTracker:
                     "failed": self.counts["failed"],
                     "in_progress": len(in_progress),
                     "restored": 1 if restored else 0,
+                    "savepoints": self.counts["savepoints"],
                     "total": self.counts["completed"] + self.counts["failed"] + len(in_progress),
                 },
                 "latest": {
