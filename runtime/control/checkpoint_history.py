@@ -18,13 +18,16 @@ from __future__ import annotations
 import json
 import os
 import threading
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from statekit.runtime.control.registry import JobEntry, JobRegistry
 from statekit.runtime.jobmaster.checkpoint_stats import summarize
 from statekit.statefmt.errors import BadInputError, JobError
+from statekit.statefmt.job_id import is_job_id_prefix
+from statekit.writers.report import SnapshotReport, TimelinePoint
 
 __all__ = [
     "MAX_HISTORY_BYTES",
@@ -34,6 +37,8 @@ __all__ = [
     "HistoryRecords",
     "read_history",
     "job_checkpoint_history",
+    "history_of",
+    "report_with_statistics",
 ]
 
 MAX_HISTORY_BYTES = 8 * 1024 * 1024
@@ -171,3 +176,38 @@ def job_checkpoint_history(reference: str, checkpoint_id: int | None = None) -> 
     """The checkpoint history of a job by id or unique prefix, running or ended."""
     registry = JobRegistry()
     return history_of(registry.find(reference), registry, checkpoint_id)
+
+
+def report_with_statistics(reference: str, parallelisms: Sequence[int]) -> SnapshotReport:
+    """What ``statekit report`` describes: a snapshot or checkpoint directory (``build_report``)
+    with the checkpoint statistics of its job when the registry knows the job, or a job by id or
+    unique prefix (its checkpoint directory, with its statistics).
+
+    Raises:
+        BadInputError: A job that ran without a checkpoint directory (nothing to report on but
+            its statistics: ``statekit checkpoints history`` shows them).
+    """
+    from statekit.flink.report import build_report
+
+    registry = JobRegistry()
+    entry: JobEntry | None = None
+    if "://" not in reference and not os.path.exists(reference) and is_job_id_prefix(reference.strip().lower()):
+        entry = registry.find(reference)
+        if entry.checkpoint_dir is None:
+            raise BadInputError(f"job {entry.job_id} has no checkpoint directory (it ran without --checkpoint-dir); "
+                                f"`statekit checkpoints history {entry.job_id}` shows its checkpoint statistics")
+        report = build_report(entry.checkpoint_dir, parallelisms)
+    else:
+        report = build_report(reference, parallelisms)
+        if report.job_id is not None:
+            try:
+                entry = registry.get(report.job_id)
+            except JobError:
+                entry = None  # not a job of this registry (or another user's): the snapshot alone
+    if entry is None:
+        return report
+    path = registry.history_path(entry.job_id)
+    records = read_history(path).records
+    if not records:
+        return report
+    return replace(report, timeline=tuple(TimelinePoint.of(r) for r in records), timeline_path=str(path))

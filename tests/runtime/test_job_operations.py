@@ -118,6 +118,14 @@ def test_operations_on_a_running_job(job: tuple[str, int], home: Path) -> None:
     table = statekit("checkpoints", "history", job_id[:6])
     assert table.returncode == 0 and "Summary of completed checkpoints" in table.stdout
 
+    for source in (job_id[:10], str(home / "chk" / job_id)):  # a job id, or a checkpoint directory of a known job
+        page = home / "report.html"
+        written = _json(statekit("--json", "report", source, "-o", str(page)))
+        assert written["timeline"] >= len(ids)
+        html = page.read_text()
+        assert "Checkpoint statistics over time" in html and html.count('<svg class="timeline"') == 2
+        assert "Watermark per subtask" in html  # the window operator's, as it snapshotted
+
 
 def test_a_job_without_checkpoint_storage_refuses_a_checkpoint() -> None:
     env = StreamEnvironment()
