@@ -76,4 +76,16 @@ def ui(port: int, poll_interval: str, **_: Any) -> None:
     from statekit.runtime.control.dashboard.server import DashboardOptions, serve
 
     options = DashboardOptions(port=port, poll_ms=parse_duration(poll_interval, what="poll interval", minimum=100))
-    serve(options, announce=lambda url: click.echo(f"statekit ui: open {url}\n(Ctrl-C stops it)", err=False))
+    serve(options, announce=_announce)
+
+
+def _announce(url: str) -> None:
+    """The address on stdout, alone on its first line (``--json``: ``{"url": ...}``)."""
+    import json
+
+    from statekit.cli.errors import json_mode
+
+    if json_mode():
+        click.echo(json.dumps({"url": url}))
+    else:
+        click.echo(f"statekit ui: open {url}\n(Ctrl-C stops it)")

@@ -102,9 +102,13 @@ def ui(home: Path) -> Iterator[str]:
 
 
 def _wait(driver: Any, what: str, condition: Any, timeout: float = WAIT_S) -> Any:
+    """``condition(driver)`` once truthy; an element the page redrew meanwhile (stale) means: try again."""
+    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(driver, timeout, poll_frequency=0.1).until(condition, f"timed out waiting for {what}")
+    wait = WebDriverWait(driver, timeout, poll_frequency=0.1,
+                         ignored_exceptions=(StaleElementReferenceException, NoSuchElementException))
+    return wait.until(condition, f"timed out waiting for {what}")
 
 
 def _click(driver: Any, what: str, css: str, index: int = 0) -> None:
@@ -176,16 +180,16 @@ def test_dashboard_in_headless_chromium(job: str, ui: str, home: Path) -> None:
 
         clicked = time.monotonic()
         driver.find_element(By.ID, "action-savepoint").click()
-        location = _wait(driver, "the savepoint's path on the page",
-                         lambda d: d.find_elements(By.CSS_SELECTOR, '#results li.ok code.location'))[0].text
+        location = _wait(driver, "the savepoint's path on the page", lambda d: "".join(
+            e.text for e in d.find_elements(By.CSS_SELECTOR, "#results li.ok code.location")))
         timings["savepoint click to path"] = time.monotonic() - clicked
         assert Path(location).parent == home / "savepoints" and (Path(location) / "_metadata").is_file()
 
         driver.find_element(By.ID, "action-stop").click()
-        stopped = _wait(driver, "the stop savepoint's path",
-                        lambda d: [e for e in d.find_elements(By.CSS_SELECTOR, "#results li.ok")
-                                   if e.text.startswith("stop with savepoint completed")])
-        assert (Path(stopped[0].find_element(By.CSS_SELECTOR, "code.location").text) / "_metadata").is_file()
+        stopped = _wait(driver, "the stop savepoint's path", lambda d: [
+            e.find_element(By.CSS_SELECTOR, "code.location").text for e in d.find_elements(By.CSS_SELECTOR, "#results li.ok")
+            if e.text.startswith("stop with savepoint completed")])
+        assert (Path(stopped[0]) / "_metadata").is_file()
         _wait(driver, "the job to show FINISHED", lambda d: "FINISHED" in d.find_element(By.ID, "job-state").text)
     finally:
         driver.quit()

@@ -6,7 +6,7 @@ const CSRF = document.querySelector('meta[name="csrf-token"]').content;
 const POLL_MS = Math.max(100, parseInt(document.querySelector('meta[name="poll-ms"]').content, 10) || 1000);
 const MAX_WATERMARK = 9.2e18;
 
-const view = { route: null, jobId: null, tab: "overview", vertex: null, checkpoint: null, details: null,
+const view = { route: null, jobId: null, tab: "overview", vertex: null, checkpoint: null, details: null, plan: null,
   results: [], timer: null, busy: false };
 
 // ------------------------------------------------------------------ helpers
@@ -220,6 +220,7 @@ async function refreshJobs() {
 
 async function refreshJob() {
   const data = await api(`/api/jobs/${view.jobId}`);
+  view.plan = data.plan;
   const job = data.job;
   document.getElementById("job-name").textContent = job.name;
   document.getElementById("job-state").replaceChildren(stateSpan(job.state));
@@ -433,14 +434,15 @@ async function loadDetails(checkpointId) {
   for (const row of document.querySelectorAll("#checkpoint-history tr.checkpoint-row")) {
     row.classList.toggle("selected", Number(row.dataset.id) === checkpointId);
   }
-  const rows = (details.subtasks || []).map(s => el("tr", { class: "detail-row" }, cell(s.vertex, true),
+  const names = new Map(((view.plan && view.plan.nodes) || []).map(n => [n.id, n.name]));
+  const rows = (details.subtasks || []).map(s => el("tr", { class: "detail-row" }, cell(names.get(s.vertex) ?? s.vertex),
     cell(s.subtask, true), cell(s.status), cell(clock(s.ack_timestamp)), cell(ms(s.end_to_end_duration), true),
     cell(ms(s.sync_duration), true), cell(ms(s.async_duration), true), cell(ms(s.alignment_duration), true),
     cell(ms(s.start_delay), true), cell(bytes(s.state_size), true), cell(bytes(s.checkpointed_size), true),
     cell(s.unaligned_checkpoint ? "yes" : s.status === "completed" ? "no" : "-")));
   replace("checkpoint-details", el("div", { id: "checkpoint-details" },
     el("h3", { text: `Checkpoint ${details.id}: ${details.status} · per subtask` }),
-    table("checkpoint-subtasks", [{ t: "vertex", n: 1 }, { t: "subtask", n: 1 }, "status", "acknowledged (UTC)",
+    table("checkpoint-subtasks", ["vertex", { t: "subtask", n: 1 }, "status", "acknowledged (UTC)",
       { t: "end to end", n: 1 }, { t: "sync", n: 1 }, { t: "async", n: 1 }, { t: "alignment", n: 1 },
       { t: "start delay", n: 1 }, { t: "state size", n: 1 }, { t: "written", n: 1 }, "unaligned"], rows)));
 }
