@@ -151,3 +151,18 @@ def test_an_ended_job_is_shown_from_the_registry_and_its_history_file(server: Da
     status, _, answer = browser.request("POST", f"/api/jobs/{job_id}/actions", {"action": "savepoint"},
                                         {"X-CSRF-Token": csrf})
     assert status == 409 and "FINISHED" in json.loads(answer)["error"]
+
+
+def test_a_taken_port_is_bad_input(registry: JobRegistry) -> None:
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        done = subprocess.run([sys.executable, "-m", "statekit.cli.main", "ui", "--port", str(port)],
+                              capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip().startswith(f"statekit: error: --port {port}: cannot listen on 127.0.0.1:{port}")
