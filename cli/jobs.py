@@ -41,6 +41,22 @@ __all__ = ["run", "list_jobs", "savepoint", "stop", "cancel"]
                    "directory write there.")
 @click.option("--metrics-port", type=click.IntRange(1, 65535), metavar="PORT",
               help="Also serve Prometheus metrics on 127.0.0.1:PORT, without a token (a fixed scrape target).")
+@click.option("--executor", type=click.Choice(["auto", "processes", "threads"]), default="auto", show_default=True,
+              help="processes: subtasks run in TaskManager processes (this process is the JobManager); threads: "
+                   "every subtask is a thread of this process; auto: processes when a parallelism is above 1.")
+@click.option("--task-managers", type=int, metavar="N",
+              help="TaskManager processes (default: one per core, no more than the job's parallelism).")
+@click.option("--slots", type=int, metavar="S", help="Slots per TaskManager (default: enough for the job).")
+@click.option("--buffer-timeout", metavar="DURATION",
+              help="How long a record may wait in a network buffer between processes before it is sent "
+                   "(default 100ms; 0: at once, lowest latency).")
+@click.option("--buffer-size", type=int, metavar="BYTES", help="Bytes of a network buffer (default 32768).")
+@click.option("--restart-attempts", type=int, metavar="N",
+              help="Restarts after a failure (default: the job's strategy: 3 with checkpoints, else none).")
+@click.option("--restart-delay", metavar="DURATION", help="Delay before each restart (default 1s).")
+@click.option("--latency-interval", metavar="DURATION",
+              help="How often each source subtask sends a latency marker (default 200ms; 0: never); "
+                   "their end-to-end latency is in the metrics (p50, p99).")
 @click.option("-d", "--detached", is_flag=True, help="Run in the background: print the job id and return.")
 @click.option("--job-id", metavar="ID",
               help="Job id (32 lower-case hex chars; default: new). Reusing a crashed job's id takes over its "
@@ -55,7 +71,10 @@ __all__ = ["run", "list_jobs", "savepoint", "stop", "cancel"]
 def run(job_file: str, job_args: tuple[str, ...], parallelism: int | None, max_parallelism: int | None,
         restore_path: str | None, allow_non_restored_state: bool, restore_mode: str, checkpoint_dir: str | None,
         checkpoint_interval: str | None, state_backend: str | None, savepoint_on_finish: str | None,
-        savepoint_dir: str | None, metrics_port: int | None, detached: bool, job_id: str | None, trust_pickle: bool, log_file: str | None, verbose: bool,
+        savepoint_dir: str | None, metrics_port: int | None,
+        executor: str, task_managers: int | None, slots: int | None, buffer_timeout: str | None,
+        buffer_size: int | None, restart_attempts: int | None, restart_delay: str | None,
+        latency_interval: str | None, detached: bool, job_id: str | None, trust_pickle: bool, log_file: str | None, verbose: bool,
         **more: Any) -> None:
     """Run JOB.py on the mini runtime; options go before JOB.py, the job's own arguments after it.
 
@@ -83,7 +102,15 @@ def run(job_file: str, job_args: tuple[str, ...], parallelism: int | None, max_p
         checkpoint_interval_ms=None if checkpoint_interval is None else parse_duration(checkpoint_interval, what="checkpoint interval"),
         state_backend=state_backend, savepoint_on_finish=savepoint_on_finish, job_id=job_id, job_args=job_args,
         savepoint_dir=savepoint_dir, metrics_port=metrics_port,
-        trust_pickle=trust_pickle, restore_mode=restore_mode, **checkpointing_run_options(more),
+        trust_pickle=trust_pickle, restore_mode=restore_mode, executor=executor, task_managers=task_managers,
+        slots=slots, buffer_size=buffer_size, restart_attempts=restart_attempts,
+        buffer_timeout_ms=None if buffer_timeout is None else parse_duration(buffer_timeout, what="buffer timeout",
+                                                                              minimum=0),
+        restart_delay_ms=None if restart_delay is None else parse_duration(restart_delay, what="restart delay",
+                                                                            minimum=0),
+        latency_interval_ms=None if latency_interval is None else parse_duration(
+            latency_interval, what="latency interval", minimum=0),
+        **checkpointing_run_options(more),
     )
     if detached:
         result = submit_detached(job_file, options, verbose=verbose)

@@ -182,4 +182,18 @@ def _thread_executor() -> Executor:
     return ThreadExecutor()
 
 
+def _process_executor() -> Executor:
+    from statekit.runtime.jobmaster.executor import ProcessExecutor
+
+    return ProcessExecutor()
+
+
+def _auto_executor() -> Executor:
+    from statekit.runtime.jobmaster.executor import ProcessExecutor
+
+    return ProcessExecutor(auto=True)
+
+
 register_executor("threads", _thread_executor)
+register_executor("processes", _process_executor)
+register_executor("auto", _auto_executor)

@@ -6,8 +6,10 @@ Both count ``--events`` events over ``--keys`` keys (the event stream of
 * Bytewax: ``TestingSource`` (batches of 1024 events) -> ``stateful_map`` (a running count per key) ->
   ``DiscardingSink`` under ``cli_main(workers_per_process=2)``, epochs of the interval,
   recovery into SQLite partitions (``init_db_dir``; backup interval 0);
-* statekit: the runtime bench's job (``KeyedProcessFunction`` with a ``ValueState``,
-  hashmap backend), checkpoints to a temporary directory at the same interval.
+* statekit: the runtime bench's job (``bench/jobs/keyed_count.py``: ``KeyedProcessFunction`` with
+  a ``ValueState``, hashmap backend) at parallelism 2 on TaskManager processes (``--executor``),
+  checkpoints to a temporary directory at the same interval; timed from every task deployed to the
+  end, as the runtime bench does.
 
 Each is also run with snapshots off; printed: events/s both ways and the ratios.
 
@@ -19,6 +21,7 @@ without it the script prints statekit's figures, says what to install, and exits
 status 2.
 
 Usage: python bench/peers/bytewax_bench.py [--events 1000000] [--keys 100000] [--interval-ms 1000]
+                                          [--executor processes|threads]
 """
 
 from __future__ import annotations
@@ -74,16 +77,19 @@ def main() -> int:
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--keys", type=int, default=100_000)
     parser.add_argument("--interval-ms", type=int, default=1000)
+    parser.add_argument("--executor", default="processes", help="statekit's executor: processes or threads")
     args = parser.parse_args()
-    from runtime_bench import run_job
+    from runtime_bench import run_keyed_count
 
     events = [f"key-{(i * 7919) % args.keys}" for i in range(args.events)]
     n = args.events
-    ours_off, _ = run_job(events, WORKERS, None, "hashmap")
-    ours_on, completed = run_job(events, WORKERS, args.interval_ms, "hashmap")
+    ours_off = min(run_keyed_count(n, args.keys, WORKERS, None, executor=args.executor).seconds for _ in range(2))
+    on = min((run_keyed_count(n, args.keys, WORKERS, args.interval_ms, executor=args.executor) for _ in range(2)),
+             key=lambda r: r.seconds)
+    ours_on, completed = on.seconds, on.checkpoints
     print(f"{n:,} events over {args.keys:,} keys, {WORKERS} workers, snapshots every {args.interval_ms} ms")
     print(f"{'':28}{'snapshots off':>16}{'snapshots on':>16}{'overhead':>10}")
-    print(f"{'statekit (events/s)':28}{n / ours_off:>16,.0f}{n / ours_on:>16,.0f}{ours_on / ours_off:>9.2f}x"
+    print(f"{f'statekit {args.executor} (events/s)':28}{n / ours_off:>16,.0f}{n / ours_on:>16,.0f}{ours_on / ours_off:>9.2f}x"
           f"   ({completed} checkpoints)")
     try:
         import bytewax  # noqa: F401 - only whether it is installed

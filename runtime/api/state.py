@@ -279,8 +279,6 @@ class MapState(State, Generic[T]):
         return not self.items()
 
 
-
-
 class ReducingState(State, Generic[T]):
     """A value folded by a reduce function."""
 

@@ -22,8 +22,6 @@ __all__ = [
 Clock = Callable[[], int]
 
 
-
-
 class ManualClock:
     """A clock that moves only when told (tests, and replays with explicit time)."""
 

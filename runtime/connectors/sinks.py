@@ -245,7 +245,15 @@ class CollectSink(SinkFunction):
         return f"collect:{uid}"
 
     def __deepcopy__(self, memo: dict[int, Any]) -> CollectSink:
-        return CollectSink()  # a subtask's copy: its own empty lists, nothing shared
+        """A subtask's copy: its own empty lists (nothing shared), a subclass's attributes copied."""
+        import copy
+        import threading
+
+        clone = type(self).__new__(type(self))
+        own = {"values", "_lock", "_collected"}
+        clone.__dict__.update(copy.deepcopy({k: v for k, v in self.__dict__.items() if k not in own}, memo))
+        clone.values, clone._lock, clone._collected = [], threading.Lock(), None
+        return clone
 
     def open(self, runtime_context: RuntimeContext) -> None:
         self._collected = ListAccumulator()

@@ -9,7 +9,9 @@ last job the script executed. ``python -m statekit.runtime.control.launcher [OPT
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
+import os
 import runpy
 import sys
 import threading
@@ -42,10 +44,10 @@ def run_job_file(path: str, options: RunOptions) -> JobStatus:
         PathNotFoundError: ``path`` is not a file.
         StatekitError: From the job (restore failures, JobFailedError, ...).
     """
-    import os
-
     if not os.path.isfile(path):
         raise PathNotFoundError("job file not found; pass the path of a Python job script", path=path)
+    if options.job_file is None:
+        options = dataclasses.replace(options, job_file=os.path.abspath(path))
     handles: list[JobHandle] = []
     lock = threading.Lock()
 

@@ -366,6 +366,16 @@ def _run_argv(job_file: str, options: RunOptions, log_path: str, verbose: bool =
         argv += ["--metrics-port", str(options.metrics_port)]
     if options.trust_pickle:
         argv.append("--trust-pickle")
+    if options.executor is not None:
+        argv += ["--executor", options.executor]
+    for flag, value in (("--task-managers", options.task_managers), ("--slots", options.slots),
+                        ("--buffer-size", options.buffer_size), ("--restart-attempts", options.restart_attempts)):
+        if value is not None:
+            argv += [flag, str(value)]
+    for flag, ms in (("--buffer-timeout", options.buffer_timeout_ms), ("--restart-delay", options.restart_delay_ms),
+                     ("--latency-interval", options.latency_interval_ms)):
+        if ms is not None:
+            argv += [flag, f"{ms}ms"]
     if verbose:
         argv.append("--verbose")
     return [*argv, os.path.abspath(job_file), *options.job_args]

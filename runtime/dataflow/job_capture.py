@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import runpy
 import sys
+import types
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -62,8 +63,12 @@ class CapturingExecutor:
         raise JobCaptured(env, job_name)
 
 
-def capture_job_file(path: str, options: RunOptions) -> CapturedJob:
+def capture_job_file(path: str, options: RunOptions, *, keep_main: bool = False) -> CapturedJob:
     """The first job the script at ``path`` executes, captured before it starts.
+
+    Args:
+        keep_main: The script's module stays ``sys.modules["__main__"]`` afterwards (a TaskManager
+            process: records of classes the script defines pickle and unpickle by that name).
 
     Raises:
         PathNotFoundError: ``path`` is not a file.
@@ -76,7 +81,10 @@ def capture_job_file(path: str, options: RunOptions) -> CapturedJob:
     try:
         sys.argv = [path, *options.job_args]
         with executing_with(CapturingExecutor()):
-            runpy.run_path(path, run_name="__main__")
+            if keep_main:
+                _run_as_main(path)
+            else:
+                runpy.run_path(path, run_name="__main__")
     except JobCaptured as captured:
         return CapturedJob(path, captured.env, captured.job_name, options)
     except SystemExit as exc:
@@ -88,6 +96,16 @@ def capture_job_file(path: str, options: RunOptions) -> CapturedJob:
         sys.argv = saved_argv
         set_run_options(saved_options)
     raise BadInputError("the job script never called env.execute(): it defines no job", path=path)
+
+
+def _run_as_main(path: str) -> None:
+    """Run the script at ``path`` as this process's ``__main__`` module, which it stays."""
+    module = types.ModuleType("__main__")
+    module.__file__ = path
+    sys.modules["__main__"] = module
+    with open(path, "rb") as source:
+        code = compile(source.read(), path, "exec")
+    exec(code, module.__dict__)
 
 
 def resolve_graph(env: StreamEnvironment, options: RunOptions) -> JobGraph:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from statekit.runtime.dataflow.graph import JobTopology
-    from statekit.runtime.task.metrics import TaskFigures
+    from statekit.runtime.task.metrics import Latency, TaskFigures
 
 __all__ = [
     "JobStatus",
@@ -65,6 +65,8 @@ class JobControl(Protocol):
 
     def accumulator_results(self) -> dict[str, Any]: ...
 
+    def latency(self) -> Latency | None: ...
+
 
 class JobHandle:
     """A job started by ``StreamEnvironment.execute``.
@@ -97,6 +99,7 @@ class JobHandle:
         self.failure: str | None = None
         self.final_savepoint_path: str | None = None
         self.savepoint_dir = savepoint_dir
+        self.tasks_running_ms: int | None = None  # when every task of the first attempt was deployed and ready
         self._control = control
         self._checkpoint_listeners: list[Callable[[dict[str, Any]], None]] = []
         self._status = JobStatus.CREATED
@@ -211,6 +214,11 @@ class JobHandle:
     def task_metrics(self) -> list[TaskFigures]:
         """What every task reported, with rates (``statekit.runtime.jobmaster.metrics``)."""
         return self._control.task_metrics()
+
+    def latency(self) -> Latency | None:
+        """End-to-end latency of the job's latency markers (last 10 s; None: none measured)."""
+        latency = getattr(self._control, "latency", None)  # stand-in controls of tests may lack it
+        return latency() if latency is not None else None
 
     def accumulators(self) -> dict[str, Any]:
         """The job's accumulators merged so far (:mod:`statekit.runtime.api.accumulators`)."""

@@ -17,7 +17,10 @@ if TYPE_CHECKING:
     from statekit.runtime.api.checkpoint_config import CheckpointConfig
     from statekit.runtime.dataflow.job_handle import JobHandle
 
+DEFAULT_LATENCY_INTERVAL_MS = 200
+
 __all__ = [
+    "DEFAULT_LATENCY_INTERVAL_MS",
     "RunOptions",
     "set_run_options",
     "get_run_options",
@@ -67,7 +70,18 @@ class RunOptions:
         metrics_port: Serve this process's Prometheus metrics on 127.0.0.1 at this fixed port too
             (``--metrics-port``; job control, not the job).
         executor: The registered executor that runs the job
-            (:mod:`statekit.runtime.dataflow.executor`; None: the default).
+            (:mod:`statekit.runtime.dataflow.executor`; None: the default, ``threads``; ``auto``:
+            TaskManager processes when a vertex has more than one subtask, else threads).
+        job_file: The job script being run (TaskManager processes import it to build the graph).
+        task_managers: TaskManager processes (``--task-managers``; None: one per core).
+        slots: Slots per TaskManager (``--slots``; None: enough for the job).
+        buffer_timeout_ms: How long a record may wait in a network buffer before it is sent
+            (``--buffer-timeout``; 0: sent at once; None: the default, 100 ms).
+        buffer_size: Bytes of a network buffer (``--buffer-size``; None: 32 KiB).
+        restart_attempts: Restarts after a failure (``--restart-attempts``; None: the job's strategy).
+        restart_delay_ms: Delay between restarts (``--restart-delay``).
+        latency_interval_ms: How often each source subtask sends a latency marker
+            (``--latency-interval``; 0: never; None: :data:`DEFAULT_LATENCY_INTERVAL_MS`).
     """
 
     parallelism: int | None = None
@@ -92,6 +106,20 @@ class RunOptions:
     restore_mode: str = "no-claim"
     executor: str | None = None
     metrics_port: int | None = None
+    job_file: str | None = None
+    task_managers: int | None = None
+    slots: int | None = None
+    buffer_timeout_ms: int | None = None
+    buffer_size: int | None = None
+    restart_attempts: int | None = None
+    restart_delay_ms: int | None = None
+    latency_interval_ms: int | None = None
+
+    @property
+    def latency_interval(self) -> int | None:
+        """The latency-marker interval in effect (None: no markers)."""
+        interval = DEFAULT_LATENCY_INTERVAL_MS if self.latency_interval_ms is None else self.latency_interval_ms
+        return interval or None
 
     def apply_to(self, config: CheckpointConfig) -> CheckpointConfig:
         """``config`` with these overrides set (the job's own settings elsewhere)."""

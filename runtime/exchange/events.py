@@ -1,5 +1,6 @@
 """Events that travel in a channel's data lane, in order with the records: watermarks and
-watermark status (event time), end of input (drained) and end of partition (the channel closes).
+watermark status (event time), end of input (drained), end of partition (the channel closes),
+and latency markers.
 Barriers are :mod:`statekit.runtime.checkpoint.barriers`.
 """
 
@@ -14,6 +15,7 @@ __all__ = [
     "END_OF_PARTITION",
     "Watermark",
     "WatermarkStatus",
+    "LatencyMarker",
 ]
 
 
@@ -49,3 +51,13 @@ class WatermarkStatus:
     idle: bool
 
 
+@dataclass(frozen=True)
+class LatencyMarker:
+    """Flink's latency marker: made by a source task at ``created_ms`` (wall clock), it travels
+    behind the records of the buffer it was emitted with — through the same buffers, timeouts and
+    queues, never through user code — to the tasks without outputs, which measure how long it took.
+    It is not state: a barrier may overtake it, and it is never stored."""
+
+    created_ms: int
+    vertex: int
+    subtask: int

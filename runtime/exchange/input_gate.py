@@ -27,9 +27,10 @@ from __future__ import annotations
 import collections
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
-from statekit.runtime.checkpoint.barriers import Barrier
+from statekit.runtime.checkpoint.barriers import Barrier, PriorityBarrier
 
 __all__ = [
     "MAIL",
@@ -42,22 +43,6 @@ MAIL = -1
 
 class TaskCancelled(Exception):
     """Raised inside a task whose job is being cancelled or torn down."""
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 class InputGate:
@@ -77,6 +62,13 @@ class InputGate:
         self.capacity = capacity
         self.received: collections.Counter[int] = collections.Counter(dict.fromkeys(range(channels), 0))
         self.cancelled = threading.Event()
+        # channels whose producer runs in another process: called (outside the lock) for every
+        # data-lane item of the channel the consumer takes — a credit back to the producer
+        self._remote: dict[int, Callable[[], None]] = {}
+
+    def set_remote(self, channel: int, on_taken: Callable[[], None]) -> None:
+        """``channel``'s producer is in another process: ``on_taken()`` after each of its items is taken."""
+        self._remote[channel] = on_taken
 
     # ------------------------------------------------------------ producers
 
@@ -112,6 +104,13 @@ class InputGate:
             if len(self._data) >= self.capacity:
                 self._not_full.wait(timeout)
 
+    def put_remote(self, item: tuple[int, Any]) -> None:
+        """Enqueue a data-lane item of a remote channel: past the bound (its producer sends only
+        as many items as it holds credits for, so the items of a remote channel stay bounded)."""
+        with self._lock:
+            self._data.append(item)
+            self._not_empty.notify()
+
     def put_mail(self, mail: Any) -> None:
         """Enqueue a control mail into the data lane, past the bound (never blocks)."""
         with self._lock:
@@ -140,7 +139,15 @@ class InputGate:
     def poll(self) -> tuple[int, Any] | None:
         """The next item (priority first), or None when the gate is empty."""
         with self._lock:
-            return self._next()
+            item = self._next()
+        if item is not None and self._remote:
+            self._taken(item)
+        return item
+
+    def _taken(self, item: tuple[int, Any]) -> None:
+        on_taken = self._remote.get(item[0])
+        if on_taken is not None and item[1].__class__ is not PriorityBarrier:
+            on_taken()
 
     def take(self, timeout: float | None = None) -> tuple[int, Any] | None:
         """The next item (priority first), waiting up to ``timeout`` seconds (None: until one arrives)."""
@@ -149,16 +156,23 @@ class InputGate:
             while True:
                 item = self._next()
                 if item is not None:
-                    return item
+                    break
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     return None
                 self._not_empty.wait(remaining)
+        if self._remote:
+            self._taken(item)
+        return item
 
     def poll_priority(self) -> tuple[int, Any] | None:
         """The next priority item, if any (data stays queued)."""
         with self._lock:
             return self._priority.popleft() if self._priority else None
+
+    def queued(self) -> int:
+        """Items queued in the data lane now (buffers, events, mails)."""
+        return len(self._data)
 
     def has_priority(self) -> bool:
         with self._lock:
@@ -196,9 +210,14 @@ class InputGate:
                     del self._data[position]
                     self.received[channel] += 1
                     self._not_full.notify()
-                    return before
+                    break
                 before.append(payload)
-        return None
+            else:
+                return None
+        on_taken = self._remote.get(channel)
+        if on_taken is not None:
+            on_taken()
+        return before
 
     def cancel(self) -> None:
         """Release producers blocked on this gate (they raise :class:`TaskCancelled`)."""
@@ -206,11 +225,5 @@ class InputGate:
         with self._lock:
             self._not_full.notify_all()
             self._not_empty.notify_all()
-
-
-
-
-
-
 
 

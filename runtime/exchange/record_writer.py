@@ -29,6 +29,7 @@ from statekit.runtime.exchange.batch_path import (
     with_emit_all,
     with_pair_emitters,
 )
+from statekit.runtime.exchange.events import LatencyMarker
 from statekit.runtime.exchange.input_gate import InputGate, TaskCancelled
 from statekit.runtime.exchange.partitioning import Partitioning
 from statekit.statefmt.serializers import get_serializer
@@ -100,6 +101,8 @@ class RecordWriter:
         self._max_parallelism = max_parallelism
         self._next = start_channel % max(1, self._n)
         self._route_cache: dict[Any, int] = {}
+        self._markers: dict[int, list[LatencyMarker]] = {}  # latency markers waiting for their channel's buffer
+        self._marker_channel = start_channel % max(1, self._n)
         self._new_buffer: Callable[[], list[Any]] = list  # what flush_channel starts a channel's next buffer with
         if partitioning is Partitioning.HASH:
             self._hash_emitter = self._make_hash_emitter()
@@ -264,12 +267,35 @@ class RecordWriter:
         self.pending += 1
 
     def flush_channel(self, channel: int) -> None:
-        """Hand the buffer of ``channel`` to its consumer (or to the backlog)."""
+        """Hand the buffer of ``channel`` to its consumer (or to the backlog), then the latency
+        markers that rode with it."""
         buffer = self._buffers[channel]
         if buffer:
             self._buffers[channel] = self._new_buffer()
             self.records_out += len(buffer)
             self._send(channel, buffer)
+        if self._markers:
+            for marker in self._markers.pop(channel, ()):
+                self._send(channel, marker)
+
+    def emit_latency_marker(self, marker: LatencyMarker) -> None:
+        """Send ``marker`` on one channel (in turn): behind the records its buffer holds now, when
+        that buffer goes (at once when it is empty)."""
+        channel = self._marker_channel
+        self._marker_channel = (channel + 1) % max(1, self._n)
+        if self._buffers[channel]:
+            self._markers.setdefault(channel, []).append(marker)
+        else:
+            self._send(channel, marker)
+
+    def buffered(self) -> bool:
+        """Whether a channel's buffer holds records (or markers wait) not handed over yet."""
+        return bool(self._markers) or any(self._buffers)
+
+    @property
+    def backlog_items(self) -> int:
+        """Items (buffers, events) waiting for room in their consumers' gates."""
+        return self.pending
 
     def flush(self) -> None:
         """Hand over every non-empty buffer."""
@@ -314,6 +340,8 @@ class RecordWriter:
         for payload in self._backlog[channel]:
             if payload is stop_at:
                 return records
+            if payload.__class__ is LatencyMarker:
+                continue  # not state: overtaken like a record, delivered later
             if payload.__class__ is not list:
                 return None  # an event, or a TimestampedBuffer (event time has no unaligned checkpoints)
             records.extend(payload)

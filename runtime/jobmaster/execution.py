@@ -13,21 +13,15 @@ import logging
 import queue
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
-from statekit.runtime.api.accumulators import Accumulator
-from statekit.runtime.checkpoint.channel_state import ChannelSpec
 from statekit.runtime.checkpoint.handles import TaskStateSnapshot
 from statekit.runtime.checkpoint.restore import RestorePlan
-from statekit.runtime.dataflow.graph import Edge, edge_key_selector
-from statekit.runtime.exchange.input_gate import InputGate
-from statekit.runtime.exchange.partitioning import Partitioning
-from statekit.runtime.exchange.record_writer import ChannelTarget, RecordWriter
-from statekit.runtime.operators.base import OperatorContext, Output, StreamOperator
-from statekit.runtime.task.mails import Resume, Terminate
+from statekit.runtime.task.mails import Cancel, Resume, Terminate
 from statekit.runtime.task.metrics import TaskReport
 from statekit.runtime.task.task import Task
-from statekit.runtime.task.time import configure_task_time
+from statekit.runtime.taskmanager.deployment import DeploymentContext, deploy_tasks
 from statekit.statefmt.errors import JobError, JobFailedError, StatekitError
 
 if TYPE_CHECKING:
@@ -35,6 +29,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Execution",
+    "DeployedTask",
+    "Deployment",
+    "Deployer",
+    "ThreadDeployer",
+    "ThreadDeployment",
     "JOIN_TIMEOUT_S",
     "FINAL_CHECKPOINT_ATTEMPTS",
     "FINAL_CHECKPOINT_RETRY_DELAY_S",
@@ -48,17 +47,110 @@ FINAL_CHECKPOINT_ATTEMPTS = 3
 FINAL_CHECKPOINT_RETRY_DELAY_S = 0.5
 
 
-def _spec(edge: Edge, producer: int, consumer: int) -> ChannelSpec:
-    return ChannelSpec(edge.source.uid, edge.target.uid, edge.input_index, edge.partitioning.value,
-                       producer, edge.source.parallelism, consumer, edge.target.parallelism)
-
-
 def one_line(text: str) -> str:
     return " ".join(text.split())
 
 
+class DeployedTask(Protocol):
+    """A deployed subtask as its execution sees it (a task here, or a stand-in for one in a
+    TaskManager): who it is and how to mail it."""
+
+    key: tuple[int, int]
+    name: str
+
+    def mail(self, mail: Any) -> None: ...
+
+
+class Deployment(Protocol):
+    """The tasks of one attempt, deployed: started once every one is deployed, cancelled at the end."""
+
+    @property
+    def tasks(self) -> Sequence[DeployedTask]: ...
+
+    @property
+    def source_tasks(self) -> Sequence[DeployedTask]: ...
+
+    def start(self) -> None:
+        """Start every task (each reports ``task_ready`` to the execution)."""
+        ...
+
+    def release(self) -> None:
+        """Every task is ready: they may process input (``host.started``)."""
+        ...
+
+    def cancel(self) -> None:
+        """End every task that still runs; returns when they ended (bounded wait)."""
+        ...
+
+    def close(self) -> None:
+        """The attempt ended: release what the deployment holds (processes, sockets)."""
+        ...
+
+
+class Deployer(Protocol):
+    """How the job master deploys an attempt's tasks (threads here, or TaskManager processes)."""
+
+    def deploy(self, execution: Execution, restore: RestorePlan | None) -> Deployment: ...
+
+
+class ThreadDeployment:
+    """Every subtask as a thread of this process (the thread executor)."""
+
+    def __init__(self, execution: Execution, restore: RestorePlan | None) -> None:
+        master = execution.master
+        backend = master.state_backend
+        context = DeploymentContext(
+            job_id=master.job_id, attempt=execution.attempt, state_backend=backend.name,
+            working_dir=master._temp_dir(f"statekit-{backend.name}-") if backend.needs_working_dir else None,
+            incremental=master.incremental, channel_state_serializer=master.config.channel_state_serializer,
+            storage_options=master.env.storage_options, restore=restore, exchanges=master.exchanges,
+            latency_interval_ms=master.options.latency_interval,
+        )
+        subtasks = [(v.id, i) for v in master.graph.vertices for i in range(v.parallelism)]
+        deployed = deploy_tasks(master.graph, subtasks, execution, context)
+        self._tasks = deployed.tasks
+        self._source_tasks = deployed.source_tasks
+        self.gates = list(deployed.gates.values())
+
+    @property
+    def tasks(self) -> Sequence[Task]:
+        return self._tasks
+
+    @property
+    def source_tasks(self) -> Sequence[Task]:
+        return self._source_tasks
+
+    def start(self) -> None:
+        for task in self._tasks:
+            task.thread.start()
+
+    def release(self) -> None:
+        """The tasks wait on the execution's ``started`` event, which is set now."""
+
+    def close(self) -> None:
+        """Threads end with their tasks."""
+
+    def cancel(self) -> None:
+        for gate in self.gates:
+            gate.cancel()
+        for task in self._tasks:
+            task.mail(Cancel())
+        deadline = time.monotonic() + JOIN_TIMEOUT_S
+        for task in self._tasks:
+            task.thread.join(max(0.0, deadline - time.monotonic()))
+            if task.thread.is_alive():
+                log.warning("task %s did not stop within %.0f s", task.name, JOIN_TIMEOUT_S)
+
+
+class ThreadDeployer:
+    """Deploys every attempt as threads of this process."""
+
+    def deploy(self, execution: Execution, restore: RestorePlan | None) -> Deployment:
+        return ThreadDeployment(execution, restore)
+
+
 class Execution:
-    """One attempt: tasks, gates and channels of the whole job graph."""
+    """One attempt: its deployed tasks, the events they report, and how the attempt ends."""
 
     def __init__(self, master: JobMaster, attempt: int, restore: RestorePlan | None) -> None:
         self.master = master
@@ -68,108 +160,39 @@ class Execution:
         self._events: queue.Queue[tuple[Any, ...]] = queue.Queue()
         self._stopping = False
         self._finishing = False
-        self.tasks: list[Task] = []
-        self.source_tasks: list[Task] = []
+        self.tasks: list[DeployedTask] = []
+        self.source_tasks: list[DeployedTask] = []
         self._build(restore)
 
     # ------------------------------------------------------------ deployment
 
     def _build(self, restore: RestorePlan | None) -> None:
-        master = self.master
-        graph = master.graph
-        gates: dict[tuple[int, int], InputGate] = {}
-        offsets: dict[int, int] = {}  # id(edge) -> first channel of the edge in the consumer's gate
-        input_specs: dict[tuple[int, int], list[ChannelSpec]] = {}
-        for vertex in graph.vertices:
-            width = 0
-            for edge in vertex.inputs:
-                offsets[id(edge)] = width
-                width += 1 if edge.partitioning is Partitioning.FORWARD else edge.source.parallelism
-            capacity = max(4, 2 * width + 2)
-            for i in range(vertex.parallelism):
-                gates[(vertex.id, i)] = InputGate(capacity, width)
-                input_specs[(vertex.id, i)] = [
-                    _spec(edge, producer, i) for edge in vertex.inputs
-                    for producer in ([i] if edge.partitioning is Partitioning.FORWARD else range(edge.source.parallelism))
-                ]
-        inflight = restore.inflight(master.exchanges) if restore is not None else {}
-        backend = master.state_backend
-        working_dir = master._temp_dir(f"statekit-{backend.name}-") if backend.needs_working_dir else None
-        for vertex in graph.vertices:
-            for i in range(vertex.parallelism):
-                operators: list[StreamOperator] = []
-                chained_next: list[list[int]] = []
-                writers: list[list[RecordWriter]] = []
-                output_specs: list[list[ChannelSpec]] = []
-                replay: list[tuple[int, int, list[Any]]] = []
-                accumulators: dict[str, Accumulator] = {}  # the task's, shared by its chain
-                for position, node in enumerate(vertex.operators):
-                    replay.extend((position, index, records) for index, records in inflight.get((node.uid, i), ()))
-                    op = node.transformation.factory()
-                    op.setup(OperatorContext(
-                        uid=node.uid, name=node.name, subtask=i, parallelism=node.parallelism,
-                        max_parallelism=node.max_parallelism, attempt=self.attempt, state_backend=backend.name,
-                        key_selector=node.key_selector, key_serializer=node.key_serializer,
-                        restore=restore.subtask(node.uid, i, node.parallelism, node.max_parallelism) if restore else None,
-                        working_dir=working_dir, job_id=master.job_id, incremental=master.incremental,
-                        accumulators=accumulators,
-                    ), Output(lambda value: None))
-                    operators.append(op)
-                    chained_next.append([vertex.operators.index(e.target) for e in node.outputs if e.chained])
-                    node_writers = []
-                    for edge in node.outputs:
-                        if edge.chained:
-                            continue
-                        consumer = edge.target.vertex
-                        assert consumer is not None
-                        base = offsets[id(edge)]
-                        if edge.partitioning is Partitioning.FORWARD:
-                            targets = [ChannelTarget(gates[(consumer.id, i)], base)]
-                            output_specs.append([_spec(edge, i, i)])
-                        else:
-                            targets = [ChannelTarget(gates[(consumer.id, k)], base + i) for k in range(consumer.parallelism)]
-                            output_specs.append([_spec(edge, i, k) for k in range(consumer.parallelism)])
-                        writer = RecordWriter(
-                            targets, edge.partitioning, key_selector=edge_key_selector(edge),
-                            key_serializer=edge.key_serializer, max_parallelism=edge.target.max_parallelism,
-                            start_channel=i,
-                        )
-                        writer.side_output = edge.side_output
-                        writer.timestamped = edge.source.transformation.timestamped
-                        node_writers.append(writer)
-                    writers.append(node_writers)
-                task = Task(self, vertex.id, vertex.name, i, vertex.parallelism, operators, chained_next, writers,
-                            gates[(vertex.id, i)], input_specs[(vertex.id, i)], output_specs=output_specs,
-                            replay=replay, channel_state_serializer=master.config.channel_state_serializer,
-                            storage_options=master.env.storage_options)
-                configure_task_time(task, graph, vertex)
-                self.tasks.append(task)
-                if vertex.is_source:
-                    self.source_tasks.append(task)
-        self.gates = list(gates.values())
+        self.deployment = self.master.deployer.deploy(self, restore)
+        self.tasks = list(self.deployment.tasks)
+        self.source_tasks = list(self.deployment.source_tasks)
 
     # ------------------------------------------------------------ TaskHost
 
     def post(self, *event: Any) -> None:
         self._events.put(event)
 
-    def task_ready(self, task: Task) -> None:
+    def task_ready(self, task: DeployedTask) -> None:
         self.post("ready", task)
 
-    def task_failed(self, task: Task, error: BaseException) -> None:
+    def task_failed(self, task: DeployedTask, error: BaseException) -> None:
         if not self.cancelled.is_set():
             # one line; the traceback only when DEBUG is on for the logger (statekit run --verbose)
             log.warning("task %s failed: %s: %s", task.name, type(error).__name__, one_line(str(error)),
                         exc_info=error if log.isEnabledFor(logging.DEBUG) else None)
         self.post("failed", task, error)
 
-    def task_finished(self, task: Task) -> None:
+    def task_finished(self, task: DeployedTask) -> None:
         self.post("finished", task)
 
-    def source_exhausted(self, task: Task) -> None:
+    def source_exhausted(self, task: DeployedTask) -> None:
         self.post("exhausted", task)
 
-    def acknowledge_checkpoint(self, task: Task, checkpoint_id: int, snapshot: TaskStateSnapshot) -> None:
+    def acknowledge_checkpoint(self, task: DeployedTask, checkpoint_id: int, snapshot: TaskStateSnapshot) -> None:
         self.master.coordinator.acknowledge(task.key, checkpoint_id, snapshot)
 
     def report_metrics(self, report: TaskReport) -> None:
@@ -177,7 +200,7 @@ class Execution:
             self.master.accumulate(report.accumulators)
         self.master.metrics.update(report)
 
-    def decline_checkpoint(self, task: Task, checkpoint_id: int, reason: str, *, subsumed: bool,
+    def decline_checkpoint(self, task: DeployedTask, checkpoint_id: int, reason: str, *, subsumed: bool,
                            new_shared: list[str] | None = None) -> None:
         self.master.coordinator.decline(checkpoint_id, f"task {task.name}: {reason}", subsumed=subsumed,
                                         new_shared=new_shared)
@@ -190,8 +213,7 @@ class Execution:
     def run(self) -> tuple[str, BaseException | None]:
         """Deploy, run to the end; return ("finished" | "cancelled" | "failed", error)."""
         coordinator = self.master.coordinator
-        for task in self.tasks:
-            task.thread.start()
+        self.deployment.start()
         ready = finished = exhausted = 0
         outcome: tuple[str, BaseException | None] | None = None
         attached = False
@@ -204,6 +226,10 @@ class Execution:
                     coordinator.attach(self)
                     attached = True
                     self.started.set()
+                    self.deployment.release()
+                    handle = self.master.handle
+                    if handle.tasks_running_ms is None:
+                        handle.tasks_running_ms = int(time.time() * 1000)
                     coordinator.start_periodic()
             elif kind == "failed":
                 outcome = ("failed", event[2])
@@ -226,6 +252,7 @@ class Execution:
                         outcome = ("finished", None)
         if outcome[0] != "finished":
             self._teardown()
+        self.deployment.close()
         if attached:
             coordinator.stop_periodic()
             coordinator.detach("job attempt ended" if outcome[0] == "finished" else f"job {outcome[0]}")
@@ -233,17 +260,7 @@ class Execution:
 
     def _teardown(self) -> None:
         self.cancelled.set()
-        for gate in self.gates:
-            gate.cancel()
-        from statekit.runtime.task.mails import Cancel
-
-        for task in self.tasks:
-            task.mail(Cancel())
-        deadline = time.monotonic() + JOIN_TIMEOUT_S
-        for task in self.tasks:
-            task.thread.join(max(0.0, deadline - time.monotonic()))
-            if task.thread.is_alive():
-                log.warning("task %s did not stop within %.0f s", task.name, JOIN_TIMEOUT_S)
+        self.deployment.cancel()
 
     # ------------------------------------------------------------ finishing
 

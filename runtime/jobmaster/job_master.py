@@ -23,7 +23,7 @@ from typing import Any
 
 from statekit.runtime.api.accumulators import merge_accumulator
 from statekit.runtime.api.restart_strategy import RestartStrategy, fixed_delay_restart, no_restart
-from statekit.runtime.checkpoint.restore import ExchangeEdge, RestorePlan
+from statekit.runtime.checkpoint.restore import RestorePlan
 from statekit.runtime.checkpoint.restore_mode import RestoreMode, parse_restore_mode
 from statekit.runtime.checkpoint.storage import CheckpointStorage
 from statekit.runtime.connectors.sinks import CollectSink
@@ -34,11 +34,12 @@ from statekit.runtime.dataflow.job_handle import JobExecutionResult, JobHandle, 
 from statekit.runtime.dataflow.run_options import RunOptions, get_run_options, notify_job_listeners
 from statekit.runtime.jobmaster.checkpoint_stats import checkpoint_config_json
 from statekit.runtime.jobmaster.coordinator import CheckpointCoordinator, OperatorInfo
-from statekit.runtime.jobmaster.execution import JOIN_TIMEOUT_S, Execution, one_line
+from statekit.runtime.jobmaster.execution import JOIN_TIMEOUT_S, Deployer, Execution, ThreadDeployer, one_line
 from statekit.runtime.jobmaster.metrics import JobMetrics
 from statekit.runtime.jobmaster.temp_dirs import TempDirs
 from statekit.runtime.state.registry import resolve_state_backend
-from statekit.runtime.task.metrics import TaskFigures
+from statekit.runtime.task.metrics import Latency, TaskFigures
+from statekit.runtime.taskmanager.deployment import exchange_edges
 from statekit.statefmt.errors import BadInputError, JobError, JobFailedError, StatekitError
 from statekit.statefmt.job_id import check_job_id, new_job_id
 from statekit.statefmt.pandas_probe import answer_pandas_probe_on_import
@@ -55,13 +56,14 @@ __all__ = [
 log = logging.getLogger("statekit.runtime")
 
 
+def execute_async(env: StreamEnvironment, job_name: str, deployer: Deployer | None = None) -> JobHandle:
+    """Resolve and start the job; return its handle (listeners are called before it runs).
 
-
-
-def execute_async(env: StreamEnvironment, job_name: str) -> JobHandle:
-    """Resolve and start the job; return its handle (listeners are called before it runs)."""
+    Args:
+        deployer: How attempts are deployed (default: threads of this process).
+    """
     answer_pandas_probe_on_import()  # a job's first snapshot would otherwise import pandas (~0.4 s)
-    master = JobMaster(env, job_name, get_run_options())
+    master = JobMaster(env, job_name, get_run_options(), deployer)
     try:
         notify_job_listeners(master.handle)
     except Exception as exc:  # noqa: BLE001 - a listener never stops the job
@@ -70,14 +72,14 @@ def execute_async(env: StreamEnvironment, job_name: str) -> JobHandle:
     return master.handle
 
 
-def execute(env: StreamEnvironment, job_name: str) -> JobExecutionResult:
+def execute(env: StreamEnvironment, job_name: str, deployer: Deployer | None = None) -> JobExecutionResult:
     """Run the job and block until it ends.
 
     Raises:
         StatekitError: the job could not start or restore (BadInputError, ...).
         JobFailedError: it failed and restarts were exhausted.
     """
-    handle = execute_async(env, job_name)
+    handle = execute_async(env, job_name, deployer)
     master = handle._control
     assert isinstance(master, JobMaster)
     try:
@@ -101,8 +103,10 @@ def execute(env: StreamEnvironment, job_name: str) -> JobExecutionResult:
 class JobMaster:
     """Runs one job: attempts, restarts, checkpoints, savepoints, cancellation."""
 
-    def __init__(self, env: StreamEnvironment, job_name: str, options: RunOptions | None) -> None:
+    def __init__(self, env: StreamEnvironment, job_name: str, options: RunOptions | None,
+                 deployer: Deployer | None = None) -> None:
         options = options or RunOptions()
+        self.deployer: Deployer = deployer or ThreadDeployer()
         env._check_sources()
         self.env = env
         self.options = options
@@ -123,6 +127,10 @@ class JobMaster:
         self.restart: RestartStrategy = env.restart_strategy or (
             fixed_delay_restart(3, 1000) if self.config.enabled else no_restart()
         )
+        if options.restart_attempts is not None or options.restart_delay_ms is not None:  # the command line's
+            self.restart = fixed_delay_restart(
+                self.restart.attempts if options.restart_attempts is None else options.restart_attempts,
+                self.restart.delay_ms if options.restart_delay_ms is None else options.restart_delay_ms)
         self.initial_restore = (
             RestorePlan.open(options.restore_path, allow_non_restored_state=options.allow_non_restored_state,
                              trust_pickle=env.trust_pickle or options.trust_pickle, storage_options=env.storage_options)
@@ -252,6 +260,9 @@ class JobMaster:
     def task_metrics(self) -> list[TaskFigures]:
         return self.metrics.tasks()
 
+    def latency(self) -> Latency | None:
+        return self.metrics.latency()
+
     def accumulate(self, changes: tuple[tuple[str, Any], ...]) -> None:
         """Merge one task's accumulator changes (and hand a collect sink's records to the
         user's :class:`CollectSink` object in this process)."""
@@ -304,12 +315,7 @@ class JobMaster:
             if self._cancel.is_set():
                 return JobStatus.CANCELED, None
             handle.set_status(JobStatus.RUNNING)
-            execution = Execution(self, attempt, restore)
-            with self._lock:
-                self._execution = execution
-            outcome, error = execution.run()
-            with self._lock:
-                self._execution = None
+            outcome, error = self._run_attempt(attempt, restore)
             if outcome == "finished":
                 return JobStatus.FINISHED, None
             if outcome == "cancelled":
@@ -326,6 +332,23 @@ class JobMaster:
             if self._cancel.wait(self.restart.delay_ms / 1000.0):
                 return JobStatus.CANCELED, None
             restore = self._restore_for_restart()
+
+    def _run_attempt(self, attempt: int, restore: RestorePlan | None) -> tuple[str, BaseException | None]:
+        """Deploy and run one attempt; a deployment that fails for a reason a restart may cure (a
+        TaskManager killed while it started) is a failed attempt like any other."""
+        try:
+            execution = Execution(self, attempt, restore)
+        except Exception as error:  # judged below like a task failure
+            if _unrecoverable(error):
+                raise
+            return "failed", error
+        with self._lock:
+            self._execution = execution
+        try:
+            return execution.run()
+        finally:
+            with self._lock:
+                self._execution = None
 
     def _restore_for_restart(self) -> RestorePlan | None:
         """The latest checkpoint this job completed, else what it started from.
@@ -373,18 +396,6 @@ def _fast_switching(on: bool) -> None:
                 sys.setswitchinterval(_switching_saved)
 
 
-def exchange_edges(graph: JobGraph) -> list[ExchangeEdge]:
-    """Every edge between two operators, as in-flight records of a restore see it."""
-    return [
-        ExchangeEdge(edge.source.uid, edge.target.uid, edge.input_index, edge.partitioning.value,
-                     edge.source.parallelism, edge.target.parallelism, edge.target.max_parallelism,
-                     edge.key_selector, edge.key_serializer)
-        for node in graph.operators for edge in node.outputs
-    ]
-
-
-
-
 def _unrecoverable(error: BaseException) -> bool:
     """Configuration and restore errors fail the job at once; task exceptions restart it."""
     return isinstance(error, StatekitError) and not isinstance(error, JobFailedError)
@@ -395,10 +406,6 @@ def _describe(error: BaseException) -> str:
     if isinstance(error, StatekitError):
         return one_line(str(error))
     return f"{type(error).__name__}: {one_line(str(error))}"
-
-
-
-
 
 
 def check_event_time_checkpoints(transformations: list[Any], unaligned: bool) -> None:

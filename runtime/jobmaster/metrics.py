@@ -14,7 +14,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from statekit.runtime.task.metrics import TaskFigures, TaskReport
+from statekit.runtime.task.metrics import Latency, TaskFigures, TaskReport, percentile
 
 if TYPE_CHECKING:
     from statekit.runtime.dataflow.job_handle import JobHandle
@@ -30,10 +30,8 @@ __all__ = [
 ]
 
 RATE_WINDOW_S = 3.0
-
-
-
-
+LATENCY_WINDOW_S = 10.0
+MAX_LATENCY_SAMPLES = 10_000
 
 
 
@@ -47,11 +45,13 @@ class JobMetrics:
         self.window_s = window_s
         self._lock = threading.Lock()
         self._reports: dict[tuple[int, int], deque[TaskReport]] = {}
+        self._latencies: deque[tuple[float, int]] = deque(maxlen=MAX_LATENCY_SAMPLES)  # (reported at, ms)
 
     def update(self, report: TaskReport) -> None:
         """Record a task's report; a restarted task (counters behind) starts a new history."""
         key = (report.vertex_id, report.subtask)
         with self._lock:
+            self._latencies.extend((report.time_s, ms) for ms in report.latencies)
             history = self._reports.get(key)
             if history is None or (history and report.records_in < history[-1].records_in):
                 history = self._reports[key] = deque()
@@ -59,6 +59,15 @@ class JobMetrics:
             horizon = report.time_s - self.window_s
             while len(history) > 2 and history[1].time_s <= horizon:
                 history.popleft()  # keep one report at or before the window's start: the baseline
+
+    def latency(self, now_s: float | None = None) -> Latency | None:
+        """End-to-end latency of the latency markers measured in the last :data:`LATENCY_WINDOW_S`."""
+        now = time.time() if now_s is None else now_s
+        with self._lock:
+            samples = sorted(ms for at, ms in self._latencies if at >= now - LATENCY_WINDOW_S)
+        if not samples:
+            return None
+        return Latency(percentile(samples, 0.5), percentile(samples, 0.99), samples[-1], len(samples))
 
     def tasks(self, now_s: float | None = None) -> list[TaskFigures]:
         """Every task that reported, by vertex and subtask."""
@@ -110,10 +119,12 @@ class LiveStatus:
     backpressured_tasks: int
     tasks: int
     low_watermark: int | None = None
+    latency: Latency | None = None
 
 
-def live_status(job_id: str, state: str, tasks: list[TaskFigures], checkpoints: dict[str, Any]) -> LiveStatus:
-    """The live status from task figures and the coordinator's checkpoint statistics."""
+def live_status(job_id: str, state: str, tasks: list[TaskFigures], checkpoints: dict[str, Any],
+                latency: Latency | None = None) -> LiveStatus:
+    """The live status from task figures, the coordinator's checkpoint statistics and the latency."""
     counts = checkpoints.get("counts", {})
     last = (checkpoints.get("latest") or {}).get("completed") or {}
     return LiveStatus(
@@ -123,7 +134,7 @@ def live_status(job_id: str, state: str, tasks: list[TaskFigures], checkpoints: 
         checkpoints_completed=int(counts.get("completed", 0)), checkpoints_failed=int(counts.get("failed", 0)),
         last_checkpoint_id=last.get("id"), last_checkpoint_duration_ms=last.get("end_to_end_duration"),
         last_checkpoint_size=last.get("state_size", last.get("checkpointed_size")),
-        backpressured_tasks=sum(1 for t in tasks if t.backpressure != "ok"), tasks=len(tasks),
+        backpressured_tasks=sum(1 for t in tasks if t.backpressure != "ok"), tasks=len(tasks), latency=latency,
         low_watermark=_low_watermark(tasks),
     )
 
@@ -153,6 +164,7 @@ def metrics_json(job_id: str, name: str, state: str, tasks: list[TaskFigures], c
             "last_completed": {"id": status.last_checkpoint_id, "duration_ms": status.last_checkpoint_duration_ms,
                                "size": status.last_checkpoint_size} if status.last_checkpoint_id is not None else None,
         },
+        "latency": status.latency.to_json() if status.latency is not None else None,
         "tasks": [t.to_json() for t in tasks],
     }
 
@@ -178,5 +190,5 @@ def job_metrics(handle: JobHandle) -> JobMetricsView:
     tasks = handle.task_metrics()
     checkpoints = handle.checkpoint_stats()
     state = handle.status.value
-    live = live_status(handle.job_id, state, tasks, checkpoints)
+    live = live_status(handle.job_id, state, tasks, checkpoints, handle.latency())
     return JobMetricsView(handle.job_id, handle.job_name, state, tasks, checkpoints, live)

@@ -65,6 +65,10 @@ JOB_FIGURES: list[tuple[str, str, str, Callable[[LiveStatus, dict[str, Any]], fl
      lambda s, _c: s.backpressured_tasks),
     ("statekit_job_low_watermark_ms", "gauge",
      "The lowest input watermark of the job's non-source tasks (epoch ms).", lambda s, _c: s.low_watermark),
+    ("statekit_job_latency_p50_ms", "gauge", "Median end-to-end latency of the latency markers (last 10 s).",
+     lambda s, _c: s.latency.p50_ms if s.latency is not None else None),
+    ("statekit_job_latency_p99_ms", "gauge", "99th percentile end-to-end latency of the latency markers (last 10 s).",
+     lambda s, _c: s.latency.p99_ms if s.latency is not None else None),
 ]
 
 TASK_FIGURES: list[tuple[str, str, str, Callable[[TaskFigures], float | None]]] = [
@@ -84,6 +88,10 @@ TASK_FIGURES: list[tuple[str, str, str, Callable[[TaskFigures], float | None]]] 
      lambda t: t.report.last_alignment_ms),
     ("statekit_task_last_checkpoint_sync_ms", "gauge", "Synchronous part of the task's last snapshot, in ms.",
      lambda t: t.report.last_sync_ms),
+    ("statekit_task_input_buffers_queued", "gauge", "Buffers and events queued in the task's input gate.",
+     lambda t: t.report.input_queued),
+    ("statekit_task_output_buffers_backlogged", "gauge", "Buffers and events waiting for room downstream.",
+     lambda t: t.report.output_backlogged),
     ("statekit_task_current_input_watermark_ms", "gauge",
      "The task's input watermark: the minimum over its live, active input channels (epoch ms).",
      lambda t: t.report.input_watermark),

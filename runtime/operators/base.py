@@ -70,7 +70,6 @@ __all__ = [
 ]
 
 
-
 class Output(Collector):
     """A collector whose ``collect`` is the next step (a chained operator or a writer)."""
 
@@ -433,47 +432,13 @@ class StreamOperator:
 # ---------------------------------------------------------------- sources
 
 
-
-
-
-
 # ---------------------------------------------------------------- one input
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 # ---------------------------------------------------------------- two inputs
 
 
-
-
 # ---------------------------------------------------------------- timers
-
-
-
-
 
 
 def iter_chain(operators: list[StreamOperator]) -> Iterator[StreamOperator]:

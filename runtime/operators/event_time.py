@@ -31,11 +31,6 @@ __all__ = [
 ]
 
 
-
-
-
-
-
 class ElementTime:
     """The timestamp of the record a task is processing (one per task, set before each call)."""
 
@@ -46,14 +41,6 @@ class ElementTime:
 
 
 # ---------------------------------------------------------------- generators and strategies
-
-
-
-
-
-
-
-
 
 
 # ---------------------------------------------------------------- the source side
@@ -209,11 +196,7 @@ class SourceWatermarks:
 # ---------------------------------------------------------------- the consumer side
 
 
-
-
 # ---------------------------------------------------------------- inside a task
-
-
 
 
 def emit_timestamped(emit: Callable[[Any], None], element: ElementTime, value: Any) -> None:
@@ -227,11 +210,5 @@ def timestamped_writer_emit(collect: Callable[[Any], None]) -> Callable[[Any], N
     if isinstance(collect, partial) and collect.func is emit_timestamped:
         return collect.args[0]  # type: ignore[no-any-return]
     return None
-
-
-
-
-
-
 
 

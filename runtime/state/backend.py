@@ -334,28 +334,6 @@ class KeyedStateBackend(ABC, Generic[SlotT]):
         """Release resources."""
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 # -- helpers of the backends -----------------------------------------------------------------
 
 

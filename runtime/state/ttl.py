@@ -92,18 +92,6 @@ _PLAIN_CLASSES = frozenset((bool, int, float, complex, str, bytes, tuple, frozen
 _SPAN_LIMIT = 64  # records one wall-clock reading serves at most (record_timed_handler)
 
 
-
-
-
-
-
-
-
-
-
-
-
-
 class TtlValue(NamedTuple):
     """A stored value and its expiry (epoch ms; None: never)."""
 

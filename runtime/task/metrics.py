@@ -32,6 +32,8 @@ if TYPE_CHECKING:
     pass
 
 __all__ = [
+    "Latency",
+    "percentile",
     "REPORT_INTERVAL_S",
     "IDLE_REPORT_GAP_S",
     "BACKPRESSURE_LOW",
@@ -44,6 +46,7 @@ __all__ = [
 
 
 REPORT_INTERVAL_S = 0.25
+MAX_LATENCY_SAMPLES = 1000  # latency samples a task keeps between two reports
 
 
 IDLE_REPORT_GAP_S = 0.02  # an idle report follows the previous one by at least this much
@@ -76,12 +79,18 @@ class TaskReport:
     finished: bool = False
     # (name, changes since the previous report) of the task's accumulators
     accumulators: tuple[tuple[str, Any], ...] = ()
+    # end-to-end latencies (ms) of the latency markers the task measured since its previous report
+    latencies: tuple[int, ...] = ()
+    # buffers (record lists and events) queued in its input gate, and waiting in its writers' backlogs
+    input_queued: int = 0
+    output_backlogged: int = 0
     input_watermark: int | None = None
     output_watermark: int | None = None
 
 
 class _Writer(Protocol):
     records_out: int
+    pending: int
 
 
 class WatermarkSource(Protocol):
@@ -105,6 +114,8 @@ class TaskMetrics:
     __slots__ = (
         "_dirty",
         "_due",
+        "_latencies",
+        "_queued",
         "_report",
         "_reported_watermarks",
         "_time",
@@ -125,8 +136,11 @@ class TaskMetrics:
 
     def __init__(self, vertex_id: int, subtask: int, name: str, writers: Sequence[_Writer],
                  report: Callable[[TaskReport], None], *, source: bool = False,
-                 accumulators: dict[str, Accumulator] | None = None) -> None:
+                 accumulators: dict[str, Accumulator] | None = None,
+                 queued: Callable[[], int] | None = None) -> None:
         self.vertex_id, self.subtask, self.name, self.source = vertex_id, subtask, name, source
+        self._latencies: list[int] = []
+        self._queued = queued
         self.accumulators = accumulators if accumulators is not None else {}
         self._writers = writers
         self._report = report
@@ -161,6 +175,22 @@ class TaskMetrics:
         self.backpressured_s += seconds
         self._dirty = True
 
+    def latency(self, ms: int) -> None:
+        """A latency marker arrived ``ms`` after its source made it."""
+        if len(self._latencies) < MAX_LATENCY_SAMPLES:
+            self._latencies.append(ms)
+        self._dirty = True
+
+    def waited(self, since: float) -> float:
+        """The task has waited for room downstream since ``since`` (monotonic) and still waits:
+        once the report interval passed, count the wait so far and report; returns the new ``since``."""
+        now = time.monotonic()
+        if now < self._due:
+            return since
+        self.backpressured_s += now - since
+        self.report()
+        return now
+
     def checkpoint_taken(self, checkpoint_id: int, alignment_ms: int, unaligned: bool, sync_ms: float) -> None:
         self.checkpoints_taken += 1
         self.last_checkpoint_id, self.last_alignment_ms = checkpoint_id, alignment_ms
@@ -182,8 +212,15 @@ class TaskMetrics:
             self.vertex_id, self.subtask, self.name, time.time(), self.records_in,
             sum(w.records_out for w in self._writers), self.backpressured_s, self.checkpoints_taken,
             self.last_checkpoint_id, self.last_alignment_ms, self.last_sync_ms, self.last_unaligned,
-            self.source, not self._writers, finished, self._accumulator_changes(), *watermarks,
+            self.source, not self._writers, finished, self._accumulator_changes(), self._take_latencies(),
+            self._queued() if self._queued is not None else 0, sum(w.pending for w in self._writers), *watermarks,
         ))
+
+    def _take_latencies(self) -> tuple[int, ...]:
+        if not self._latencies:
+            return ()
+        taken, self._latencies = tuple(self._latencies), []
+        return taken
 
     def _accumulator_changes(self) -> tuple[tuple[str, Any], ...]:
         changes = ((name, accumulator.take_changes()) for name, accumulator in self.accumulators.items())
@@ -218,8 +255,28 @@ class TaskFigures:
                             "last_alignment_ms": r.last_alignment_ms,
                             "last_sync_ms": None if r.last_sync_ms is None else round(r.last_sync_ms, 3),
                             "last_unaligned": r.last_unaligned},
+            "buffers": {"input_queued": r.input_queued, "output_backlogged": r.output_backlogged},
             "watermarks": {"input": r.input_watermark, "output": r.output_watermark},
             "reported_at": int(r.time_s * 1000),
         }
+
+
+@dataclass(frozen=True)
+class Latency:
+    """End-to-end latency (ms) of the latency markers measured in a window: source to the tasks
+    without outputs, through every buffer, timeout and queue on the way."""
+
+    p50_ms: int
+    p99_ms: int
+    max_ms: int
+    samples: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"p50_ms": self.p50_ms, "p99_ms": self.p99_ms, "max_ms": self.max_ms, "samples": self.samples}
+
+
+def percentile(ordered: list[int], q: float) -> int:
+    """The ``q`` quantile of ascending ``ordered`` (nearest rank)."""
+    return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered) + 0.5) - 1))]
 
 

@@ -40,14 +40,6 @@ __all__ = [
 ]
 
 
-
-
-
-
-
-
-
-
 @dataclass
 class SubtaskCheckpoint:
     """A task's part of one checkpoint until it is submitted.

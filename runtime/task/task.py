@@ -35,6 +35,7 @@ from statekit.runtime.exchange.events import (
     END_OF_PARTITION,
     EndOfInput,
     EndOfPartition,
+    LatencyMarker,
     Watermark,
     WatermarkStatus,
 )
@@ -104,6 +105,10 @@ class Task:
             position in the chain, input index, records)``, processed before any new input.
         channel_state_serializer: How in-flight records are stored (``records`` or ``pickle``).
         storage_options: The job's fsspec options (where checkpoints are written).
+        buffer_timeout_ms: How long records may wait in the writers' buffers (Flink's buffer
+            timeout; a buffer also goes when it is full, and at every event). None: whenever the
+            task runs out of input (the in-process default). 0: the writers send every record.
+        latency_interval_ms: A source task sends a latency marker this often (None: never).
     """
 
     def __init__(
@@ -123,6 +128,8 @@ class Task:
         replay: list[tuple[int, int, list[Any]]] | None = None,
         channel_state_serializer: str = "records",
         storage_options: dict[str, Any] | None = None,
+        buffer_timeout_ms: int | None = None,
+        latency_interval_ms: int | None = None,
     ) -> None:
         self.host = host
         self.key = (vertex_id, subtask)
@@ -139,6 +146,10 @@ class Task:
         self.output_specs = output_specs or [[] for _ in self.writers]
         self.replay = replay or []
         self.channel_state_serializer = channel_state_serializer
+        self._flush_every_s = None if buffer_timeout_ms is None else buffer_timeout_ms / 1000.0
+        self._flush_due = 0.0
+        self._marker_every_s = latency_interval_ms / 1000.0 if latency_interval_ms else None
+        self._marker_due = 0.0
         self.checkpoint_writer = CheckpointWriter(
             self.name, storage_options,
             lambda checkpoint_id, snapshot: host.acknowledge_checkpoint(self, checkpoint_id, snapshot),
@@ -148,7 +159,8 @@ class Task:
         self.is_source = isinstance(operators[0], SourceOperator)
         self.thread = threading.Thread(target=self.run, name=self.name, daemon=True)
         self.metrics = TaskMetrics(vertex_id, subtask, self.name, self.writers, host.report_metrics,
-                                   source=self.is_source, accumulators=operators[0].ctx.accumulators)
+                                   source=self.is_source, accumulators=operators[0].ctx.accumulators,
+                                   queued=gate.queued)
         self.timer_ops: list[StreamOperator] = []
         self.time = TaskTime(len(input_specs))
         self.metrics.watch(self.time)
@@ -359,6 +371,7 @@ class Task:
                 if writer.pending:
                     writer.wait_for_room(_OUTPUT_WAIT_S)
                     break
+            started = self.metrics.waited(started)  # a long wait is reported while it lasts
         self.metrics.add_backpressure(time.monotonic() - started)
 
     def _drain_output(self) -> None:
@@ -385,14 +398,50 @@ class Task:
         for writer in self.writers:
             writer.broadcast_event(END_OF_INPUT)
 
+    def _on_latency_marker(self, marker: LatencyMarker) -> None:
+        """Forward a latency marker (one channel of each writer), or, without writers, measure it."""
+        if self.writers:
+            for writer in self.writers:
+                writer.emit_latency_marker(marker)
+        else:
+            self.metrics.latency(int(time.time() * 1000) - marker.created_ms)
+
+    def _maybe_mark_latency(self) -> None:
+        """A source task: a latency marker behind what its writers hold, every ``latency_interval_ms``."""
+        every = self._marker_every_s
+        if every is None:
+            return
+        now = time.monotonic()
+        if now < self._marker_due:
+            return
+        self._marker_due = now + every
+        self._on_latency_marker(LatencyMarker(int(time.time() * 1000), self.key[0], self.subtask))
+
     def _end_of_partition(self) -> None:
         for writer in self.writers:
             writer.broadcast_event(END_OF_PARTITION)
 
     def _flush(self) -> None:
-        for writer in self.writers:
-            writer.flush()
+        """Out of input: hand over the writers' buffers (with a buffer timeout: when it is due)."""
+        every = self._flush_every_s
+        if every is None or time.monotonic() >= self._flush_due:
+            for writer in self.writers:
+                writer.flush()
+            if every is not None:
+                self._flush_due = time.monotonic() + every
         self.metrics.idle()
+
+    def _flush_if_due(self) -> None:
+        """With a buffer timeout: hand over the writers' buffers when it is due (also while busy)."""
+        if self._flush_every_s is not None and time.monotonic() >= self._flush_due:
+            self._flush()
+
+    def _flush_wait_s(self, wait_s: float | None) -> float | None:
+        """``wait_s`` cut to when the buffer timeout is due, if a writer holds records."""
+        if self._flush_every_s is None or not any(w.buffered() for w in self.writers):
+            return wait_s
+        due_s = max(0.0, self._flush_due - time.monotonic())
+        return due_s if wait_s is None else min(wait_s, due_s)
 
     def _notify(self, mail: Any) -> None:
         if isinstance(mail, NotifyCheckpointComplete):
@@ -453,13 +502,14 @@ class Task:
                     emit(record)
             self.metrics.count_in(len(records))
             self.time.source_tick(head)
+            self._maybe_mark_latency()
             self._flush()
             if ended:
                 self._running, self._exhausted = False, True
                 self._end_input()
                 self.host.source_exhausted(self)
             elif not records:
-                item = gate.take(timeout=reader.idle_wait_s)
+                item = gate.take(timeout=self._flush_wait_s(reader.idle_wait_s))
                 self.time.source_tick(head)
                 if item is not None:
                     self._source_mail(item[1])
@@ -527,7 +577,7 @@ class Task:
                     self._flush()
                     if not self._output_available():
                         continue
-                    item = gate.take(self._wait_s(self._next_timer() if timer_ops else None))
+                    item = gate.take(self._flush_wait_s(self._wait_s(self._next_timer() if timer_ops else None)))
                     if item is None:
                         now_ms = int(time.time() * 1000)
                         self._fire_timers()
@@ -557,12 +607,15 @@ class Task:
                 else:
                     cast(TimestampedBuffer, payload).deliver(handle)
                 self.metrics.count_in(len(payload))
+                self._flush_if_due()
                 if timer_ops:
                     due = self._next_timer()
                     if due is not None and due <= time.time() * 1000:
                         self._fire_timers()
             elif payload.__class__ is Watermark or payload.__class__ is WatermarkStatus:
                 self.time.on_input_event(channel, payload)
+            elif payload.__class__ is LatencyMarker:
+                self._on_latency_marker(payload)
             elif isinstance(payload, EndOfInput):
                 ended_input.add(channel)
                 if len(ended_input) == channels:

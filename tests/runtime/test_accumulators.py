@@ -54,3 +54,15 @@ def test_changes_are_taken_once() -> None:
     for change in ([1], [2, 3]):
         merged = merge_accumulator(merged, change)
     assert merged == [1, 2, 3] and merge_accumulator(5, 4) == 9
+
+
+def test_a_copy_of_a_collect_sink_subclass_keeps_its_class_and_settings() -> None:
+    class Slow(CollectSink):
+        def __init__(self, delay: float) -> None:
+            super().__init__()
+            self.delay = delay
+
+    sink = Slow(0.5)
+    sink.values.append("mine")
+    copied = copy.deepcopy(sink)
+    assert type(copied) is Slow and copied.delay == 0.5 and copied.values == []

@@ -108,6 +108,9 @@ class _Handle:
     def add_checkpoint_listener(self, listener: Any) -> None:
         self.listeners.append(listener)
 
+    def latency(self) -> None:
+        return None
+
 
 def _families(text: str) -> dict[str, Any]:
     from prometheus_client.parser import text_string_to_metric_families
