@@ -215,6 +215,12 @@ class JobHandle:
         """What every task reported, with rates (``statekit.runtime.jobmaster.metrics``)."""
         return self._control.task_metrics()
 
+    def task_manager_pids(self) -> list[tuple[int, int]]:
+        """``(index, pid)`` of the TaskManager processes running the job's subtasks now (none: every
+        subtask is a thread of this process)."""
+        pids = getattr(self._control, "task_manager_pids", None)  # stand-in controls of tests may lack it
+        return list(pids()) if pids is not None else []
+
     def latency(self) -> Latency | None:
         """End-to-end latency of the job's latency markers (last 10 s; None: none measured)."""
         latency = getattr(self._control, "latency", None)  # stand-in controls of tests may lack it

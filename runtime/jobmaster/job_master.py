@@ -263,6 +263,13 @@ class JobMaster:
     def latency(self) -> Latency | None:
         return self.metrics.latency()
 
+    def task_manager_pids(self) -> list[tuple[int, int]]:
+        """``(index, pid)`` of the running attempt's TaskManager processes (none on threads)."""
+        with self._lock:
+            execution = self._execution
+        deployment = getattr(execution, "deployment", None)
+        return [(int(m.index), int(m.process.pid)) for m in getattr(deployment, "managers", ())]
+
     def accumulate(self, changes: tuple[tuple[str, Any], ...]) -> None:
         """Merge one task's accumulator changes (and hand a collect sink's records to the
         user's :class:`CollectSink` object in this process)."""

@@ -9,8 +9,9 @@ What is exposed (labels ``job_id``, ``job_name``; per task also ``task``, ``vert
   (bytes), observed as checkpoints complete (``statekit_job_checkpoint_duration_seconds``,
   ``statekit_job_checkpoint_size_bytes``, label ``kind``: checkpoint or savepoint);
 * the process's own figures (``process_*``: CPU seconds, resident memory, open files, start
-  time; ``python_info``) — the process that runs the job's tasks (with the thread executor,
-  the TaskManager and the JobManager are this one process).
+  time; ``python_info``): the JobManager (with the thread executor also the one TaskManager);
+* the same figures of each TaskManager process of the job (``statekit_taskmanager_*``, labels
+  ``taskmanager`` and ``pid``), read from ``/proc`` on this machine at each scrape.
 
 :class:`JobPrometheus` is one job's registry (the job's REST ``/metrics``);
 :func:`process_registry` holds every job of this process (``statekit run --metrics-port``).
@@ -135,6 +136,7 @@ class _JobsCollector(Collector):
         views = [job_metrics(h) for h in handles]
         yield from _job_families(views)
         yield from _task_families(views)
+        yield from _task_manager_families(handles)
         for histogram in _shared_histograms():
             for family in histogram.collect():
                 yield _only_job(family, self.job_id)
@@ -174,6 +176,22 @@ def _task_families(views: list[JobMetricsView]) -> Iterator[Metric]:
                     r = task.report
                     family.add_metric([view.job_id, view.name, r.name, str(r.vertex_id), str(r.subtask)], float(figure))
         yield family
+
+
+def _task_manager_families(handles: list[JobHandle]) -> Iterator[Metric]:
+    """``process_*`` of every TaskManager process, renamed ``statekit_taskmanager_*`` and labelled."""
+    merged: dict[str, Metric] = {}
+    for handle in handles:
+        for index, pid in handle.task_manager_pids():
+            labels = {"job_id": handle.job_id, "job_name": handle.job_name, "taskmanager": str(index), "pid": str(pid)}
+            for family in ProcessCollector(pid=lambda pid=pid: pid, registry=None).collect():
+                name = "statekit_taskmanager_" + family.name.removeprefix("process_")
+                target = merged.setdefault(name, Metric(name, f"{family.documentation} (per TaskManager)",
+                                                        family.type, family.unit))
+                for sample in family.samples:
+                    target.add_sample("statekit_taskmanager_" + sample.name.removeprefix("process_"),
+                                      {**labels, **sample.labels}, sample.value)
+    yield from merged.values()
 
 
 def _registry(job_id: str | None) -> CollectorRegistry:

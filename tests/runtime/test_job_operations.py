@@ -6,6 +6,7 @@ Prometheus on a fixed ``--metrics-port``."""
 from __future__ import annotations
 
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -74,7 +75,7 @@ def test_operations_on_a_running_job(job: tuple[str, int], home: Path) -> None:
     assert taken.returncode == 0, taken.stderr
     location = Path(taken.stdout.strip())
     assert location.parent == home / "chk" / job_id and location.name.startswith("chk-")
-    assert (location / "_metadata").is_file() or not location.exists()  # retention may have disposed it since
+    taken_id = int(location.name[len("chk-"):])  # retention (1) disposes it soon: the history keeps its figures
     full = _json(statekit("--json", "checkpoint", job_id, "--full"))
     assert full["full"] is True and full["location"].endswith(f"chk-{full['checkpoint-id']}")
 
@@ -98,6 +99,8 @@ def test_operations_on_a_running_job(job: tuple[str, int], home: Path) -> None:
     assert history["state"] == "RUNNING"
     ids = {e["id"] for e in history["history"]}
     assert full["checkpoint-id"] in ids
+    manual = next(e for e in history["history"] if e["id"] == taken_id)
+    assert manual["status"] == "COMPLETED" and manual["external_path"] == str(location)
     assert any(e["is_savepoint"] and e["external_path"] == status["location"] for e in history["history"])
     assert history["summary"]["end_to_end_duration"]["max"] >= history["summary"]["end_to_end_duration"]["min"] > 0
     details = _history(job_id, "--checkpoint", str(full["checkpoint-id"]))["checkpoint"]
@@ -109,6 +112,10 @@ def test_operations_on_a_running_job(job: tuple[str, int], home: Path) -> None:
         metrics = answer.read().decode()
     assert f'statekit_job_checkpoint_duration_seconds_count{{job_id="{job_id}"' in metrics
     assert "process_resident_memory_bytes" in metrics
+    # -p 2 runs on TaskManager processes (--executor auto): each one's process figures, labelled
+    for index in (0, 1):
+        assert re.search(rf'statekit_taskmanager_resident_memory_bytes{{job_id="{job_id}",.*taskmanager="{index}"}} [1-9]',
+                         metrics), metrics
     assert "statekit_task_current_input_watermark_ms{" in metrics
 
     cancelled = statekit("cancel", job_id)

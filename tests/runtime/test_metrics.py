@@ -75,6 +75,7 @@ def test_a_finished_task_has_no_rate() -> None:
 
 class _Writer:
     records_out = 0
+    pending = 0
 
 
 def test_a_task_reports_values_not_itself() -> None:
@@ -110,6 +111,11 @@ class _Handle:
 
     def latency(self) -> None:
         return None
+
+    def task_manager_pids(self) -> list[tuple[int, int]]:
+        import os
+
+        return [(0, os.getpid())]  # this process stands in for a TaskManager
 
 
 def _families(text: str) -> dict[str, Any]:
@@ -152,6 +158,8 @@ def test_prometheus_exposition_parses_and_escapes_labels() -> None:
         sizes = families["statekit_job_checkpoint_size_bytes"]
         assert [s.value for s in sizes.samples if s.name.endswith("_count")] == [2.0]
         assert "process_resident_memory_bytes" in families and "process_cpu_seconds" in families
+        memory = families["statekit_taskmanager_resident_memory_bytes"].samples
+        assert [(s.labels["taskmanager"], s.value > 0) for s in memory] == [("0", True)]
         assert 'job_name="my \\"job\\"\\\\x\\n"' in text  # escaped as the text format wants
     finally:
         prometheus.close()
