@@ -377,7 +377,9 @@ def _timeline(report: SnapshotReport) -> str:
                         f"<td class=n>{sum(known) / len(known):,.1f} {unit}</td><td class=n>{max(known):,} {unit}</td></tr>")
     parts.append('<table id="timeline-summary"><tr><th>figure</th><th class=n>min</th><th class=n>avg</th>'
                  f"<th class=n>max</th></tr>{''.join(rows)}</table>")
+    parts.append("<h3>End-to-end duration</h3>")
     parts.append(_time_chart(points, lambda p: p.duration_ms, "ms", "end-to-end duration of each checkpoint"))
+    parts.append("<h3>State size</h3>")
     parts.append(_time_chart(points, lambda p: p.state_size, "bytes", "state size of each checkpoint"))
     return "".join(parts)
 
@@ -407,7 +409,7 @@ def _time_chart(points: list[TimelinePoint], value: Any, unit: str, title: str) 
               for p in points if p.status == "FAILED"]
     axis = (f'<line x1="{left}" y1="{12 + plot_h}" x2="{width - 10}" y2="{12 + plot_h}" stroke="#57606a"/>'
             f'<line x1="{left}" y1="12" x2="{left}" y2="{12 + plot_h}" stroke="#57606a"/>'
-            f'<text x="{left - 4}" y="18" text-anchor="end" font-size="11">{top:,} {unit}</text>'
+            f'<text x="{left - 4}" y="18" text-anchor="end" font-size="11">{_e(_size(top) if unit == "bytes" else f"{top:,} ms")}</text>'
             f'<text x="{left - 4}" y="{12 + plot_h}" text-anchor="end" font-size="11">0</text>'
             f'<text x="{left}" y="{height - 8}" font-size="11">{_e(_utc_ms(start))}</text>'
             f'<text x="{width - 10}" y="{height - 8}" text-anchor="end" font-size="11">{_e(_utc_ms(max(times)))} UTC</text>')
