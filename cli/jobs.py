@@ -197,12 +197,12 @@ def savepoint(job_id: str | None, target_dir: str | None, fmt: str, timeout: str
     the outcome later, also after the job ended.
     """
     from statekit.runtime.api.time import parse_duration
-    from statekit.runtime.control import client
+    from statekit.runtime.control.client import savepoint_status, trigger_savepoint, trigger_savepoint_detached
 
     if trigger_id is not None:
         if job_id is not None or detached:
             raise click.UsageError("--status TRIGGER_ID takes no JOB_ID, TARGET_DIR or --detached")
-        status = client.savepoint_status(trigger_id)
+        status = savepoint_status(trigger_id)
         get_output().show(status)
         if status.status == "FAILED":
             sys.exit(1)
@@ -210,10 +210,10 @@ def savepoint(job_id: str | None, target_dir: str | None, fmt: str, timeout: str
     if job_id is None:
         raise click.UsageError("Missing argument 'JOB_ID' (or --status TRIGGER_ID).")
     if detached:
-        get_output().show(client.trigger_savepoint_detached(job_id, target_dir, native=fmt == "native"))
+        get_output().show(trigger_savepoint_detached(job_id, target_dir, native=fmt == "native"))
         return
     wait_s = parse_duration(timeout, what="timeout") / 1000
-    get_output().show(client.trigger_savepoint(job_id, target_dir, timeout=wait_s, native=fmt == "native"))
+    get_output().show(trigger_savepoint(job_id, target_dir, timeout=wait_s, native=fmt == "native"))
 
 
 @click.command()
