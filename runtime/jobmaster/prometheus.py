@@ -19,6 +19,7 @@ What is exposed (labels ``job_id``, ``job_name``; per task also ``task``, ``vert
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -184,7 +185,7 @@ def _task_manager_families(handles: list[JobHandle]) -> Iterator[Metric]:
     for handle in handles:
         for index, pid in handle.task_manager_pids():
             labels = {"job_id": handle.job_id, "job_name": handle.job_name, "taskmanager": str(index), "pid": str(pid)}
-            for family in ProcessCollector(pid=lambda pid=pid: pid, registry=None).collect():
+            for family in ProcessCollector(pid=functools.partial(int, pid), registry=None).collect():
                 name = "statekit_taskmanager_" + family.name.removeprefix("process_")
                 target = merged.setdefault(name, Metric(name, f"{family.documentation} (per TaskManager)",
                                                         family.type, family.unit))
