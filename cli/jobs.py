@@ -36,6 +36,11 @@ __all__ = ["run", "list_jobs", "savepoint", "stop", "cancel"]
 @click.option("--state-backend", type=click.Choice(state_backend_names()), help="Keyed state backend.")
 @checkpointing_options
 @click.option("--savepoint-on-finish", metavar="DIR", help="Take a savepoint into DIR when a bounded job ends.")
+@click.option("--savepoint-dir", metavar="DIR",
+              help="The job's default savepoint directory: `statekit savepoint JOB_ID` and `stop` without a "
+                   "directory write there.")
+@click.option("--metrics-port", type=click.IntRange(1, 65535), metavar="PORT",
+              help="Also serve Prometheus metrics on 127.0.0.1:PORT, without a token (a fixed scrape target).")
 @click.option("--executor", type=click.Choice(["auto", "processes", "threads"]), default="auto", show_default=True,
               help="processes: subtasks run in TaskManager processes (this process is the JobManager); threads: "
                    "every subtask is a thread of this process; auto: processes when a parallelism is above 1.")
@@ -66,6 +71,7 @@ __all__ = ["run", "list_jobs", "savepoint", "stop", "cancel"]
 def run(job_file: str, job_args: tuple[str, ...], parallelism: int | None, max_parallelism: int | None,
         restore_path: str | None, allow_non_restored_state: bool, restore_mode: str, checkpoint_dir: str | None,
         checkpoint_interval: str | None, state_backend: str | None, savepoint_on_finish: str | None,
+        savepoint_dir: str | None, metrics_port: int | None,
         executor: str, task_managers: int | None, slots: int | None, buffer_timeout: str | None,
         buffer_size: int | None, restart_attempts: int | None, restart_delay: str | None,
         latency_interval: str | None, detached: bool, job_id: str | None, trust_pickle: bool, log_file: str | None, verbose: bool,
@@ -95,6 +101,7 @@ def run(job_file: str, job_args: tuple[str, ...], parallelism: int | None, max_p
         allow_non_restored_state=allow_non_restored_state, checkpoint_dir=checkpoint_dir,
         checkpoint_interval_ms=None if checkpoint_interval is None else parse_duration(checkpoint_interval, what="checkpoint interval"),
         state_backend=state_backend, savepoint_on_finish=savepoint_on_finish, job_id=job_id, job_args=job_args,
+        savepoint_dir=savepoint_dir, metrics_port=metrics_port,
         trust_pickle=trust_pickle, restore_mode=restore_mode, executor=executor, task_managers=task_managers,
         slots=slots, buffer_size=buffer_size, restart_attempts=restart_attempts,
         buffer_timeout_ms=None if buffer_timeout is None else parse_duration(buffer_timeout, what="buffer timeout",
@@ -171,17 +178,40 @@ _format_option = click.option("--format", "fmt", type=click.Choice(["canonical",
 
 
 @click.command()
-@click.argument("job_id")
+@click.argument("job_id", required=False)
 @click.argument("target_dir", required=False)
 @_format_option
 @_timeout_option
+@click.option("--detached", is_flag=True, help="Return at once with the trigger id (resolve it with --status).")
+@click.option("--status", "trigger_id", metavar="TRIGGER_ID",
+              help="Where the savepoint of TRIGGER_ID stands (IN_PROGRESS, COMPLETED with its path, or FAILED: exit 1).")
 @common_options
 @catch_exception
-def savepoint(job_id: str, target_dir: str | None, fmt: str, timeout: str, **_: Any) -> None:
-    """Trigger a savepoint of JOB_ID (id or unique prefix) into TARGET_DIR; print its path."""
-    from statekit.runtime.api.time import parse_duration
-    from statekit.runtime.control.client import trigger_savepoint
+def savepoint(job_id: str | None, target_dir: str | None, fmt: str, timeout: str, detached: bool,
+              trigger_id: str | None, **_: Any) -> None:
+    """Trigger a savepoint of JOB_ID (id or unique prefix) into TARGET_DIR; print its path.
 
+    \b
+    Without TARGET_DIR the job's default savepoint directory is used (`statekit run --savepoint-dir`).
+    --detached prints the trigger id and returns; `statekit savepoint --status TRIGGER_ID` tells
+    the outcome later, also after the job ended.
+    """
+    from statekit.runtime.api.time import parse_duration
+    from statekit.runtime.control.client import savepoint_status, trigger_savepoint, trigger_savepoint_detached
+
+    if trigger_id is not None:
+        if job_id is not None or detached:
+            raise click.UsageError("--status TRIGGER_ID takes no JOB_ID, TARGET_DIR or --detached")
+        status = savepoint_status(trigger_id)
+        get_output().show(status)
+        if status.status == "FAILED":
+            sys.exit(1)
+        return
+    if job_id is None:
+        raise click.UsageError("Missing argument 'JOB_ID' (or --status TRIGGER_ID).")
+    if detached:
+        get_output().show(trigger_savepoint_detached(job_id, target_dir, native=fmt == "native"))
+        return
     wait_s = parse_duration(timeout, what="timeout") / 1000
     get_output().show(trigger_savepoint(job_id, target_dir, timeout=wait_s, native=fmt == "native"))
 

@@ -20,6 +20,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "savepoint": ("statekit.cli.jobs", "savepoint", "Trigger a savepoint of a running job."),
     "stop": ("statekit.cli.jobs", "stop", "Stop a job with a savepoint."),
     "cancel": ("statekit.cli.jobs", "cancel", "Cancel a running job."),
+    "checkpoint": ("statekit.cli.operations", "checkpoint", "Trigger a checkpoint of a running job."),
+    "ui": ("statekit.cli.operations", "ui", "A live web dashboard of your jobs (127.0.0.1)."),
     "checkpoints": ("statekit.cli.offline", "checkpoints", "Checkpoints and savepoints in a directory."),
     "inspect": ("statekit.cli.offline", "inspect", "Operators, states, sizes and skew of a snapshot."),
     "verify": ("statekit.cli.offline", "verify", "Check every file and checksum of a snapshot."),

@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from statekit.cli.errors import catch_exception
+from statekit.cli.operations import checkpoints_history
 from statekit.cli.options import common_options, storage_option, uid_option
 from statekit.cli.output import get_output
 
@@ -17,6 +18,9 @@ __all__ = ["checkpoints", "inspect", "verify", "dispose"]
 @click.group()
 def checkpoints() -> None:
     """Checkpoints and savepoints in a directory."""
+
+
+checkpoints.add_command(checkpoints_history)
 
 
 @checkpoints.command("list")

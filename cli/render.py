@@ -30,7 +30,16 @@ if TYPE_CHECKING:
     from statekit.readers.inspection import SnapshotInspection
     from statekit.readers.listing import CheckpointList
     from statekit.readers.verification import VerifyReport
-    from statekit.runtime.control.results import CancelResult, JobList, RunResult, SavepointResult
+    from statekit.runtime.control.checkpoint_history import CheckpointHistory
+    from statekit.runtime.control.results import (
+        CancelResult,
+        CheckpointResult,
+        JobList,
+        RunResult,
+        SavepointResult,
+        SavepointStatus,
+        SavepointTrigger,
+    )
     from statekit.runtime.jobmaster.compatibility import CompatibilityReport
     from statekit.spark.export import ExportResult
     from statekit.writers.bootstrap import BootstrapReport
@@ -46,6 +55,7 @@ if TYPE_CHECKING:
         | SavepointDiff | ExportResult
         | RescaleReport | ModifyReport | BootstrapReport | FlinkRescaleReport | FlinkModifyReport
         | RunResult | JobList | SavepointResult | CancelResult
+        | CheckpointResult | SavepointTrigger | SavepointStatus | CheckpointHistory
         | CompatibilityReport | MigrationReport | ReportResult
     )
 
@@ -84,6 +94,11 @@ RENDERERS: dict[str, str] = {
     "statekit.runtime.control.results.JobList": "jobs.job_list",
     "statekit.runtime.control.results.SavepointResult": "jobs.savepoint_result",
     "statekit.runtime.control.results.CancelResult": "jobs.cancel_result",
+    # operations: checkpoint, savepoint --detached / --status, checkpoints history
+    "statekit.runtime.control.results.CheckpointResult": "operations.checkpoint_result",
+    "statekit.runtime.control.results.SavepointTrigger": "operations.savepoint_trigger",
+    "statekit.runtime.control.results.SavepointStatus": "operations.savepoint_status",
+    "statekit.runtime.control.checkpoint_history.CheckpointHistory": "operations.checkpoint_history",
     # restore compatibility: check, migrate
     "statekit.runtime.jobmaster.compatibility.CompatibilityReport": "compatibility.compatibility_report",
     "statekit.writers.migration.MigrationReport": "compatibility.migration_report",

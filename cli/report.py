@@ -22,17 +22,20 @@ __all__ = ["report"]
 @common_options
 @catch_exception
 def report(path: str, output: str, parallelisms: tuple[int, ...], **_: Any) -> None:
-    """Write one self-contained HTML page about a snapshot or a checkpoint directory.
+    """Write one self-contained HTML page about a snapshot, a checkpoint directory or a job.
 
     \b
     PATH is a statekit or Apache Flink savepoint or checkpoint (the page: operators,
-    states, sizes, a key-group skew chart per keyed operator, the rescale preview), or a
-    directory of checkpoints (its latest complete one, and the checkpoint history).
+    states, sizes, a key-group skew chart per keyed operator, the rescale preview, a window
+    operator's watermark per subtask), a directory of checkpoints (its latest complete one,
+    and the checkpoint history), or a job id of the registry (its checkpoint directory).
+    When the registry knows the job (statekit snapshots name it), the page also charts its
+    checkpoint durations and sizes over time (`statekit checkpoints history`'s records).
     The page needs no network: inline CSS and SVG, no script.
       statekit report /checkpoints/job-1 -o report.html
     """
-    from statekit.flink.report import build_report
+    from statekit.runtime.control.checkpoint_history import report_with_statistics
     from statekit.writers.report import DEFAULT_PARALLELISMS, write_report
 
     chosen = tuple(sorted(set(parallelisms))) or DEFAULT_PARALLELISMS
-    get_output().show(write_report(build_report(path, chosen), output))
+    get_output().show(write_report(report_with_statistics(path, chosen), output))

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "WINDOW_CONTENTS_STATE", "WINDOW_TRIGGER_STATE", "WINDOW_TIMERS_STATE", "WINDOW_MERGING_SET_STATE",
-    "WINDOW_NAMESPACE_TYPE", "TIMER_DOMAINS",
+    "WINDOW_NAMESPACE_TYPE", "TIMER_DOMAINS", "WINDOW_WATERMARK_STATE",
     "WindowStateView", "TimerView", "WindowInspection",
     "window_state_role", "is_window_operator", "window_of_namespace", "timer_of_user_key", "inspect_windows",
 ]
@@ -43,6 +43,7 @@ WINDOW_CONTENTS_STATE = "window-contents"
 WINDOW_TRIGGER_STATE = "window-trigger"
 WINDOW_TIMERS_STATE = "_window_timers"
 WINDOW_MERGING_SET_STATE = "window-merging-set"
+WINDOW_WATERMARK_STATE = "_watermark"  # operator state (union list): each subtask's last watermark
 WINDOW_NAMESPACE_TYPE = "list<int>"
 TIMER_DOMAINS = ("event_time", "processing_time")
 # the window states, in the order inspect shows them, with their role
@@ -134,6 +135,8 @@ class WindowInspection:
 
     states: list[WindowStateView] = field(default_factory=list)
     timers: list[TimerView] = field(default_factory=list)
+    # per subtask, the watermark it had reached when it snapshotted (None: none yet, or not recorded)
+    watermarks: list[int | None] = field(default_factory=list)
 
     @property
     def pending_timers(self) -> int:
@@ -141,7 +144,8 @@ class WindowInspection:
 
     def to_json(self) -> dict[str, Any]:
         return {"states": [asdict(s) for s in self.states], "timers": [asdict(t) for t in self.timers],
-                "pending_timers": self.pending_timers}
+                "pending_timers": self.pending_timers,
+                "watermarks": [{"subtask": i, "watermark": w} for i, w in enumerate(self.watermarks)]}
 
 
 def inspect_windows(reader: SavepointReader, uid: str) -> WindowInspection | None:
@@ -153,7 +157,22 @@ def inspect_windows(reader: SavepointReader, uid: str) -> WindowInspection | Non
     if not is_window_operator(op):
         return None
     states = [_state_view(reader, uid, name) for name in _ROLES if window_state_role(op, name)]
-    return WindowInspection(states, _timer_views(reader, uid))
+    return WindowInspection(states, _timer_views(reader, uid), _watermarks(reader, op))
+
+
+def _watermarks(reader: SavepointReader, op: OperatorMetadata) -> list[int | None]:
+    """Each subtask's snapshotted watermark (the operator state ``_watermark``: one int or none)."""
+    if not any(d.name == WINDOW_WATERMARK_STATE and not d.keyed for d in op.states):
+        return [None] * len(op.subtasks)
+    parts = reader.read_operator_state_per_subtask(op.uid, WINDOW_WATERMARK_STATE)
+    found: list[int | None] = []
+    for part in parts:
+        values = [v for v in part if type(v) is int]
+        if len(values) != len(part):
+            raise CorruptStateError(f"operator {op.uid!r}: state {WINDOW_WATERMARK_STATE!r} holds {part!r}, "
+                                    f"not a watermark (epoch ms)", path=reader.path)
+        found.append(max(values) if values else None)
+    return found
 
 
 def _state_view(reader: SavepointReader, uid: str, state: str) -> WindowStateView:

@@ -3,7 +3,9 @@
 The page is built from a :class:`SnapshotReport` (engine-neutral: statekit snapshots are
 described here, Apache Flink ones by :mod:`statekit.flink.report`) and holds operators,
 states, sizes, a key-group skew chart per keyed operator, the rescale preview for a few
-parallelisms and, for a checkpoint directory, the checkpoint history.
+parallelisms and, for a checkpoint directory, the checkpoint history; a window operator's
+watermark per subtask; and, when the job's checkpoint statistics are known (its history file in
+the job registry), charts of checkpoint durations and sizes over time.
 
 Invariants:
     * the page needs no network: CSS is inline, charts are inline SVG, there is no script,
@@ -29,7 +31,8 @@ from statekit.statefmt.keygroups import compute_key_group_range_for_operator_ind
 from statekit.writers.rescale import plan_rescale
 
 __all__ = ["DEFAULT_PARALLELISMS", "HistoryPoint", "KeyedSizes", "ReportOperator", "ReportResult", "ReportState",
-           "RescaleRow", "SnapshotReport", "preview_from_sizes", "render_html", "statekit_report", "write_report"]
+           "RescaleRow", "SnapshotReport", "TimelinePoint", "preview_from_sizes", "render_html", "statekit_report",
+           "write_report"]
 
 DEFAULT_PARALLELISMS = (1, 2, 4, 8)
 
@@ -81,6 +84,8 @@ class ReportOperator:
     key_groups: KeyedSizes | None = None
     rescale: tuple[RescaleRow, ...] = ()
     note: str = ""
+    # a window operator's watermark per subtask when it snapshotted (None: none yet)
+    watermarks: tuple[int | None, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -95,6 +100,29 @@ class HistoryPoint:
 
 
 @dataclass(frozen=True)
+class TimelinePoint:
+    """One checkpoint of the job's recorded statistics (its history file)."""
+
+    checkpoint_id: int
+    trigger_ms: int
+    status: str
+    savepoint: bool
+    duration_ms: int | None
+    state_size: int | None
+    checkpointed_size: int | None
+
+    @staticmethod
+    def of(record: dict[str, Any]) -> TimelinePoint:
+        def number(name: str) -> int | None:
+            value = record.get(name)
+            return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+        return TimelinePoint(int(record["id"]), number("trigger_timestamp") or 0, str(record.get("status")),
+                             bool(record.get("is_savepoint")), number("end_to_end_duration"), number("state_size"),
+                             number("checkpointed_size"))
+
+
+@dataclass(frozen=True)
 class SnapshotReport:
     path: str
     engine: str
@@ -106,6 +134,9 @@ class SnapshotReport:
     history: tuple[HistoryPoint, ...] = ()
     history_path: str | None = None
     facts: tuple[tuple[str, str], ...] = field(default_factory=tuple)
+    job_id: str | None = None  # a statekit snapshot's job (its statistics may be in the job registry)
+    timeline: tuple[TimelinePoint, ...] = ()  # the job's checkpoint statistics, by trigger time
+    timeline_path: str | None = None
 
 
 @dataclass(frozen=True)
@@ -118,10 +149,11 @@ class ReportResult:
     operators: int
     history: int
     bytes: int
+    timeline: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {"output": self.output, "source": self.source, "engine": self.engine, "operators": self.operators,
-                "history": self.history, "bytes": self.bytes}
+                "history": self.history, "bytes": self.bytes, "timeline": self.timeline}
 
 
 # ---------------------------------------------------------------- statekit snapshots
@@ -139,12 +171,13 @@ def statekit_report(url: str, parallelisms: Sequence[int] = DEFAULT_PARALLELISMS
         keyed = reader.operator(op.uid).keyed
         sizes = _statekit_sizes(reader, op.uid, op.max_parallelism) if keyed else None
         rescale = tuple(_planned(reader, op.uid, p) for p in parallelisms if p <= op.max_parallelism) if keyed else ()
+        watermarks = tuple(op.windows.watermarks) if op.windows is not None else ()
         operators.append(ReportOperator(op.uid, op.name, op.parallelism, op.max_parallelism, op.bytes, states,
-                                        sizes, rescale))
+                                        sizes, rescale, watermarks=watermarks))
     facts = (("job", f"{view.job_name} ({view.job_id})"), ("entries", f"{view.entries:,}"),
              ("created", _utc(view.created_at_ms)))
     return SnapshotReport(view.path, "statekit", view.kind, view.format, view.checkpoint_id, view.bytes,
-                          tuple(operators), facts=facts)
+                          tuple(operators), facts=facts, job_id=view.job_id)
 
 
 def _detail(serializer: str, value_type: str | None, ttl_ms: int | None) -> str:
@@ -204,7 +237,8 @@ def write_report(report: SnapshotReport, output: str) -> ReportResult:
     io, path = FileIO.for_path(target)
     data = render_html(report).encode("utf-8")
     io.write_atomic(path, data)
-    return ReportResult(target, report.path, report.engine, len(report.operators), len(report.history), len(data))
+    return ReportResult(target, report.path, report.engine, len(report.operators), len(report.history), len(data),
+                        len(report.timeline))
 
 
 _CSS = """
@@ -228,6 +262,8 @@ def render_html(report: SnapshotReport) -> str:
     parts += [_operator_section(op) for op in report.operators]
     if report.history_path is not None:
         parts.append(_history(report))
+    if report.timeline:
+        parts.append(_timeline(report))
     parts += ["</body>", "</html>", ""]
     return "\n".join(parts)
 
@@ -278,6 +314,12 @@ def _operator_section(op: ReportOperator) -> str:
         parts.append(_bar_chart(list(op.key_groups.sizes), "key group", "bytes", f"key groups of {op.uid}"))
     if op.rescale:
         parts.append(_rescale_table(op))
+    if op.watermarks:
+        rows = "".join(f"<tr><td class=n>{i}</td><td>{'no watermark' if w is None else _e(_utc_ms(w))}</td>"
+                       f"<td class=n>{'-' if w is None else w}</td></tr>" for i, w in enumerate(op.watermarks))
+        parts.append("<h3>Watermark per subtask</h3><p>the event time each subtask had reached when it snapshotted"
+                     "</p><table class=\"watermarks\"><tr><th class=n>subtask</th><th>watermark (UTC)</th>"
+                     f"<th class=n>epoch ms</th></tr>{rows}</table>")
     parts.append("</section>")
     return "".join(parts)
 
@@ -311,6 +353,69 @@ def _history(report: SnapshotReport) -> str:
                        labels=[str(p.checkpoint_id) if p.checkpoint_id is not None else "?" for p in points])
     return (f'<h2>Checkpoint history</h2><p class="muted"><code>{_e(report.history_path)}</code>: '
             f"{len(points)} snapshot(s)</p>{chart}<table id=\"history\">{head}{''.join(rows)}</table>")
+
+
+def _utc_ms(ms: int) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ms / 1000)) + f".{ms % 1000:03d}"
+
+
+def _timeline(report: SnapshotReport) -> str:
+    """The job's checkpoint statistics over time: durations and sizes, with a summary."""
+    points = sorted(report.timeline, key=lambda p: (p.trigger_ms, p.checkpoint_id))
+    completed = [p for p in points if p.status == "COMPLETED"]
+    failed = len(points) - len(completed)
+    parts = [f'<h2 id="checkpoint-statistics">Checkpoint statistics over time</h2><p class="muted">'
+             f"<code>{_e(report.timeline_path)}</code>: {len(completed)} completed, {failed} failed "
+             f"(failed ones: red marks on the axis)</p>"]
+    rows = []
+    for label, values, unit in (("end-to-end duration", [p.duration_ms for p in completed], "ms"),
+                                ("state size", [p.state_size for p in completed], "bytes"),
+                                ("checkpointed size", [p.checkpointed_size for p in completed], "bytes")):
+        known = [v for v in values if v is not None]
+        if known:
+            rows.append(f"<tr><td>{label}</td><td class=n>{min(known):,} {unit}</td>"
+                        f"<td class=n>{sum(known) / len(known):,.1f} {unit}</td><td class=n>{max(known):,} {unit}</td></tr>")
+    parts.append('<table id="timeline-summary"><tr><th>figure</th><th class=n>min</th><th class=n>avg</th>'
+                 f"<th class=n>max</th></tr>{''.join(rows)}</table>")
+    parts.append("<h3>End-to-end duration</h3>")
+    parts.append(_time_chart(points, lambda p: p.duration_ms, "ms", "end-to-end duration of each checkpoint"))
+    parts.append("<h3>State size</h3>")
+    parts.append(_time_chart(points, lambda p: p.state_size, "bytes", "state size of each checkpoint"))
+    return "".join(parts)
+
+
+def _time_chart(points: list[TimelinePoint], value: Any, unit: str, title: str) -> str:
+    """An inline SVG chart of ``value(point)`` against trigger time: a line through completed
+    checkpoints (savepoints as hollow marks), failed ones as red marks on the time axis."""
+    width, height, left, bottom = 760, 180, 72, 30
+    plot_w, plot_h = width - left - 10, height - bottom - 12
+    shown = [(p, value(p)) for p in points if p.status == "COMPLETED" and value(p) is not None]
+    times = [p.trigger_ms for p in points] or [0]
+    start, span = min(times), max(max(times) - min(times), 1)
+    top = max((v for _, v in shown), default=0) or 1
+
+    def x(ms: int) -> float:
+        return left + plot_w * (ms - start) / span
+
+    def y(v: int) -> float:
+        return 12 + plot_h - plot_h * v / top
+
+    line = " ".join(f"{x(p.trigger_ms):.1f},{y(v):.1f}" for p, v in shown)
+    marks = [f'<circle cx="{x(p.trigger_ms):.1f}" cy="{y(v):.1f}" r="2.5" fill="{"#fff" if p.savepoint else "#4078c0"}" '
+             f'stroke="#4078c0"><title>{"savepoint" if p.savepoint else "checkpoint"} {p.checkpoint_id} at '
+             f"{_e(_utc_ms(p.trigger_ms))} UTC: {v:,} {unit}</title></circle>" for p, v in shown]
+    marks += [f'<rect x="{x(p.trigger_ms) - 1.5:.1f}" y="{12 + plot_h - 6}" width="3" height="6" fill="#cf222e">'
+              f"<title>checkpoint {p.checkpoint_id} failed at {_e(_utc_ms(p.trigger_ms))} UTC</title></rect>"
+              for p in points if p.status == "FAILED"]
+    axis = (f'<line x1="{left}" y1="{12 + plot_h}" x2="{width - 10}" y2="{12 + plot_h}" stroke="#57606a"/>'
+            f'<line x1="{left}" y1="12" x2="{left}" y2="{12 + plot_h}" stroke="#57606a"/>'
+            f'<text x="{left - 4}" y="18" text-anchor="end" font-size="11">{_e(_size(top) if unit == "bytes" else f"{top:,} ms")}</text>'
+            f'<text x="{left - 4}" y="{12 + plot_h}" text-anchor="end" font-size="11">0</text>'
+            f'<text x="{left}" y="{height - 8}" font-size="11">{_e(_utc_ms(start))}</text>'
+            f'<text x="{width - 10}" y="{height - 8}" text-anchor="end" font-size="11">{_e(_utc_ms(max(times)))} UTC</text>')
+    path = f'<polyline points="{line}" fill="none" stroke="#4078c0" stroke-width="1.5"/>' if len(shown) > 1 else ""
+    return (f'<svg class="timeline" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
+            f'aria-label="{_e(title)}"><title>{_e(title)}</title>{axis}{path}{"".join(marks)}</svg>')
 
 
 def _bar_chart(values: list[int], x_label: str, y_label: str, title: str, labels: list[str] | None = None) -> str:

@@ -92,4 +92,17 @@ def live_status_line(s: LiveStatus) -> str:
     pressure = f"[yellow]{s.backpressured_tasks}[/]" if s.backpressured_tasks else "0"
     return (f"[bold]{_e(s.state)}[/]  in {s.records_in_per_s:,.0f} rec/s  out {s.records_out_per_s:,.0f} rec/s  "
             f"checkpoints {s.checkpoints_completed} done, {failed}  last {_e(last)}  "
-            f"backpressured {pressure}/{s.tasks} tasks")
+            f"backpressured {pressure}/{s.tasks} tasks{_watermark(s.low_watermark)}")
+
+
+def _watermark(low: int | None) -> str:
+    """``  watermark 12:00:03 (-1.2 s)``: how far event time came through the whole job (none: no event time)."""
+    from statekit.runtime.api.watermarks import MAX_WATERMARK
+
+    if low is None:
+        return ""
+    if low >= MAX_WATERMARK:
+        return "  watermark end of input"
+    lag = dt.datetime.now(tz=dt.timezone.utc).timestamp() - low / 1000
+    clock = dt.datetime.fromtimestamp(low / 1000, tz=dt.timezone.utc).strftime("%H:%M:%S")
+    return f"  watermark {clock} (-{max(0.0, lag):.1f} s)"

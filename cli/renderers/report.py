@@ -16,5 +16,6 @@ __all__ = ["report_result"]
 
 def report_result(console: Console, r: ReportResult) -> None:
     history = f", {r.history} snapshot(s) of history" if r.history else ""
+    history += f", checkpoint statistics of {r.timeline} checkpoint(s)" if r.timeline else ""
     console.print(f"[green]wrote[/] {_e(r.output)} ({r.bytes:,} bytes): {_e(r.engine)} snapshot, "
                   f"{r.operators} operator(s){history}\nfrom: {_e(r.source)}", soft_wrap=True)

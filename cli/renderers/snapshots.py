@@ -83,6 +83,9 @@ def _window_tables(console: Console, op: OperatorInspection) -> None:
                   _span(s.earliest_start, s.latest_end)] for s in w.states])
     print_table(console, f"Pending timers of {op.uid!r} ({w.pending_timers})", ["domain", "timers", "earliest", "latest"],
                 [[t.domain, str(t.count), _stamp(t.earliest), _stamp(t.latest)] for t in w.timers])
+    if w.watermarks:
+        print_table(console, f"Watermark of {op.uid!r} per subtask (when it snapshotted)", ["subtask", "watermark"],
+                    [[str(i), "no watermark" if m is None else _stamp(m)] for i, m in enumerate(w.watermarks)])
 
 
 def _stamp(ms: int | None) -> str:

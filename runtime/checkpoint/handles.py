@@ -27,10 +27,17 @@ class SubtaskStats:
     Attributes:
         unaligned: The task snapshotted unaligned (at the first barrier).
         alignment_ms: From the first barrier to the snapshot (aligned: the alignment).
+        barrier_ms: When the checkpoint's first barrier reached the task (epoch ms; 0: unknown);
+            minus the trigger time it is Flink's *start delay*.
+        sync_ms: The synchronous part (the operators' snapshots at the barrier).
+        async_ms: The asynchronous part (writing the files), set by the task's checkpoint writer.
     """
 
     unaligned: bool = False
     alignment_ms: int = 0
+    barrier_ms: int = 0
+    sync_ms: float = 0.0
+    async_ms: float = 0.0
 
 
 @dataclass(frozen=True)

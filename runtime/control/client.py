@@ -19,9 +19,18 @@ import urllib.request
 from typing import TYPE_CHECKING, Any
 
 from statekit.runtime.control.registry import CRASHED, JobEntry, JobRegistry
-from statekit.runtime.control.results import CancelResult, JobList, LastCheckpoint, SavepointResult
+from statekit.runtime.control.results import (
+    CancelResult,
+    CheckpointResult,
+    JobList,
+    LastCheckpoint,
+    SavepointResult,
+    SavepointStatus,
+    SavepointTrigger,
+)
 from statekit.runtime.control.submission import _absolute, _try_get
 from statekit.statefmt.errors import (
+    BadInputError,
     JobError,
     StatekitError,
 )
@@ -37,6 +46,9 @@ __all__ = [
     "trigger_savepoint",
     "stop_job",
     "cancel_job",
+    "trigger_checkpoint",
+    "trigger_savepoint_detached",
+    "savepoint_status",
     "LIST_REST_TIMEOUT_S",
     "checkpoint_history",
     "last_checkpoint",
@@ -227,9 +239,100 @@ def trigger_savepoint(reference: str, target_dir: str | None, *, cancel_job: boo
     """
     _check_target(target_dir)
     entry = running_job(reference)
+    _check_default_dir(entry, target_dir, "TARGET_DIR")
     body = {"target-directory": None if target_dir is None else _absolute(target_dir), "cancel-job": cancel_job,
             "formatType": "NATIVE" if native else "CANONICAL"}
     return _savepoint_operation(entry, "savepoints", body, "cancel" if cancel_job else "savepoint", timeout)
+
+
+def trigger_savepoint_detached(reference: str, target_dir: str | None, *, native: bool = False) -> SavepointTrigger:
+    """Trigger a savepoint and return at once with its trigger id (``statekit savepoint --detached``);
+    :func:`savepoint_status` resolves the id later, also after the job ended."""
+    _check_target(target_dir)
+    entry = running_job(reference)
+    _check_default_dir(entry, target_dir, "TARGET_DIR")
+    body = {"target-directory": None if target_dir is None else _absolute(target_dir),
+            "formatType": "NATIVE" if native else "CANONICAL"}
+    try:
+        answer = RestClient.for_job(entry).request("POST", f"/jobs/{entry.job_id}/savepoints", body)
+    except _Unreachable as error:
+        raise _explain_unreachable(entry, error) from None
+    if not isinstance(answer.get("request-id"), str):
+        raise JobError(f"job {entry.job_id}: no request-id in the answer to POST /savepoints")
+    return SavepointTrigger(job_id=entry.job_id, trigger_id=answer["request-id"])
+
+
+def savepoint_status(trigger_id: str) -> SavepointStatus:
+    """The state of a savepoint operation by its trigger id, looked up in every job's registry entry.
+
+    Raises:
+        JobError: No job of the registry knows the trigger id.
+    """
+    wanted = trigger_id.strip().lower()
+    registry = JobRegistry()
+    for entry in registry.entries():
+        outcome = entry.savepoints.get(wanted)
+        if outcome is not None:
+            return _status_of(entry, wanted, outcome)
+    raise JobError(f"no savepoint operation {trigger_id} in the registry {registry.jobs_dir} "
+                   f"(`statekit savepoint JOB_ID --detached` prints the trigger id)")
+
+
+def _status_of(entry: JobEntry, trigger_id: str, outcome: dict[str, Any]) -> SavepointStatus:
+    operation = str(outcome.get("operation") or "savepoint")
+    if outcome.get("in-progress"):
+        if entry.running:
+            return SavepointStatus(entry.job_id, trigger_id, "IN_PROGRESS", operation=operation)
+        why = entry.crash_reason or entry.failure or f"the job is {entry.status}"
+        return SavepointStatus(entry.job_id, trigger_id, "FAILED", failure=f"the job ended before it completed ({why})",
+                               operation=operation)
+    if "location" in outcome:
+        return SavepointStatus(entry.job_id, trigger_id, "COMPLETED", location=str(outcome["location"]),
+                               operation=operation)
+    cause = outcome.get("failure-cause") or {}
+    return SavepointStatus(entry.job_id, trigger_id, "FAILED", operation=operation,
+                           failure=str(cause.get("stack-trace") or cause.get("class") or outcome))
+
+
+def trigger_checkpoint(reference: str, *, full: bool = False, timeout: float = 300.0) -> CheckpointResult:
+    """Trigger a checkpoint of a running job and wait for it (``statekit checkpoint``, Flink 1.19's
+    ``flink checkpoint``); ``full``: one that reuses no file of an earlier incremental checkpoint."""
+    entry = running_job(reference)
+    client = RestClient.for_job(entry)
+    deadline = time.monotonic() + timeout
+    body = {"checkpointType": "FULL" if full else "CONFIGURED"}
+    try:
+        trigger_id = str(client.request("POST", f"/jobs/{entry.job_id}/checkpoints", body)["request-id"])
+    except _Unreachable as error:
+        raise _explain_unreachable(entry, error) from None
+    except KeyError:
+        raise JobError(f"job {entry.job_id}: no request-id in the answer to POST /checkpoints") from None
+    delay = 0.05
+    while True:
+        try:
+            answer = client.request("GET", f"/jobs/{entry.job_id}/checkpoints/{trigger_id}")
+        except _Unreachable as error:
+            raise _explain_unreachable(entry, error) from None
+        if answer.get("status", {}).get("id") == "COMPLETED":
+            break
+        if time.monotonic() > deadline:
+            raise JobError(f"checkpoint of job {entry.job_id} not complete within the timeout (request {trigger_id})")
+        time.sleep(delay)
+        delay = min(delay * 1.5, 0.5)
+    operation = answer.get("operation") or {}
+    if "failure-cause" in operation:
+        cause = operation["failure-cause"] or {}
+        raise JobError(f"checkpoint of job {entry.job_id} failed: {cause.get('stack-trace') or cause.get('class')}")
+    checkpoint_id = operation.get("checkpoint-id")
+    return CheckpointResult(job_id=entry.job_id, checkpoint_id=checkpoint_id if isinstance(checkpoint_id, int) else None,
+                            location=operation.get("location"), trigger_id=trigger_id, full=full)
+
+
+def _check_default_dir(entry: JobEntry, target_dir: str | None, argument: str) -> None:
+    """Refuse a savepoint without a directory when the job has no default one, naming both ways."""
+    if target_dir is None and entry.savepoint_dir is None:
+        raise BadInputError(f"job {entry.job_id} has no default savepoint directory: give {argument}, "
+                            f"or start the job with `statekit run --savepoint-dir DIR`")
 
 
 def stop_job(reference: str, savepoint_path: str | None, *, drain: bool = False, timeout: float = 300.0,
@@ -244,6 +347,7 @@ def stop_job(reference: str, savepoint_path: str | None, *, drain: bool = False,
     """
     _check_target(savepoint_path)
     entry = running_job(reference)
+    _check_default_dir(entry, savepoint_path, "--savepoint-path DIR")
     body = {"targetDirectory": None if savepoint_path is None else _absolute(savepoint_path), "drain": drain,
             "formatType": "NATIVE" if native else "CANONICAL"}
     return _savepoint_operation(entry, "stop", body, "stop", timeout)
@@ -287,8 +391,9 @@ def _poll_trigger(client: RestClient, trigger_id: str, deadline: float) -> dict[
         except _Unreachable as error:
             # the job may have ended right after a stop-with-savepoint: its entry has the outcome
             current = _try_get(JobRegistry(), entry.job_id)
-            if current is not None and trigger_id in current.savepoints:
-                return current.savepoints[trigger_id]
+            outcome = None if current is None else current.savepoints.get(trigger_id)
+            if outcome is not None and not outcome.get("in-progress"):
+                return outcome
             raise _explain_unreachable(entry, error) from None
         if answer.get("status", {}).get("id") == "COMPLETED":
             operation = answer.get("operation")

@@ -97,6 +97,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--externalized-cleanup", choices=("retain", "delete"))
     parser.add_argument("--checkpoint-timeout", type=parse_duration_ms)
     parser.add_argument("--savepoint-on-finish")
+    parser.add_argument("--savepoint-dir")
+    parser.add_argument("--metrics-port", type=int)
     parser.add_argument("--restore-mode", choices=("claim", "no-claim"), default="no-claim")
     parser.add_argument("--job-id")
     parser.add_argument("--trust-pickle", action="store_true")
@@ -119,6 +121,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         checkpoint_interval_ms=args.checkpoint_interval,
         state_backend=args.state_backend,
         savepoint_on_finish=args.savepoint_on_finish,
+        savepoint_dir=args.savepoint_dir,
+        metrics_port=args.metrics_port,
         job_id=args.job_id,
         job_args=tuple(args.job_args),
         trust_pickle=args.trust_pickle,

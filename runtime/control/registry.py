@@ -5,6 +5,8 @@ Layout under ``STATEKIT_HOME`` (environment variable; default ``~/.statekit``)::
     jobs/<job_id>/job.json   the entry (replaced atomically on every change)
     jobs/<job_id>/token      the REST API token, mode 0600 (only the owner reads it)
     jobs/<job_id>/job.log    stdout and stderr of a detached job
+    jobs/<job_id>/checkpoints.jsonl   every checkpoint's statistics, one JSON object a line
+                             (appended by the job's process; :mod:`.checkpoint_history`)
 
 Invariants: an entry is written only by the job's own process; a reader never sees a
 partial ``job.json`` (temp file + fsync + rename); an entry whose process is gone (or whose
@@ -56,6 +58,7 @@ __all__ = [
     "ENTRY_FILE",
     "TOKEN_FILE",
     "LOG_FILE",
+    "HISTORY_FILE",
     "PRIVATE_MODE",
 ]
 
@@ -64,6 +67,7 @@ JOBS_DIR = "jobs"
 ENTRY_FILE = "job.json"
 TOKEN_FILE = "token"
 LOG_FILE = "job.log"
+HISTORY_FILE = "checkpoints.jsonl"
 
 CRASHED = "CRASHED"
 ACTIVE_STATES = frozenset({"CREATED", "RUNNING", "CANCELLING", "RESTARTING"})
@@ -136,10 +140,16 @@ class JobEntry:
         log_path: Log file of a detached job.
         job_file: The job script.
         checkpoint_dir: Checkpoint storage of the job.
+        metrics_port: The fixed port of its process's Prometheus endpoint (``--metrics-port``).
+        plan: The job graph (``JobTopology.plan()``: vertices and edges), kept for the dashboard
+            after the job ended.
+        savepoint_dir: The job's default savepoint directory (``run --savepoint-dir`` or the job's
+            checkpoint config), used by ``statekit savepoint JOB_ID`` without a directory.
         failure: Why the job failed.
-        savepoints: Outcome of savepoint triggers by trigger id
-            (``{"status": "COMPLETED", "location"|"failure": ...}``), kept so a client can
-            learn the result of a stop-with-savepoint after the process exited.
+        savepoints: Savepoint triggers by trigger id: ``{"in-progress": true, "operation",
+            "trigger-time"}`` when triggered, replaced by the outcome (``{"location": path}`` or
+            ``{"failure-cause": {...}}``) when done, so a client learns the result of a
+            stop-with-savepoint after the process exited, and ``savepoint --status`` finds it.
         crash_reason: Set by readers (never stored): why the entry is reported CRASHED.
     """
 
@@ -155,6 +165,9 @@ class JobEntry:
     log_path: str | None = None
     job_file: str | None = None
     checkpoint_dir: str | None = None
+    savepoint_dir: str | None = None
+    metrics_port: int | None = None
+    plan: dict[str, Any] | None = None
     failure: str | None = None
     savepoints: dict[str, dict[str, Any]] = field(default_factory=dict)
     crash_reason: str | None = None
@@ -206,6 +219,10 @@ class JobRegistry:
     def log_path(self, job_id: str) -> Path:
         """Where a detached job writes its output."""
         return self.job_dir(job_id) / LOG_FILE
+
+    def history_path(self, job_id: str) -> Path:
+        """Where the job's process appends its checkpoint statistics."""
+        return self.job_dir(job_id) / HISTORY_FILE
 
     def prepare(self, job_id: str) -> Path:
         """Create the job's directory; the home, ``jobs/`` and it are private (0700).

@@ -6,7 +6,11 @@ Endpoints (every request needs the job's token: ``Authorization: Bearer <token>`
     GET   /jobs                                 {"jobs": [{"id", "status"}]}
     GET   /jobs/overview                        {"jobs": [{"jid", "name", "state", "start-time", "end-time", "duration"}]}
     GET   /jobs/<id>                            job details (JobHandle.describe())
-    GET   /jobs/<id>/checkpoints                checkpoint statistics
+    GET   /jobs/<id>/checkpoints                checkpoint statistics (counts, latest, summary, history)
+    GET   /jobs/<id>/checkpoints/config         how the job checkpoints
+    GET   /jobs/<id>/checkpoints/details/<cid>  one checkpoint with per-subtask details ("subtasks")
+    POST  /jobs/<id>/checkpoints                {"checkpointType": "CONFIGURED"|"FULL"} -> 202 {"request-id"}
+    GET   /jobs/<id>/checkpoints/<request-id>   {"status": {"id"}, "operation": {"location", "checkpoint-id"}}
     GET   /jobs/<id>/metrics                    per task: records in/out, rates, backpressure, checkpoints (runtime/metrics.py)
     GET   /metrics                              the same in the Prometheus text format (text/plain; version=0.0.4)
     POST  /jobs/<id>/savepoints                 {"target-directory": DIR, "cancel-job": false, "formatType": "CANONICAL"|"NATIVE"} -> 202 {"request-id"}
@@ -75,6 +79,9 @@ SavepointOutcomeListener = Callable[[str, dict[str, Any]], None]
 
 _JOB_PATH = re.compile(r"^/jobs/([^/]+)(/.*)?$")
 _TRIGGER_PATH = re.compile(r"^/savepoints/([^/]+)$")
+_CHECKPOINT_TRIGGER_PATH = re.compile(r"^/checkpoints/([0-9a-f]{32})$")
+_DETAILS_PATH = re.compile(r"^/checkpoints/details/([^/]+)$")
+_CHECKPOINT_ID = re.compile(r"chk-([0-9]+)/?$")
 _CONTENT_LENGTH = re.compile(r"[0-9]{1,18}")  # longer: malformed, 400 (as nginx answers a length past 64 bits)
 _PROTOCOL = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*)://")
 
@@ -105,16 +112,21 @@ class _HttpError(Exception):
 class _Trigger:
     """One asynchronous savepoint operation (plain savepoint, cancel-with or stop-with)."""
 
-    def __init__(self, future: concurrent.futures.Future[str]) -> None:
+    def __init__(self, future: concurrent.futures.Future[str], *, checkpoint: bool = False) -> None:
         self.future = future
         self.fetched = False
+        self.checkpoint = checkpoint
 
     def outcome(self) -> dict[str, Any] | None:
         if not self.future.done():
             return None
         error = self.future.exception()
         if error is None:
-            return {"location": self.future.result()}
+            location = self.future.result()
+            if not self.checkpoint:
+                return {"location": location}
+            found = _CHECKPOINT_ID.search(location)
+            return {"location": location or None, "checkpoint-id": int(found.group(1)) if found else None}
         return {"failure-cause": {"class": type(error).__name__, "stack-trace": " ".join(str(error).split())}}
 
 
@@ -124,8 +136,9 @@ class JobRestServer:
     Args:
         handle: The job.
         token: Requests must carry this token.
-        on_savepoint: Called with ``(trigger_id, outcome)`` when a savepoint operation
-            completes (outcome ``{"location": path}`` or ``{"failure-cause": {...}}``).
+        on_savepoint: Called with ``(trigger_id, {"in-progress": True, "operation", "trigger-time"})``
+            when a savepoint operation starts and with ``(trigger_id, outcome)`` when it completes
+            (outcome ``{"location": path}`` or ``{"failure-cause": {...}}``).
         port: 0 picks a free port.
         max_connections: Connections open at once (see the module docstring).
         request_timeout: Seconds a socket read or write may wait.
@@ -148,6 +161,9 @@ class JobRestServer:
         self._changed = threading.Condition()
         self._httpd = _Server(self, port, max_connections=max_connections, request_timeout=request_timeout)
         self._thread: threading.Thread | None = None
+        from statekit.runtime.jobmaster.prometheus import JobPrometheus
+
+        self.prometheus = JobPrometheus(handle)  # observes checkpoints from now on
 
     @property
     def port(self) -> int:
@@ -174,6 +190,7 @@ class JobRestServer:
             self._thread.join()
             self._thread = None
         self._httpd.server_close()
+        self.prometheus.close()
 
     def wait_fetched(self, timeout: float) -> bool:
         """Wait until every savepoint operation is complete and its result was fetched.
@@ -229,6 +246,9 @@ class JobRestServer:
         trigger_id = uuid.uuid4().hex
         with self._changed:
             self._triggers[trigger_id] = _Trigger(future)
+        if self._on_savepoint is not None:  # before the outcome can be recorded over it
+            operation = "stop" if stop else "cancel" if cancel else "savepoint"
+            self._on_savepoint(trigger_id, {"in-progress": True, "operation": operation, "trigger-time": _now_ms()})
         # off the thread that completes the future: cancel() may wait for that very thread
         future.add_done_callback(lambda done: threading.Thread(
             target=self._completed, args=(trigger_id, done, cancel), name=f"savepoint-{trigger_id[:6]}").start())
@@ -243,11 +263,29 @@ class JobRestServer:
         if self._on_savepoint is not None and outcome is not None:
             self._on_savepoint(trigger_id, outcome)
 
-    def trigger_status(self, trigger_id: str) -> dict[str, Any]:
+    def trigger_checkpoint(self, full: bool) -> str:
+        status = self.handle.status
+        if status.is_terminal:
+            raise _HttpError(HTTPStatus.CONFLICT, f"Job {self.handle.job_id} is {status.value}; checkpoints need a running job")
+        future = self.handle.trigger_checkpoint(full=full)
+        if future.done() and isinstance(future.exception(), BadInputError):
+            raise _HttpError(HTTPStatus.BAD_REQUEST, str(future.exception()))
+        trigger_id = uuid.uuid4().hex
+        with self._changed:
+            self._triggers[trigger_id] = _Trigger(future, checkpoint=True)
+        future.add_done_callback(lambda _done: self._notify())
+        return trigger_id
+
+    def _notify(self) -> None:
+        with self._changed:
+            self._changed.notify_all()
+
+    def trigger_status(self, trigger_id: str, *, checkpoint: bool = False) -> dict[str, Any]:
         with self._changed:
             trigger = self._triggers.get(trigger_id)
-            if trigger is None:
-                raise _HttpError(HTTPStatus.NOT_FOUND, f"There is no savepoint operation with triggerId={trigger_id}")
+            if trigger is None or trigger.checkpoint != checkpoint:
+                what = "checkpoint" if checkpoint else "savepoint"
+                raise _HttpError(HTTPStatus.NOT_FOUND, f"There is no {what} operation with triggerId={trigger_id}")
             outcome = trigger.outcome()
             if outcome is None:
                 return {"status": {"id": "IN_PROGRESS"}}
@@ -397,7 +435,7 @@ class _Handler(BaseHTTPRequestHandler):
             parts = self.path.split("?", 1)
             if parts[0].rstrip("/") == "/metrics":  # Prometheus scrapes text, not JSON
                 self._allow(method, "GET")
-                self._reply_text(HTTPStatus.OK, job_metrics(app.handle).prometheus(), PROMETHEUS_CONTENT_TYPE)
+                self._reply_text(HTTPStatus.OK, app.prometheus.exposition().decode(), PROMETHEUS_CONTENT_TYPE)
                 return
             status, body = self._route(app, method, parts)
             self._reply(status, body)
@@ -454,8 +492,22 @@ class _Handler(BaseHTTPRequestHandler):
             self._allow(method, "GET", "PATCH")
             return HTTPStatus.OK, app.handle.describe()
         if rest == "/checkpoints":
-            self._allow(method, "GET")
+            if method == "POST":
+                trigger_id = app.trigger_checkpoint(_checkpoint_type(self._json_body()) == "FULL")
+                return HTTPStatus.ACCEPTED, {"request-id": trigger_id}
+            self._allow(method, "GET", "POST")
             return HTTPStatus.OK, app.handle.checkpoint_stats()
+        if rest == "/checkpoints/config":
+            self._allow(method, "GET")
+            return HTTPStatus.OK, app.handle.checkpoint_config()
+        details = _DETAILS_PATH.match(rest)
+        if details is not None:
+            self._allow(method, "GET")
+            return HTTPStatus.OK, _checkpoint_details(app.handle, details.group(1))
+        checkpoint_trigger = _CHECKPOINT_TRIGGER_PATH.match(rest)
+        if checkpoint_trigger is not None:
+            self._allow(method, "GET")
+            return HTTPStatus.OK, app.trigger_status(checkpoint_trigger.group(1), checkpoint=True)
         if rest == "/metrics":
             self._allow(method, "GET")
             return HTTPStatus.OK, job_metrics(app.handle).to_json()
@@ -527,6 +579,26 @@ def _native(body: dict[str, Any]) -> bool:
     if isinstance(value, str) and value.upper() in ("CANONICAL", "NATIVE"):
         return value.upper() == "NATIVE"
     raise _HttpError(HTTPStatus.BAD_REQUEST, "'formatType' must be CANONICAL or NATIVE")
+
+
+def _checkpoint_type(body: dict[str, Any]) -> str:
+    """Flink's ``checkpointType``: ``CONFIGURED`` (default: as the job checkpoints) or ``FULL``
+    (reuses no file of an earlier checkpoint); ``INCREMENTAL`` is what CONFIGURED is for a job
+    with incremental checkpoints."""
+    value = body.get("checkpointType", "CONFIGURED")
+    if isinstance(value, str) and value.upper() in ("CONFIGURED", "FULL", "INCREMENTAL"):
+        return value.upper()
+    raise _HttpError(HTTPStatus.BAD_REQUEST, "'checkpointType' must be CONFIGURED, FULL or INCREMENTAL")
+
+
+def _checkpoint_details(handle: JobHandle, text: str) -> dict[str, Any]:
+    if not text.isdigit() or len(text) > 18:
+        raise _HttpError(HTTPStatus.BAD_REQUEST, f"checkpoint id {text!r} is not a number")
+    details = handle.checkpoint_details(int(text))
+    if details is None:
+        raise _HttpError(HTTPStatus.NOT_FOUND, f"Checkpoint {text} of job {handle.job_id} is unknown or no longer "
+                                               f"kept in memory; `statekit checkpoints history` reads every one")
+    return details
 
 
 def _optional_bool(body: dict[str, Any], key: str) -> bool:

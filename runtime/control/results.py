@@ -17,6 +17,9 @@ __all__ = [
     "JobList",
     "SavepointResult",
     "CancelResult",
+    "CheckpointResult",
+    "SavepointTrigger",
+    "SavepointStatus",
 ]
 
 
@@ -158,3 +161,68 @@ class CancelResult:
         return {"jid": self.job_id, "state": self.job_state}
 
 
+
+
+@dataclass(frozen=True)
+class CheckpointResult:
+    """A checkpoint taken on request (``statekit checkpoint``).
+
+    Attributes:
+        job_id: The job.
+        checkpoint_id: Its id (None when the job stores no files for it).
+        location: Its ``chk-N`` directory.
+        trigger_id: The REST request id.
+        full: It reuses no file of an earlier incremental checkpoint.
+    """
+
+    job_id: str
+    checkpoint_id: int | None
+    location: str | None
+    trigger_id: str
+    full: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"jid", "checkpoint-id", "location", "request-id", "full"}``."""
+        return {"jid": self.job_id, "checkpoint-id": self.checkpoint_id, "location": self.location,
+                "request-id": self.trigger_id, "full": self.full}
+
+
+@dataclass(frozen=True)
+class SavepointTrigger:
+    """A savepoint triggered without waiting (``statekit savepoint --detached``)."""
+
+    job_id: str
+    trigger_id: str
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"jid", "request-id"}``."""
+        return {"jid": self.job_id, "request-id": self.trigger_id}
+
+
+@dataclass(frozen=True)
+class SavepointStatus:
+    """Where a savepoint operation stands (``statekit savepoint --status ID``).
+
+    Attributes:
+        status: ``IN_PROGRESS``, ``COMPLETED`` or ``FAILED``.
+        location: The savepoint, once COMPLETED.
+        failure: Why it FAILED (also: the job ended before it completed).
+        operation: ``savepoint``, ``stop`` or ``cancel``.
+    """
+
+    job_id: str
+    trigger_id: str
+    status: str
+    location: str | None = None
+    failure: str | None = None
+    operation: str = "savepoint"
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"jid", "request-id", "operation", "status", "location"?, "failure"?}``."""
+        data: dict[str, Any] = {"jid": self.job_id, "request-id": self.trigger_id, "operation": self.operation,
+                                "status": self.status}
+        if self.location is not None:
+            data["location"] = self.location
+        if self.failure is not None:
+            data["failure"] = self.failure
+        return data

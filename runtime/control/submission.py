@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from statekit.runtime.control.checkpoint_history import CheckpointHistoryWriter
 from statekit.runtime.control.registry import JobEntry, JobRegistry, check_job_id, current_process_entry, new_job_id
 from statekit.runtime.control.results import RunResult
 from statekit.statefmt.errors import (
@@ -68,10 +69,11 @@ def validate_run(job_file: str, options: RunOptions) -> None:
     if options.job_id is not None:
         check_job_id(options.job_id)
         JobRegistry().check_available(options.job_id)
-    if options.savepoint_on_finish is not None:
-        from statekit.runtime.control.rest import check_savepoint_target
+    for target in (options.savepoint_on_finish, options.savepoint_dir):
+        if target is not None:
+            from statekit.runtime.control.rest import check_savepoint_target
 
-        check_savepoint_target(options.savepoint_on_finish)
+            check_savepoint_target(target)
     if not os.path.isfile(job_file):
         raise PathNotFoundError("job file not found; pass the path of a Python job script", path=job_file)
     options.check_checkpointing()
@@ -90,6 +92,32 @@ def validate_run(job_file: str, options: RunOptions) -> None:
         raise BadInputError(f"checkpoint interval must be at least 1 ms, got {options.checkpoint_interval_ms}")
     if options.restore_path is not None:
         _check_restore_path(options.restore_path)
+    if options.metrics_port is not None and not 1 <= options.metrics_port <= 65535:
+        raise BadInputError(f"--metrics-port must be a port number 1..65535, got {options.metrics_port}")
+
+
+def _serve_metrics(port: int) -> Callable[[], None]:
+    """Serve this process's Prometheus metrics on 127.0.0.1:``port``; returns how to stop it.
+
+    Raises:
+        BadInputError: The port is taken (or not ours to bind).
+    """
+    from prometheus_client import start_http_server
+
+    from statekit.runtime.jobmaster.prometheus import process_registry
+
+    try:
+        server, thread = start_http_server(port, addr="127.0.0.1", registry=process_registry())
+    except OSError as error:
+        raise BadInputError(f"--metrics-port {port}: cannot listen on 127.0.0.1:{port} "
+                            f"({error.strerror or error}); choose another port") from None
+
+    def stop() -> None:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+    return stop
 
 
 def _check_restore_path(path: str) -> None:
@@ -139,6 +167,8 @@ class _Supervisor:
                 log_path=template.log_path, job_file=template.job_file))
             with self._lock:
                 self.tokens[handle.job_id] = token
+        history = CheckpointHistoryWriter(self.registry.history_path(handle.job_id))
+        handle.add_checkpoint_listener(history.append)
         server = JobRestServer(
             handle, token,
             on_savepoint=lambda trigger, outcome: self.registry.record_savepoint(handle.job_id, trigger, outcome),
@@ -148,7 +178,8 @@ class _Supervisor:
         status = handle.status
         self.registry.update(handle.job_id, name=handle.job_name, host="127.0.0.1", port=server.port,
                              checkpoint_dir=handle.checkpoint_dir, status=status.value,
-                             start_time_ms=handle.start_time_ms)
+                             start_time_ms=handle.start_time_ms,
+                             savepoint_dir=handle.savepoint_dir, plan=handle.topology.plan())
         watcher = threading.Thread(target=self._watch, args=(handle, status), name=f"registry-{handle.job_id[:6]}",
                                    daemon=True)
         watcher.start()
@@ -248,8 +279,15 @@ def run_job(
     options = dataclasses.replace(options, job_id=job_id)
     registry = JobRegistry()
     name = os.path.splitext(os.path.basename(job_file))[0]
-    token = registry.register(current_process_entry(
-        job_id, name, log_path=log_path, job_file=os.path.abspath(job_file), checkpoint_dir=options.checkpoint_dir))
+    stop_metrics = _serve_metrics(options.metrics_port) if options.metrics_port is not None else None
+    try:
+        token = registry.register(current_process_entry(
+            job_id, name, log_path=log_path, job_file=os.path.abspath(job_file), checkpoint_dir=options.checkpoint_dir,
+            metrics_port=options.metrics_port))
+    except BaseException:
+        if stop_metrics is not None:
+            stop_metrics()
+        raise
     supervisor = _Supervisor(registry, job_id, token, on_submitted, on_status)
     started = time.monotonic()
     add_job_listener(supervisor.job_started)
@@ -276,6 +314,8 @@ def run_job(
     finally:
         remove_job_listener(supervisor.job_started)
         supervisor.finish(fallback, failure)
+        if stop_metrics is not None:
+            stop_metrics()
     last = supervisor.handles[-1] if supervisor.handles else None
     entry = registry.get(last.job_id if last is not None else job_id)
     if entry.status == "FAILED":
@@ -320,6 +360,10 @@ def _run_argv(job_file: str, options: RunOptions, log_path: str, verbose: bool =
     argv += options.checkpointing_argv()
     if options.savepoint_on_finish is not None:
         argv += ["--savepoint-on-finish", _absolute(options.savepoint_on_finish)]
+    if options.savepoint_dir is not None:
+        argv += ["--savepoint-dir", _absolute(options.savepoint_dir)]
+    if options.metrics_port is not None:
+        argv += ["--metrics-port", str(options.metrics_port)]
     if options.trust_pickle:
         argv.append("--trust-pickle")
     if options.executor is not None:

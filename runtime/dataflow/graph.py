@@ -180,6 +180,20 @@ class JobTopology:
     vertices: tuple[VertexDescription, ...] = ()
     edges: tuple[EdgeDescription, ...] = ()
 
+    def plan(self) -> dict[str, Any]:
+        """The job graph as the REST API and the dashboard show it: ``{"nodes": [{"id", "name",
+        "parallelism", "operators": [{"uid", "name"}]}], "edges": [{"source", "target",
+        "partitioning", "side_output"}]}`` — vertices (chains) and the exchanges between them."""
+        vertex_of = {op.uid: op.vertex for op in self.operators}
+        names = {op.uid: op.name for op in self.operators}
+        nodes = [{"id": v.id, "name": v.name, "parallelism": v.parallelism,
+                  "operators": [{"uid": uid, "name": names.get(uid, uid)} for uid in v.operators]}
+                 for v in self.vertices]
+        edges = [{"source": vertex_of[e.source], "target": vertex_of[e.target], "partitioning": e.partitioning,
+                  "side_output": e.side_output}
+                 for e in self.edges if not e.chained and e.source in vertex_of and e.target in vertex_of]
+        return {"nodes": nodes, "edges": edges}
+
     @staticmethod
     def of(*operators: OperatorDescription) -> JobTopology:
         """A topology of unconnected operators, each its own vertex (tests, stand-ins)."""

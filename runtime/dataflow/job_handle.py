@@ -10,6 +10,7 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Protocol
@@ -54,6 +55,12 @@ class JobControl(Protocol):
 
     def checkpoint_stats(self) -> dict[str, Any]: ...
 
+    def checkpoint_details(self, checkpoint_id: int) -> dict[str, Any] | None: ...
+
+    def checkpoint_config(self) -> dict[str, Any]: ...
+
+    def trigger_checkpoint(self, *, full: bool) -> concurrent.futures.Future[str]: ...
+
     def task_metrics(self) -> list[TaskFigures]: ...
 
     def accumulator_results(self) -> dict[str, Any]: ...
@@ -71,6 +78,7 @@ class JobHandle:
         end_time_ms: When it reached a terminal state, else None.
         failure: Why it failed (one line), else None.
         final_savepoint_path: The savepoint taken because of ``savepoint_on_finish``.
+        savepoint_dir: The job's default savepoint directory (None: a savepoint needs one).
     """
 
     def __init__(
@@ -80,6 +88,7 @@ class JobHandle:
         topology: JobTopology,
         checkpoint_dir: str | None,
         control: JobControl,
+        savepoint_dir: str | None = None,
     ) -> None:
         self.job_id = job_id
         self.job_name = job_name
@@ -89,8 +98,10 @@ class JobHandle:
         self.end_time_ms: int | None = None
         self.failure: str | None = None
         self.final_savepoint_path: str | None = None
+        self.savepoint_dir = savepoint_dir
         self.tasks_running_ms: int | None = None  # when every task of the first attempt was deployed and ready
         self._control = control
+        self._checkpoint_listeners: list[Callable[[dict[str, Any]], None]] = []
         self._status = JobStatus.CREATED
         self._changed = threading.Condition()
 
@@ -117,7 +128,7 @@ class JobHandle:
 
         Returns:
             ``{"jid", "name", "state", "start-time", "end-time", "vertices":
-            [{"id", "name", "parallelism"}], "checkpoint-dir"}``; end-time is -1 while the
+            [{"id", "name", "parallelism"}], "plan": {"nodes", "edges"}, "checkpoint-dir"}``; end-time is -1 while the
             job runs (as in Flink); ``"failure"`` is added when the job failed.
         """
         with self._changed:
@@ -128,6 +139,7 @@ class JobHandle:
                 "start-time": self.start_time_ms,
                 "end-time": self.end_time_ms if self.end_time_ms is not None else -1,
                 "vertices": [op.to_json() for op in self.topology.operators],
+                "plan": self.topology.plan(),
                 "checkpoint-dir": self.checkpoint_dir,
             }
             if self.failure is not None:
@@ -146,6 +158,33 @@ class JobHandle:
             "persisted_data", ...}`` (docs/RUNTIME.md, checkpoint history).
         """
         return self._control.checkpoint_stats()
+
+    def checkpoint_details(self, checkpoint_id: int) -> dict[str, Any] | None:
+        """One checkpoint's entry with ``"subtasks"``: per subtask its ack time, sizes, synchronous
+        and asynchronous durations, alignment and start delay (None: unknown or too old)."""
+        return self._control.checkpoint_details(checkpoint_id)
+
+    def checkpoint_config(self) -> dict[str, Any]:
+        """How the job checkpoints (Flink's ``/jobs/<id>/checkpoints/config``)."""
+        return self._control.checkpoint_config()
+
+    def add_checkpoint_listener(self, listener: Callable[[dict[str, Any]], None]) -> None:
+        """Call ``listener(details)`` for every checkpoint or savepoint that completes or fails:
+        its statistics with ``"subtasks"`` (from the coordinator's thread; keep it quick)."""
+        with self._changed:
+            self._checkpoint_listeners.append(listener)
+
+    def publish_checkpoint(self, details: dict[str, Any]) -> None:
+        """Hand an ended checkpoint's statistics to the listeners (runtime internal)."""
+        with self._changed:
+            listeners = list(self._checkpoint_listeners)
+        for listener in listeners:
+            listener(dict(details))
+
+    def trigger_checkpoint(self, *, full: bool = False) -> concurrent.futures.Future[str]:
+        """Trigger a checkpoint now (Flink 1.19's ``flink checkpoint``); the future resolves to its
+        path. ``full``: a complete checkpoint even when checkpoints are incremental."""
+        return self._control.trigger_checkpoint(full=full)
 
     def trigger_savepoint(
         self, target_dir: str | None, *, stop: bool = False, drain: bool = False, native: bool = False
@@ -175,6 +214,12 @@ class JobHandle:
     def task_metrics(self) -> list[TaskFigures]:
         """What every task reported, with rates (``statekit.runtime.jobmaster.metrics``)."""
         return self._control.task_metrics()
+
+    def task_manager_pids(self) -> list[tuple[int, int]]:
+        """``(index, pid)`` of the TaskManager processes running the job's subtasks now (none: every
+        subtask is a thread of this process)."""
+        pids = getattr(self._control, "task_manager_pids", None)  # stand-in controls of tests may lack it
+        return list(pids()) if pids is not None else []
 
     def latency(self) -> Latency | None:
         """End-to-end latency of the job's latency markers (last 10 s; None: none measured)."""

@@ -49,6 +49,8 @@ class RunOptions:
             (``statekit.runtime.state.registry.state_backend_names()``); overrides
             ``env.set_state_backend``.
         savepoint_on_finish: Directory: take a savepoint when a bounded job ends.
+        savepoint_dir: The job's default savepoint directory (``--savepoint-dir``): where
+            ``statekit savepoint JOB_ID`` and ``stop`` write without a directory of their own.
         job_id: Job id (32 lower-case hex chars), preassigned by the CLI or generated.
         job_args: The job script's own arguments (``sys.argv[1:]``).
         trust_pickle: Allow decoding pickle-serialized state of ``restore_path``
@@ -65,6 +67,8 @@ class RunOptions:
             (``--checkpoint-timeout``).
         restore_mode: Who owns ``restore_path``: ``no-claim`` (default) or ``claim``
             (``--restore-mode``; :mod:`statekit.runtime.checkpoint.restore_mode`).
+        metrics_port: Serve this process's Prometheus metrics on 127.0.0.1 at this fixed port too
+            (``--metrics-port``; job control, not the job).
         executor: The registered executor that runs the job
             (:mod:`statekit.runtime.dataflow.executor`; None: the default, ``threads``; ``auto``:
             TaskManager processes when a vertex has more than one subtask, else threads).
@@ -88,6 +92,7 @@ class RunOptions:
     checkpoint_interval_ms: int | None = None
     state_backend: str | None = None
     savepoint_on_finish: str | None = None
+    savepoint_dir: str | None = None
     job_id: str | None = None
     job_args: tuple[str, ...] = ()
     trust_pickle: bool = False
@@ -100,6 +105,7 @@ class RunOptions:
     checkpoint_timeout_ms: int | None = None
     restore_mode: str = "no-claim"
     executor: str | None = None
+    metrics_port: int | None = None
     job_file: str | None = None
     task_managers: int | None = None
     slots: int | None = None
@@ -133,6 +139,8 @@ class RunOptions:
             config.set_externalized_checkpoint_cleanup(self.externalized_cleanup)
         if self.checkpoint_timeout_ms is not None:
             config.timeout_ms = self.checkpoint_timeout_ms
+        if self.savepoint_dir is not None:
+            config.default_savepoint_dir = self.savepoint_dir
         return config
 
     def checkpointing_argv(self) -> list[str]:

@@ -43,6 +43,7 @@ from statekit.runtime.checkpoint.barriers import Barrier, CheckpointOptions
 from statekit.runtime.checkpoint.handles import OperatorStateHandle, TaskStateSnapshot
 from statekit.runtime.checkpoint.shared_registry import SharedStateRegistry
 from statekit.runtime.checkpoint.storage import CheckpointStorage, CheckpointStorageLocation
+from statekit.runtime.jobmaster.checkpoint_stats import CheckpointStatsTracker, subtask_details
 from statekit.runtime.task.mails import NotifyCheckpointAborted, NotifyCheckpointComplete, TriggerCheckpoint
 from statekit.statefmt.errors import BadInputError, JobError, JobFailedError, StatekitError
 from statekit.statefmt.metadata import (
@@ -60,7 +61,6 @@ __all__ = [
     "OperatorInfo",
     "TaskKey",
     "ExecutionView",
-    "HISTORY_SIZE",
     "MailTarget",
     "PendingCheckpoint",
 ]
@@ -68,7 +68,6 @@ __all__ = [
 log = logging.getLogger("statekit.runtime")
 
 TaskKey = tuple[int, int]
-HISTORY_SIZE = 20
 ENDED_LOCATIONS_KEPT = 64
 
 
@@ -120,6 +119,7 @@ class PendingCheckpoint:
     unaligned: bool = False
     done: bool = False
     barrier_sent: bool = True
+    ack_ms: dict[TaskKey, int] = field(default_factory=dict)  # when each task acknowledged (epoch ms)
 
     @property
     def is_savepoint(self) -> bool:
@@ -185,9 +185,7 @@ class CheckpointCoordinator:
         self.latest_completed: str | None = None
         self.latest_completed_id: int | None = None
         self.shared = SharedStateRegistry()
-        self._history: collections.deque[dict[str, Any]] = collections.deque(maxlen=HISTORY_SIZE)
-        self._counts = {"completed": 0, "failed": 0}
-        self._latest: dict[str, dict[str, Any] | None] = {"completed": None, "savepoint": None, "failed": None}
+        self.statistics = CheckpointStatsTracker()
         self.restored: dict[str, Any] | None = None
         self._adopt()
         # the locations of recently aborted snapshots: a task's late write into one is removed again
@@ -278,7 +276,7 @@ class CheckpointCoordinator:
     # ------------------------------------------------------------ trigger
 
     def _options(self, location: CheckpointStorageLocation | None, *, is_savepoint: bool, stop: bool, drain: bool,
-                 final: bool, native: bool) -> CheckpointOptions:
+                 final: bool, native: bool, full: bool = False) -> CheckpointOptions:
         target = location.target if location is not None else None
         if is_savepoint:  # always aligned; native only when asked for, never incremental
             return CheckpointOptions(is_savepoint=True, target=target, stop=stop, drain=drain, native=native)
@@ -288,7 +286,7 @@ class CheckpointCoordinator:
         return CheckpointOptions(
             target=target, stop=stop, drain=drain, final=final, alignment=alignment,
             aligned_timeout_ms=timeout, native=self.incremental, incremental=self.incremental,
-            base_checkpoint_id=self._base_id,
+            base_checkpoint_id=None if full else self._base_id,  # full: reuses no file of an earlier one
         )
 
     def trigger(
@@ -300,11 +298,13 @@ class CheckpointCoordinator:
         drain: bool = False,
         final: bool = False,
         native: bool = False,
+        full: bool = False,
     ) -> concurrent.futures.Future[str]:
         """Trigger a checkpoint or savepoint; the future resolves to its path ('' if not stored).
 
         Args:
             native: A savepoint in the backends' native format (self-contained).
+            full: A checkpoint that reuses no shared file of an earlier one (incremental checkpoints).
         """
         with self._wakeup:
             if final:
@@ -341,7 +341,7 @@ class CheckpointCoordinator:
             self._next_id = checkpoint_id + 1
             self._last_trigger = time.monotonic()
             options = self._options(location, is_savepoint=is_savepoint, stop=stop, drain=drain, final=final,
-                                    native=native)
+                                    native=native, full=full)
             now_ms = int(time.time() * 1000)
             pending = PendingCheckpoint(
                 checkpoint_id, options, location, now_ms,
@@ -395,6 +395,7 @@ class CheckpointCoordinator:
             if pending is not None and not pending.done:
                 pending.acks[key] = snapshot
                 pending.last_ack_ms = int(time.time() * 1000)
+                pending.ack_ms[key] = pending.last_ack_ms
                 pending.state_size += snapshot.full_size
                 pending.bytes_written += snapshot.bytes_written
                 pending.inflight_bytes += snapshot.inflight_bytes
@@ -491,10 +492,7 @@ class CheckpointCoordinator:
             pending.end_ms = int(time.time() * 1000)
             self._consecutive_failures = 0
             self._last_complete = time.monotonic()
-            self._counts["completed"] += 1
-            entry = self._entry(pending, "COMPLETED", url)
-            self._history.appendleft(entry)
-            self._latest["savepoint" if pending.is_savepoint else "completed"] = entry
+            self._record(pending, "COMPLETED", url)
             if location is not None and not pending.is_savepoint:
                 self.shared.register(pending.checkpoint_id, shared)  # before any older one is released
                 self.retained.append((pending.checkpoint_id, url))
@@ -525,11 +523,7 @@ class CheckpointCoordinator:
             pending.end_ms = int(time.time() * 1000)
             self._pending.pop(pending.checkpoint_id, None)
             self._completing.discard(pending.checkpoint_id)
-            self._counts["failed"] += 1
-            entry = self._entry(pending, "FAILED", None)
-            entry["failure_message"] = reason
-            self._history.appendleft(entry)
-            self._latest["failed"] = entry
+            self._record(pending, "FAILED", None, failure=reason)
             exceeded = False
             if count and not pending.is_savepoint and not pending.options.final:
                 self._consecutive_failures += 1
@@ -648,27 +642,30 @@ class CheckpointCoordinator:
             "num_acknowledged_subtasks": len(pending.acks),
         }
 
+    def _record(self, pending: PendingCheckpoint, status: str, url: str | None, *, failure: str | None = None) -> None:
+        """Hand an ended checkpoint to the statistics (lock held)."""
+        entry = self._entry(pending, status, url)
+        if failure is not None:
+            entry["failure_message"] = failure
+        self.statistics.record(entry, self._subtasks(pending))
+
+    def _subtasks(self, pending: PendingCheckpoint) -> list[dict[str, Any]]:
+        keys = [task.key for task in pending.execution.tasks]
+        return subtask_details(pending.trigger_ms, keys, dict(pending.acks), dict(pending.ack_ms))
+
     def stats(self) -> dict[str, Any]:
-        """Flink-like checkpoint statistics (JSON-able)."""
+        """Flink-like checkpoint statistics (JSON-able; :mod:`statekit.runtime.jobmaster.checkpoint_stats`)."""
         with self._lock:
             in_progress = [self._entry(p, "IN_PROGRESS", None) for p in self._pending.values()]
-            history = sorted(in_progress, key=lambda e: -e["id"]) + list(self._history)
-            return {
-                "counts": {
-                    "completed": self._counts["completed"],
-                    "failed": self._counts["failed"],
-                    "in_progress": len(in_progress),
-                    "restored": 1 if self.restored else 0,
-                    "total": self._counts["completed"] + self._counts["failed"] + len(in_progress),
-                },
-                "latest": {
-                    "completed": _public(self._latest["completed"]),
-                    "savepoint": _public(self._latest["savepoint"]),
-                    "failed": _public(self._latest["failed"]),
-                    "restored": self.restored,
-                },
-                "history": [dict(e) for e in history],
-            }
+        return self.statistics.snapshot(in_progress, self.restored)
+
+    def details(self, checkpoint_id: int) -> dict[str, Any] | None:
+        """One checkpoint with per-subtask details (in progress or among the latest), else None."""
+        with self._lock:
+            pending = self._pending.get(checkpoint_id)
+            live = None if pending is None else {**self._entry(pending, "IN_PROGRESS", None),
+                                                 "subtasks": self._subtasks(pending)}
+        return self.statistics.details(checkpoint_id, live)
 
 
 def _checkpoint_type(pending: PendingCheckpoint) -> str:
@@ -678,5 +675,4 @@ def _checkpoint_type(pending: PendingCheckpoint) -> str:
     return {"aligned": "CHECKPOINT", "unaligned": "UNALIGNED_CHECKPOINT"}.get(pending.mode, "AT_LEAST_ONCE_CHECKPOINT")
 
 
-def _public(entry: dict[str, Any] | None) -> dict[str, Any] | None:
-    return dict(entry) if entry is not None else None
+

@@ -32,6 +32,7 @@ from statekit.runtime.dataflow.environment import StreamEnvironment
 from statekit.runtime.dataflow.graph import JobGraph, build_job_graph
 from statekit.runtime.dataflow.job_handle import JobExecutionResult, JobHandle, JobStatus
 from statekit.runtime.dataflow.run_options import RunOptions, get_run_options, notify_job_listeners
+from statekit.runtime.jobmaster.checkpoint_stats import checkpoint_config_json
 from statekit.runtime.jobmaster.coordinator import CheckpointCoordinator, OperatorInfo
 from statekit.runtime.jobmaster.execution import JOIN_TIMEOUT_S, Deployer, Execution, ThreadDeployer, one_line
 from statekit.runtime.jobmaster.metrics import JobMetrics
@@ -183,7 +184,9 @@ class JobMaster:
             self.graph.topology(),
             None if self.ephemeral_storage else self.storage.job_dir_url,
             self,
+            savepoint_dir=self.config.default_savepoint_dir,
         )
+        self.coordinator.statistics.add_listener(self.handle.publish_checkpoint)
         self.error: BaseException | None = None
         self.final_savepoint: str | None = None
         self.metrics = JobMetrics()  # what the tasks report (statekit.runtime.jobmaster.metrics)
@@ -233,11 +236,39 @@ class JobMaster:
     def checkpoint_stats(self) -> dict[str, Any]:
         return self.coordinator.stats()
 
+    def checkpoint_details(self, checkpoint_id: int) -> dict[str, Any] | None:
+        return self.coordinator.details(checkpoint_id)
+
+    def checkpoint_config(self) -> dict[str, Any]:
+        return checkpoint_config_json(self.config, incremental=self.incremental, state_backend=self.state_backend.name,
+                                      storage=None if self.ephemeral_storage else self.storage.job_dir_url)
+
+    def trigger_checkpoint(self, *, full: bool = False) -> concurrent.futures.Future[str]:
+        """A checkpoint now, on request (``statekit checkpoint``); ``full`` when incremental."""
+        if self.handle.status is not JobStatus.RUNNING:
+            failed: concurrent.futures.Future[str] = concurrent.futures.Future()
+            failed.set_exception(JobError(
+                f"job {self.job_id} is {self.handle.status.value}, not RUNNING; cannot take a checkpoint now"))
+            return failed
+        if self.storage.io is None:
+            failed = concurrent.futures.Future()
+            failed.set_exception(BadInputError(
+                f"job {self.job_id} stores no checkpoints: start it with --checkpoint-dir or --checkpoint-interval"))
+            return failed
+        return self.coordinator.trigger(full=full)
+
     def task_metrics(self) -> list[TaskFigures]:
         return self.metrics.tasks()
 
     def latency(self) -> Latency | None:
         return self.metrics.latency()
+
+    def task_manager_pids(self) -> list[tuple[int, int]]:
+        """``(index, pid)`` of the running attempt's TaskManager processes (none on threads)."""
+        with self._lock:
+            execution = self._execution
+        deployment = getattr(execution, "deployment", None)
+        return [(int(m.index), int(m.process.pid)) for m in getattr(deployment, "managers", ())]
 
     def accumulate(self, changes: tuple[tuple[str, Any], ...]) -> None:
         """Merge one task's accumulator changes (and hand a collect sink's records to the

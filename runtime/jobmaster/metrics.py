@@ -1,9 +1,9 @@
-"""Job metrics: the job master's view of what its tasks report, and its two renderings.
+"""Job metrics: the job master's view of what its tasks report.
 
 :class:`JobMetrics` (one per job master) keeps the recent :class:`~statekit.runtime.task.metrics.TaskReport`
-of every task and derives rates over :data:`RATE_WINDOW_S`; it renders the REST
-``/jobs/<id>/metrics`` JSON and the Prometheus text of ``/metrics``, with the coordinator's
-checkpoint figures (completed, failed, latest) per job.
+of every task and derives rates over :data:`RATE_WINDOW_S`; :func:`job_metrics` joins them with
+the coordinator's checkpoint figures into the REST ``/jobs/<id>/metrics`` JSON and the live status
+line (the Prometheus exposition of the same figures: :mod:`statekit.runtime.jobmaster.prometheus`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +23,6 @@ __all__ = [
     "JobMetrics",
     "LiveStatus",
     "live_status",
-    "prometheus_text",
     "JobMetricsView",
     "job_metrics",
     "RATE_WINDOW_S",
@@ -105,6 +103,8 @@ class LiveStatus:
         last_checkpoint_duration_ms: End to end, trigger to completion.
         last_checkpoint_size: The full state size of the last completed checkpoint, bytes.
         backpressured_tasks: Tasks whose backpressure level is ``low`` or ``high``.
+        low_watermark: The lowest input watermark of the running non-source tasks (epoch ms;
+            None: no task has one), how far event time has come through the whole job.
     """
 
     job_id: str
@@ -118,6 +118,7 @@ class LiveStatus:
     last_checkpoint_size: int | None
     backpressured_tasks: int
     tasks: int
+    low_watermark: int | None = None
     latency: Latency | None = None
 
 
@@ -134,7 +135,17 @@ def live_status(job_id: str, state: str, tasks: list[TaskFigures], checkpoints: 
         last_checkpoint_id=last.get("id"), last_checkpoint_duration_ms=last.get("end_to_end_duration"),
         last_checkpoint_size=last.get("state_size", last.get("checkpointed_size")),
         backpressured_tasks=sum(1 for t in tasks if t.backpressure != "ok"), tasks=len(tasks), latency=latency,
+        low_watermark=_low_watermark(tasks),
     )
+
+
+def _low_watermark(tasks: list[TaskFigures]) -> int | None:
+    """The lowest input watermark over non-source tasks that have not finished; None when one of
+    them has none yet (event time has not reached it) or no task has one."""
+    inputs = [t.report.input_watermark for t in tasks if not t.report.source and not t.report.finished]
+    if not inputs or any(w is None for w in inputs):
+        return None
+    return min(w for w in inputs if w is not None)
 
 
 def metrics_json(job_id: str, name: str, state: str, tasks: list[TaskFigures], checkpoints: dict[str, Any],
@@ -146,6 +157,7 @@ def metrics_json(job_id: str, name: str, state: str, tasks: list[TaskFigures], c
         "records_in_per_second": round(status.records_in_per_s, 3),
         "records_out_per_second": round(status.records_out_per_s, 3),
         "backpressured_tasks": status.backpressured_tasks,
+        "low_watermark": status.low_watermark,
         "checkpoints": {
             "completed": int(counts.get("completed", 0)), "failed": int(counts.get("failed", 0)),
             "in_progress": int(counts.get("in_progress", 0)),
@@ -155,82 +167,6 @@ def metrics_json(job_id: str, name: str, state: str, tasks: list[TaskFigures], c
         "latency": status.latency.to_json() if status.latency is not None else None,
         "tasks": [t.to_json() for t in tasks],
     }
-
-
-# ------------------------------------------------------------------------- Prometheus
-
-
-_TASK_METRICS: list[tuple[str, str, str, Callable[[TaskFigures], float | None]]] = [
-    ("statekit_task_records_in_total", "counter", "Records a task took in (a source: from its reader).",
-     lambda t: t.report.records_in),
-    ("statekit_task_records_out_total", "counter", "Records a task handed to downstream channels.",
-     lambda t: t.report.records_out),
-    ("statekit_task_records_in_per_second", "gauge", "Records in per second over the rate window.",
-     lambda t: t.records_in_per_s),
-    ("statekit_task_records_out_per_second", "gauge", "Records out per second over the rate window.",
-     lambda t: t.records_out_per_s),
-    ("statekit_task_backpressured_time_ratio", "gauge", "Share of time the task waited for room downstream.",
-     lambda t: t.backpressured_ratio),
-    ("statekit_task_checkpoints_taken_total", "counter", "Snapshots the task took.",
-     lambda t: t.report.checkpoints_taken),
-    ("statekit_task_last_checkpoint_alignment_ms", "gauge", "Alignment of the task's last snapshot, in ms.",
-     lambda t: t.report.last_alignment_ms),
-    ("statekit_task_last_checkpoint_sync_ms", "gauge", "Synchronous part of the task's last snapshot, in ms.",
-     lambda t: t.report.last_sync_ms),
-    ("statekit_task_input_buffers_queued", "gauge", "Buffers and events queued in the task's input gate.",
-     lambda t: t.report.input_queued),
-    ("statekit_task_output_buffers_backlogged", "gauge", "Buffers and events waiting for room downstream.",
-     lambda t: t.report.output_backlogged),
-]
-
-_JOB_METRICS: list[tuple[str, str, str, Callable[[LiveStatus, dict[str, Any]], float | None]]] = [
-    ("statekit_job_checkpoints_completed_total", "counter", "Completed checkpoints and savepoints.",
-     lambda s, _c: s.checkpoints_completed),
-    ("statekit_job_checkpoints_failed_total", "counter", "Failed checkpoints.", lambda s, _c: s.checkpoints_failed),
-    ("statekit_job_checkpoints_in_progress", "gauge", "Checkpoints in progress.",
-     lambda _s, c: int(c.get("counts", {}).get("in_progress", 0))),
-    ("statekit_job_last_checkpoint_id", "gauge", "Id of the last completed checkpoint.",
-     lambda s, _c: s.last_checkpoint_id),
-    ("statekit_job_last_checkpoint_duration_ms", "gauge", "End-to-end duration of the last completed checkpoint.",
-     lambda s, _c: s.last_checkpoint_duration_ms),
-    ("statekit_job_last_checkpoint_size_bytes", "gauge", "Full state size of the last completed checkpoint.",
-     lambda s, _c: s.last_checkpoint_size),
-    ("statekit_job_backpressured_tasks", "gauge", "Tasks whose backpressure is low or high.",
-     lambda s, _c: s.backpressured_tasks),
-    ("statekit_job_latency_p50_ms", "gauge", "Median end-to-end latency of the latency markers (last 10 s).",
-     lambda s, _c: s.latency.p50_ms if s.latency is not None else None),
-    ("statekit_job_latency_p99_ms", "gauge", "99th percentile end-to-end latency of the latency markers (last 10 s).",
-     lambda s, _c: s.latency.p99_ms if s.latency is not None else None),
-]
-
-
-def prometheus_text(job_id: str, name: str, tasks: list[TaskFigures], checkpoints: dict[str, Any],
-                    status: LiveStatus) -> str:
-    """``/metrics`` in the Prometheus text exposition format (version 0.0.4)."""
-    job = f'job_id="{_label(job_id)}",job_name="{_label(name)}"'
-    lines: list[str] = []
-    for metric, kind, help_text, value in _JOB_METRICS:
-        lines += [f"# HELP {metric} {help_text}", f"# TYPE {metric} {kind}"]
-        figure = value(status, checkpoints)
-        if figure is not None:
-            lines.append(f"{metric}{{{job}}} {_number(figure)}")
-    for metric, kind, help_text, task_value in _TASK_METRICS:
-        lines += [f"# HELP {metric} {help_text}", f"# TYPE {metric} {kind}"]
-        for task in tasks:
-            figure = task_value(task)
-            if figure is not None:
-                r = task.report
-                labels = f'{job},task="{_label(r.name)}",vertex="{r.vertex_id}",subtask="{r.subtask}"'
-                lines.append(f"{metric}{{{labels}}} {_number(figure)}")
-    return "\n".join(lines) + "\n"
-
-
-def _label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def _number(value: float) -> str:
-    return str(value) if isinstance(value, int) else repr(float(value))
 
 
 @dataclass(frozen=True)
@@ -247,10 +183,6 @@ class JobMetricsView:
     def to_json(self) -> dict[str, Any]:
         """REST ``GET /jobs/<id>/metrics``."""
         return metrics_json(self.job_id, self.name, self.state, self.tasks, self.checkpoints, self.live)
-
-    def prometheus(self) -> str:
-        """REST ``GET /metrics``."""
-        return prometheus_text(self.job_id, self.name, self.tasks, self.checkpoints, self.live)
 
 
 def job_metrics(handle: JobHandle) -> JobMetricsView:

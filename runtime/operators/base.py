@@ -414,6 +414,11 @@ class StreamOperator:
 
     # ------------------------------------------------------------ timers
 
+    @property
+    def has_timers(self) -> bool:
+        """Whether its task asks it for its next timer (:meth:`next_timer_ms`) and fires them."""
+        return self.timers is not None
+
     def next_timer_ms(self) -> int | None:
         """Wall-clock time (ms) of the earliest processing-time timer, if any."""
         return self.timers.next_processing_time() if self.timers is not None else None

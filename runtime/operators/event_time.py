@@ -172,6 +172,17 @@ class SourceWatermarks:
                 events.append(Watermark(watermark))
         return events
 
+    def next_tick_ms(self) -> int | None:
+        """Wall-clock ms when :meth:`tick` may have an event due without a new record (the
+        periodic emission of a watermark that advanced, or idleness); None: not before one."""
+        due: list[int] = []
+        interval = self.strategy.interval_ms
+        if interval and (self._records or self.generator.current_watermark() > self.emitted):
+            due.append(self.last_emit_ms + interval)
+        if self.strategy.idleness_ms is not None and not self.idle:
+            due.append(self.last_record_ms + self.strategy.idleness_ms)
+        return min(due) if due else None
+
     def snapshot(self) -> list[int]:
         """What a restore needs: the generator's highest timestamp (none before the first record)."""
         if self.generator.current_watermark() <= MIN_WATERMARK and self.emitted == MIN_WATERMARK:

@@ -79,10 +79,28 @@ SOURCE_WATERMARK = ListStateDescriptor("_watermark", value_type="int")
 
 
 class TimestampsAndWatermarksOperator(StreamOperator):
-    """``assign_timestamps_and_watermarks``: timestamps records and emits watermarks (periodically,
-    checked per record) with a :class:`WatermarkStrategy`."""
+    """``assign_timestamps_and_watermarks``: timestamps records and emits watermarks with a
+    :class:`WatermarkStrategy`, checked per record and on a wall-clock timer (Flink's periodic
+    emission): a subtask that receives no record still emits its watermark every interval and,
+    with ``with_idleness``, turns idle, so it never holds event time back downstream.
+
+    Its task fires the timer (:meth:`fire_timers`) when :meth:`next_timer_ms` is due; a chained
+    one in a source task is ticked with the source (``periodic_watermarks``).
+    """
 
     stops_watermarks = True
+    periodic_watermarks = True
+
+    @property
+    def has_timers(self) -> bool:
+        return True
+
+    def next_timer_ms(self) -> int | None:
+        return self.watermarks.next_tick_ms()
+
+    def fire_timers(self, now_ms: int) -> None:
+        for event in self.watermarks.tick():
+            self.emit_watermark(event)
 
     def open(self) -> None:
         self.watermarks = SourceWatermarks(self.function)

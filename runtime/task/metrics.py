@@ -13,7 +13,10 @@ Figures:
         channel; a sink task sends none);
     backpressure: the share of time a task waited for room in its consumers' gates
         (Flink's levels: ok <= 10% < low <= 50% < high);
-    checkpoints: the snapshots it took (last id, alignment and synchronous durations).
+    checkpoints: the snapshots it took (last id, alignment and synchronous durations);
+    watermarks: the task's current input watermark (the minimum over its live, active input
+        channels; none for a source task) and output watermark (the last one it sent on);
+        ``None`` before the first (Flink's "No Watermark").
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ __all__ = [
     "TaskReport",
     "TaskMetrics",
     "TaskFigures",
+    "WatermarkSource",
 ]
 
 
@@ -80,11 +84,21 @@ class TaskReport:
     # buffers (record lists and events) queued in its input gate, and waiting in its writers' backlogs
     input_queued: int = 0
     output_backlogged: int = 0
+    input_watermark: int | None = None
+    output_watermark: int | None = None
 
 
 class _Writer(Protocol):
     records_out: int
     pending: int
+
+
+class WatermarkSource(Protocol):
+    """Where a task's metrics read its watermarks (the task's event time)."""
+
+    def input_watermark(self) -> int | None: ...
+
+    def output_watermark(self) -> int | None: ...
 
 
 class TaskMetrics:
@@ -103,6 +117,8 @@ class TaskMetrics:
         "_latencies",
         "_queued",
         "_report",
+        "_reported_watermarks",
+        "_time",
         "_writers",
         "accumulators",
         "backpressured_s",
@@ -137,6 +153,16 @@ class TaskMetrics:
         self.last_unaligned = False
         self._due = 0.0
         self._dirty = True
+        self._time: WatermarkSource | None = None
+        self._reported_watermarks: tuple[int | None, int | None] = (None, None)
+
+    def watch(self, time: WatermarkSource) -> None:
+        """Report the watermarks of ``time`` (the task's event time) too."""
+        self._time = time
+
+    def _watermarks(self) -> tuple[int | None, int | None]:
+        time = self._time
+        return (None, None) if time is None else (time.input_watermark(), time.output_watermark())
 
     def count_in(self, records: int) -> None:
         """``records`` taken in; reports when the interval has passed."""
@@ -174,18 +200,20 @@ class TaskMetrics:
 
     def idle(self) -> None:
         """The task may wait now: report what changed (unless it reported moments ago)."""
-        if self._dirty and time.monotonic() >= self._due - REPORT_INTERVAL_S + IDLE_REPORT_GAP_S:
+        dirty = self._dirty or (self._time is not None and self._watermarks() != self._reported_watermarks)
+        if dirty and time.monotonic() >= self._due - REPORT_INTERVAL_S + IDLE_REPORT_GAP_S:
             self.report()
 
     def report(self, *, finished: bool = False) -> None:
         self._due = time.monotonic() + REPORT_INTERVAL_S
         self._dirty = False
+        watermarks = self._reported_watermarks = self._watermarks()
         self._report(TaskReport(
             self.vertex_id, self.subtask, self.name, time.time(), self.records_in,
             sum(w.records_out for w in self._writers), self.backpressured_s, self.checkpoints_taken,
             self.last_checkpoint_id, self.last_alignment_ms, self.last_sync_ms, self.last_unaligned,
             self.source, not self._writers, finished, self._accumulator_changes(), self._take_latencies(),
-            self._queued() if self._queued is not None else 0, sum(w.pending for w in self._writers),
+            self._queued() if self._queued is not None else 0, sum(w.pending for w in self._writers), *watermarks,
         ))
 
     def _take_latencies(self) -> tuple[int, ...]:
@@ -228,6 +256,7 @@ class TaskFigures:
                             "last_sync_ms": None if r.last_sync_ms is None else round(r.last_sync_ms, 3),
                             "last_unaligned": r.last_unaligned},
             "buffers": {"input_queued": r.input_queued, "output_backlogged": r.output_backlogged},
+            "watermarks": {"input": r.input_watermark, "output": r.output_watermark},
             "reported_at": int(r.time_s * 1000),
         }
 

@@ -17,7 +17,9 @@ after, and user functions may change a record in place.
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -139,6 +141,7 @@ class CheckpointWriter:
         with self._lock:
             if self._queued.pop(checkpoint_id, None) is None:
                 return  # dropped by close()
+        started = time.perf_counter()
         try:
             if checkpoint_id in self._aborted:
                 return
@@ -153,7 +156,8 @@ class CheckpointWriter:
             return
         finally:
             part.release()
-        self._acknowledge(checkpoint_id, TaskStateSnapshot(handles, part.stats))
+        stats = dataclasses.replace(part.stats, async_ms=(time.perf_counter() - started) * 1000)
+        self._acknowledge(checkpoint_id, TaskStateSnapshot(handles, stats))
 
     def close(self) -> None:
         """Wait for the write in progress; release the queued parts unwritten."""

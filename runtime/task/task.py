@@ -163,6 +163,7 @@ class Task:
                                    queued=gate.queued)
         self.timer_ops: list[StreamOperator] = []
         self.time = TaskTime(len(input_specs))
+        self.metrics.watch(self.time)
         self.handler: CheckpointBarrierHandler | None = None
         self._checkpoints: dict[int, SubtaskCheckpoint] = {}
         self._torn_down = False
@@ -250,21 +251,23 @@ class Task:
             self.second_handler = second
             self.channel_handlers = self.time.channel_handlers(
                 self.channel_inputs, handlers[0], second)  # type: ignore[arg-type]
-        self.timer_ops = [op for op in self.operators if op.timers is not None]
+        self.timer_ops = [op for op in self.operators if op.has_timers]
 
     # ------------------------------------------------------------ checkpoints (BarrierCallbacks)
 
     def snapshot(self, barrier: Barrier, *, unaligned: bool, alignment_ms: int) -> None:
         """Take the synchronous snapshot and forward ``barrier`` (ahead of queued output when unaligned)."""
         options = barrier.options
+        barrier_ms = int(time.time() * 1000) - alignment_ms  # when the first barrier arrived
         started = time.perf_counter()
         snapshots = [op.snapshot_state(barrier.checkpoint_id, options) for op in self.operators]
-        self.metrics.checkpoint_taken(barrier.checkpoint_id, alignment_ms, unaligned, (time.perf_counter() - started) * 1000)
+        sync_ms = (time.perf_counter() - started) * 1000
+        self.metrics.checkpoint_taken(barrier.checkpoint_id, alignment_ms, unaligned, sync_ms)
         head = self.operators[0].ctx
         pending = SubtaskCheckpoint(
             barrier, snapshots,
             InFlightSnapshot(head.uid, self.subtask, self.parallelism, self.channel_state_serializer),
-            SubtaskStats(unaligned=unaligned, alignment_ms=alignment_ms),
+            SubtaskStats(unaligned=unaligned, alignment_ms=alignment_ms, barrier_ms=barrier_ms, sync_ms=sync_ms),
         )
         self._checkpoints[barrier.checkpoint_id] = pending
         if unaligned:

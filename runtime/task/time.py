@@ -10,6 +10,7 @@ input sends ``MAX_WATERMARK``.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -97,6 +98,17 @@ class TaskTime:
         self.enabled = False
         self.operators: list[Any] = []
         self.writers: list[Any] = []
+        self.sent_watermark = MIN_WATERMARK  # the last watermark past the end of the chain
+        self._periodic: list[Any] = []
+
+    def input_watermark(self) -> int | None:
+        """The task's input watermark (None: none yet, or a task without inputs)."""
+        current = self.valve.current
+        return None if current == MIN_WATERMARK else current
+
+    def output_watermark(self) -> int | None:
+        """The last watermark the task sent on (None: none yet)."""
+        return None if self.sent_watermark == MIN_WATERMARK else self.sent_watermark
 
     def bind(self, operators: list[Any], writers: list[Any]) -> None:
         """Give every operator of the chain this task's element time."""
@@ -105,6 +117,7 @@ class TaskTime:
         for op in operators:
             op.element_time = self.element
             op.emit_watermark = self._forwarder(operators.index(op) + 1)
+        self._periodic = [op for op in operators[1:] if getattr(op, "periodic_watermarks", False)]
 
     def _forwarder(self, start: int) -> Callable[[Any], None]:
         return lambda event: self.forward(event, start)
@@ -160,6 +173,8 @@ class TaskTime:
                 op.process_watermark(event.timestamp)
                 if getattr(op, "stops_watermarks", False) and event.timestamp != MAX_WATERMARK:
                     return  # an assigner downstream in the chain makes its own watermarks
+            if event.timestamp > self.sent_watermark:
+                self.sent_watermark = event.timestamp
         for writer in self.writers:
             writer.broadcast_event(event)
 
@@ -188,10 +203,15 @@ class TaskTime:
         if watermarks is not None:
             for event in watermarks.tick(force=final):
                 self.forward(event, 1)
+        if self._periodic and not final:
+            now_ms = int(time.time() * 1000)
+            for op in self._periodic:  # chained assigners: periodic emission and idleness
+                op.fire_timers(now_ms)
 
     def end_of_input(self) -> None:
         """The maximum watermark goes downstream before end of input."""
         if self.enabled:
+            self.sent_watermark = MAX_WATERMARK
             for writer in self.writers:
                 writer.broadcast_event(Watermark(MAX_WATERMARK))
 

@@ -321,6 +321,12 @@ def test_inspect_shows_window_contents_and_pending_timers(savepoints: tuple[str,
     as_json = ops["windows"].to_json()["windows"]
     assert as_json["pending_timers"] == len(timers)
     assert as_json["states"][0]["key_window_pairs"] == len(contents)
+    # each subtask's watermark when it snapshotted (operator state _watermark), behind its pending timers
+    stored = reader.read_operator_state_per_subtask("windows", "_watermark")
+    assert view.watermarks == [max(part) if part else None for part in stored] and len(view.watermarks) == 2
+    assert all(isinstance(w, int) for w in view.watermarks), "the savepoint was taken before any watermark"
+    assert min(w for w in view.watermarks if w is not None) < by_domain["event_time"].latest
+    assert as_json["watermarks"] == [{"subtask": i, "watermark": w} for i, w in enumerate(view.watermarks)]
 
 
 def test_diff_of_runtime_savepoints_compares_per_key_and_window(savepoints: tuple[str, str]) -> None:

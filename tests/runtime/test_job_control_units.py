@@ -76,6 +76,17 @@ class FakeControl:
         return {"counts": {"completed": 0, "failed": 0, "in_progress": 0}, "latest": {"completed": None, "savepoint": None},
                 "history": []}
 
+    def trigger_checkpoint(self, *, full: bool) -> concurrent.futures.Future[str]:
+        future: concurrent.futures.Future[str] = concurrent.futures.Future()
+        future.set_result(f"/chk/{self.handle.job_id}/chk-{7 if full else 6}")  # type: ignore[union-attr]
+        return future
+
+    def checkpoint_details(self, checkpoint_id: int) -> dict[str, Any] | None:
+        return {"id": 6, "subtasks": []} if checkpoint_id == 6 else None
+
+    def checkpoint_config(self) -> dict[str, Any]:
+        return {"interval": 100}
+
 
 def fake_handle(job_id: str | None = None) -> tuple[JobHandle, FakeControl]:
     stub = FakeControl()
@@ -223,7 +234,19 @@ def test_rest_endpoints_and_errors(tmp_path: Path) -> None:
         assert http(f"{base}/jobs/{'0' * 32}", token="t") == (404, {"errors": [f"Job {'0' * 32} not found"]})
         assert http(f"{base}/jobs/{jid}/nothing", token="t")[0] == 404
         assert http(f"{base}/jobs/{jid}/savepoints/feed", token="t")[0] == 404
-        assert http(f"{base}/jobs/{jid}/checkpoints", "POST", {}, token="t")[0] == 405
+        assert http(f"{base}/jobs/{jid}/checkpoints", "PUT", {}, token="t")[0] == 405
+        assert http(f"{base}/jobs/{jid}/checkpoints", "POST", {"checkpointType": "SOME"}, token="t")[0] == 400
+        for body, expected in (({}, 6), ({"checkpointType": "FULL"}, 7)):
+            code, answer = http(f"{base}/jobs/{jid}/checkpoints", "POST", body, token="t")
+            assert code == 202
+            status = http(f"{base}/jobs/{jid}/checkpoints/{answer['request-id']}", token="t")[1]
+            assert status == {"status": {"id": "COMPLETED"},
+                              "operation": {"location": f"/chk/{jid}/chk-{expected}", "checkpoint-id": expected}}
+        assert http(f"{base}/jobs/{jid}/savepoints/{answer['request-id']}", token="t")[0] == 404  # not a savepoint
+        assert http(f"{base}/jobs/{jid}/checkpoints/details/6", token="t") == (200, {"id": 6, "subtasks": []})
+        assert http(f"{base}/jobs/{jid}/checkpoints/details/5", token="t")[0] == 404
+        assert http(f"{base}/jobs/{jid}/checkpoints/details/x", token="t")[0] == 400
+        assert http(f"{base}/jobs/{jid}/checkpoints/config", token="t") == (200, {"interval": 100})
         assert http(f"{base}/jobs/{jid}/savepoints", "POST", b"{nope", token="t")[0] == 400
         assert http(f"{base}/jobs/{jid}/savepoints", "POST", {"cancel-job": "yes"}, token="t")[0] == 400
 
@@ -236,7 +259,9 @@ def test_rest_endpoints_and_errors(tmp_path: Path) -> None:
         assert server.wait_fetched(0.2) is False
         location = control._poll_trigger(control.RestClient(_entry(handle, server), "t"), trigger, deadline=1e18)
         assert Path(location["location"]).parent == tmp_path and server.wait_fetched(1)
-        assert outcomes == [(trigger, location)]
+        assert [t for t, _ in outcomes] == [trigger, trigger]  # triggered, then its outcome
+        assert outcomes[0][1]["in-progress"] is True and outcomes[0][1]["operation"] == "savepoint"
+        assert outcomes[1][1] == location
 
         failed = http(f"{base}/jobs/{jid}/savepoints", "POST", {}, token="t")[1]["request-id"]
         result = control._poll_trigger(control.RestClient(_entry(handle, server), "t"), failed, deadline=1e18)
@@ -294,8 +319,8 @@ def test_cli_cancel_and_savepoint_failure(served: tuple[JobHandle, FakeControl, 
     runner = CliRunner()
     failed = runner.invoke(cli, ["savepoint", handle.job_id])
     assert failed.exit_code == 2
-    assert failed.stderr.strip() == (f"statekit: error: savepoint of job {handle.job_id} failed: "
-                                     "no default savepoint directory configured")
+    assert failed.stderr.strip() == (f"statekit: error: job {handle.job_id} has no default savepoint directory: "
+                                     "give TARGET_DIR, or start the job with `statekit run --savepoint-dir DIR`")
     cancelled = runner.invoke(cli, ["cancel", handle.job_id[:10]])
     assert cancelled.exit_code == 0, cancelled.output
     assert cancelled.stdout.strip() == f"Cancelled job {handle.job_id}."

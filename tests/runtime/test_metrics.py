@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 import time
 import urllib.error
 import urllib.request
@@ -16,7 +15,7 @@ from statekit.runtime.connectors.sources import NumberSequenceSource
 from statekit.runtime.control.rest import JobRestServer
 from statekit.runtime.dataflow.environment import StreamEnvironment
 from statekit.runtime.dataflow.job_handle import JobHandle, JobStatus
-from statekit.runtime.jobmaster.metrics import JobMetrics, job_metrics, live_status, prometheus_text
+from statekit.runtime.jobmaster.metrics import JobMetrics, job_metrics, live_status
 from statekit.runtime.task.metrics import TaskMetrics, TaskReport
 
 TOKEN = "t0k3n"
@@ -76,6 +75,7 @@ def test_a_finished_task_has_no_rate() -> None:
 
 class _Writer:
     records_out = 0
+    pending = 0
 
 
 def test_a_task_reports_values_not_itself() -> None:
@@ -92,32 +92,77 @@ def test_a_task_reports_values_not_itself() -> None:
     assert reports[-1].sink is True
 
 
-PROMETHEUS_LINE = re.compile(
-    r'^(?:# (?:HELP|TYPE) [a-z_]+ .+|[a-z_]+\{(?:[a-z_]+="(?:[^"\\\n]|\\[\\"n])*",?)+\} -?[0-9.e+-]+)$')
+class _Handle:
+    """What the Prometheus collector reads of a job (a stand-in for a JobHandle)."""
+
+    def __init__(self, job_id: str, name: str, metrics: JobMetrics, checkpoints: dict[str, Any]) -> None:
+        self.job_id, self.job_name, self._metrics, self._checkpoints = job_id, name, metrics, checkpoints
+        self.status = JobStatus.RUNNING
+        self.listeners: list[Any] = []
+
+    def task_metrics(self) -> list[Any]:
+        return self._metrics.tasks(now_s=101.0)
+
+    def checkpoint_stats(self) -> dict[str, Any]:
+        return self._checkpoints
+
+    def add_checkpoint_listener(self, listener: Any) -> None:
+        self.listeners.append(listener)
+
+    def latency(self) -> None:
+        return None
+
+    def task_manager_pids(self) -> list[tuple[int, int]]:
+        import os
+
+        return [(0, os.getpid())]  # this process stands in for a TaskManager
 
 
-def test_prometheus_text_is_well_formed_and_escapes_labels() -> None:
+def _families(text: str) -> dict[str, Any]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {family.name: family for family in text_string_to_metric_families(text)}
+
+
+def test_prometheus_exposition_parses_and_escapes_labels() -> None:
+    from statekit.runtime.jobmaster.prometheus import JobPrometheus
+
     metrics = JobMetrics()
     metrics.update(report(100.0, 0, source=True))
     metrics.update(report(101.0, 300, source=True, records_out=300))
+    metrics.update(TaskReport(1, 0, "v1 (1/2)", 101.0, 300, 0, 0.0, 0, None, None, None, False, sink=True,
+                              input_watermark=1_700_000_000_000, output_watermark=1_699_999_999_000))
     checkpoints = {"counts": {"completed": 3, "failed": 1, "in_progress": 0},
                    "latest": {"completed": {"id": 7, "end_to_end_duration": 42, "checkpointed_size": 2048}}}
-    tasks = metrics.tasks(now_s=101.0)
-    text = prometheus_text("abc", 'my "job"\\x\n', tasks, checkpoints, live_status("abc", "RUNNING", tasks, checkpoints))
-    lines = text.splitlines()
-    assert all(PROMETHEUS_LINE.match(line) for line in lines), [x for x in lines if not PROMETHEUS_LINE.match(x)]
-    assert text.endswith("\n")
-    job = 'job_id="abc",job_name="my \\"job\\"\\\\x\\n"'
-    assert f"statekit_job_checkpoints_completed_total{{{job}}} 3" in lines
-    assert f"statekit_job_last_checkpoint_size_bytes{{{job}}} 2048" in lines
-    assert f'statekit_task_records_in_total{{{job},task="v0 (1/2)",vertex="0",subtask="0"}} 300' in lines
-    # every sample's family has its TYPE line before it
-    seen: set[str] = set()
-    for line in lines:
-        if line.startswith("# TYPE"):
-            seen.add(line.split()[2])
-        elif not line.startswith("#"):
-            assert line.split("{")[0] in seen
+    handle = _Handle("abc", 'my "job"\\x\n', metrics, checkpoints)
+    prometheus = JobPrometheus(handle)  # type: ignore[arg-type]
+    try:
+        for duration, size in ((40, 1000), (2500, 5_000_000)):
+            for listener in handle.listeners:
+                listener({"status": "COMPLETED", "is_savepoint": False, "end_to_end_duration": duration,
+                          "state_size": size})
+        text = prometheus.exposition().decode()
+        families = _families(text)  # prometheus_client's own parser reads it back
+        job = {"job_id": "abc", "job_name": 'my "job"\\x\n'}
+        completed = families["statekit_job_checkpoints_completed"]
+        assert completed.type == "counter" and [(s.labels, s.value) for s in completed.samples] == [(job, 3.0)]
+        assert [s.value for s in families["statekit_job_last_checkpoint_size_bytes"].samples] == [2048.0]
+        records = {s.labels["task"]: s.value for s in families["statekit_task_records_in"].samples}
+        assert records == {"v0 (1/2)": 300.0, "v1 (1/2)": 300.0}
+        watermark = families["statekit_task_current_input_watermark_ms"].samples
+        assert [(s.labels["task"], s.value) for s in watermark] == [("v1 (1/2)", 1_700_000_000_000.0)]
+        assert [s.value for s in families["statekit_job_low_watermark_ms"].samples] == [1_700_000_000_000.0]
+        duration = {s.labels.get("le"): s.value for s in families["statekit_job_checkpoint_duration_seconds"].samples
+                    if s.name.endswith("_bucket")}
+        assert duration["0.05"] == 1.0 and duration["2.5"] == 2.0 and duration["+Inf"] == 2.0
+        sizes = families["statekit_job_checkpoint_size_bytes"]
+        assert [s.value for s in sizes.samples if s.name.endswith("_count")] == [2.0]
+        assert "process_resident_memory_bytes" in families and "process_cpu_seconds" in families
+        memory = families["statekit_taskmanager_resident_memory_bytes"].samples
+        assert [(s.labels["taskmanager"], s.value > 0) for s in memory] == [("0", True)]
+        assert 'job_name="my \\"job\\"\\\\x\\n"' in text  # escaped as the text format wants
+    finally:
+        prometheus.close()
 
 
 # ---------------------------------------------------------------- a real job, over REST
@@ -185,9 +230,15 @@ def test_rest_metrics_of_a_running_job(running_job: JobHandle) -> None:
 
         status, content_type, text = _get(server, "/metrics")
         assert status == 200 and content_type.startswith("text/plain; version=0.0.4")
-        assert all(PROMETHEUS_LINE.match(line) for line in text.splitlines())
+        families = _families(text)
         assert f'statekit_job_checkpoints_completed_total{{job_id="{handle.job_id}"' in text
-        assert text.count("statekit_task_records_in_total{") == 4
+        assert len(families["statekit_task_records_in"].samples) == 4
+
+        def observed() -> float:  # checkpoints completed while the API served, observed as they completed
+            samples = _families(_get(server, "/metrics")[2])["statekit_job_checkpoint_duration_seconds"].samples
+            return sum(s.value for s in samples if s.name.endswith("_count"))
+
+        _wait_for(lambda: observed() >= 1)
 
         for path in ("/metrics", f"/jobs/{handle.job_id}/metrics"):
             assert _get(server, path, token="wrong")[0] == 401  # behind the same token

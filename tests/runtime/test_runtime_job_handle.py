@@ -89,7 +89,8 @@ def test_describe_stats_savepoint_and_stop_with_drain(tmp_path: Path) -> None:
     assert os.path.basename(savepoint).startswith(f"savepoint-{handle.job_id[:6]}-")
     assert len(os.path.basename(savepoint)) == len("savepoint-") + 6 + 1 + 12
     stats = handle.checkpoint_stats()
-    assert set(stats) == {"counts", "latest", "history"}
+    assert set(stats) == {"counts", "latest", "summary", "history"}
+    assert stats["summary"]["end_to_end_duration"]["min"] <= stats["summary"]["end_to_end_duration"]["max"]
     assert {"completed", "failed", "in_progress"} <= set(stats["counts"])
     latest_savepoint = stats["latest"]["savepoint"]
     assert latest_savepoint["external_path"] == savepoint and latest_savepoint["is_savepoint"] is True
