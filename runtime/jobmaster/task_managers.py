@@ -107,7 +107,7 @@ class ProcessDeployment:
         timeout = DEFAULT_BUFFER_TIMEOUT_MS if options.buffer_timeout_ms is None else options.buffer_timeout_ms
         base = TaskManagerSpec(
             job_file=job_file, options=options, index=0, placement=self.placement, attempt=execution.attempt,
-            job_id=master.job_id, fingerprint=graph_fingerprint(graph), state_backend=master.state_backend.name,
+            job_id=master.job_id, fingerprint=graph_fingerprint(graph), state_backend=master.state_backend,
             incremental=master.incremental, channel_state_serializer=master.config.channel_state_serializer,
             restore=restore.spec() if restore is not None else None, run_dir=run_dir, token=self._token,
             control_path=control_path, buffer_timeout_ms=timeout,
@@ -147,9 +147,15 @@ class ProcessDeployment:
         from dataclasses import replace
 
         spec = replace(base, index=index)
+        try:
+            data = pickle.dumps(spec, protocol=5)
+        except (pickle.PicklingError, AttributeError, TypeError) as exc:
+            raise BadInputError(
+                f"state backend {base.state_backend.name!r} cannot be sent to TaskManager processes ({exc}): "
+                "register it in a module the job file imports, or run with --executor threads") from None
         path = os.path.join(run_dir, f"a{base.attempt}-tm{index}.spec")
         with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as out:
-            pickle.dump(spec, out, protocol=5)
+            out.write(data)
         env = dict(os.environ, STATEKIT_JOB_MASTER_PID=str(os.getpid()))
         if log.isEnabledFor(logging.DEBUG):
             env["STATEKIT_VERBOSE"] = "1"

@@ -24,6 +24,7 @@ from statekit.runtime.checkpoint.handles import TaskStateSnapshot
 from statekit.runtime.checkpoint.restore import RestoreSpec
 from statekit.runtime.dataflow.graph import JobGraph
 from statekit.runtime.dataflow.run_options import RunOptions
+from statekit.runtime.state.registry import StateBackendEntry
 from statekit.runtime.task.metrics import TaskReport
 from statekit.statefmt.errors import BadInputError
 
@@ -125,7 +126,8 @@ class TaskManagerSpec:
         attempt: The execution attempt.
         job_id: The job.
         fingerprint: The job master's :func:`graph_fingerprint` digest and description.
-        state_backend: The keyed state backend's name.
+        state_backend: The keyed state backend's registry entry (a TaskManager registers it when its
+            own registry lacks the name: a backend registered at run time travels with the spec).
         incremental: Checkpoints are native and incremental.
         channel_state_serializer: How in-flight records are stored.
         restore: The snapshot the attempt restores from.
@@ -143,7 +145,7 @@ class TaskManagerSpec:
     attempt: int
     job_id: str
     fingerprint: tuple[str, str]
-    state_backend: str
+    state_backend: StateBackendEntry
     incremental: bool
     channel_state_serializer: str
     restore: RestoreSpec | None

@@ -236,9 +236,11 @@ class TaskManager:
 
     def _deploy(self, graph: JobGraph, storage_options: dict[str, Any] | None) -> Any:
         spec = self.spec
-        from statekit.runtime.state.registry import resolve_state_backend
+        from statekit.runtime.state.registry import register_state_backend, resolve_state_backend, state_backend_names
 
-        backend = resolve_state_backend(spec.state_backend)
+        if spec.state_backend.name not in state_backend_names():
+            register_state_backend(spec.state_backend)  # registered at run time in the job master
+        backend = resolve_state_backend(spec.state_backend.name)
         if backend.needs_working_dir:
             import tempfile
 

@@ -166,11 +166,17 @@ def test_statekit_run_offers_and_uses_a_registered_backend(tmp_path: Path) -> No
                               capture_output=True, text=True, timeout=120)
 
     assert "--state-backend [hashmap|rocksdb|toy]" in statekit("run", "--help").stdout
-    ran = statekit("--json", "run", "--state-backend", "toy", "--savepoint-on-finish", str(tmp_path / "sp"), str(job))
+    ran = statekit("--json", "run", "--executor", "threads", "--state-backend", "toy", "--savepoint-on-finish",
+                   str(tmp_path / "sp"), str(job))
     assert ran.returncode == 0, ran.stderr
     assert json.loads(ran.stdout)["state"] == "FINISHED"
     savepoint = the_savepoint(tmp_path / "sp")
     assert backend_of(savepoint) == "toy" and counts(savepoint) == EXPECTED
+    # TaskManager processes import the job file: a backend defined outside any module cannot reach them
+    refused = statekit("run", "--executor", "processes", "--state-backend", "toy", str(job))
+    assert refused.returncode == 2 and "cannot be sent to TaskManager processes" in refused.stderr, refused.stderr
+    assert [line for line in refused.stderr.splitlines() if "error" in line] == \
+        [refused.stderr.splitlines()[-1]], refused.stderr  # one line
 
 
 def test_the_cli_choices_are_the_registry(home: Path, tmp_path: Path) -> None:
