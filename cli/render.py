@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from statekit.flink.key_group_lookup import KeyGroupLookup
     from statekit.flink.relocation import FlinkRelocation
     from statekit.flink.rewrite_report import FlinkModifyReport, FlinkRescaleReport
+    from statekit.flink.savepoint_bootstrap import FlinkBootstrapReport
     from statekit.readers.diff import SavepointDiff
     from statekit.readers.inspection import SnapshotInspection
     from statekit.readers.listing import CheckpointList
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
         | SnapshotList | FlinkInspection | FlinkVerifyReport | FlinkDisposal | FlinkRelocation | KeyGroupLookup
         | SavepointDiff | ExportResult
         | RescaleReport | ModifyReport | BootstrapReport | FlinkRescaleReport | FlinkModifyReport
+        | FlinkBootstrapReport
         | RunResult | JobList | SavepointResult | CancelResult
         | CompatibilityReport | MigrationReport | ReportResult
     )
@@ -79,6 +81,7 @@ RENDERERS: dict[str, str] = {
     "statekit.writers.bootstrap.BootstrapReport": "surgery.bootstrap_report",
     "statekit.flink.rewrite_report.FlinkRescaleReport": "flink_rewrite.flink_rescale_report",
     "statekit.flink.rewrite_report.FlinkModifyReport": "flink_rewrite.flink_modify_report",
+    "statekit.flink.savepoint_bootstrap.FlinkBootstrapReport": "flink_write.flink_bootstrap_report",
     # job control: run, list, savepoint, stop, cancel
     "statekit.runtime.control.RunResult": "jobs.run_result",
     "statekit.runtime.control.JobList": "jobs.job_list",

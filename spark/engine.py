@@ -23,11 +23,12 @@ from statekit.statefmt.errors import BadInputError
 from statekit.writers.key_group_sorter import DEFAULT_MEMORY_BUDGET
 
 if TYPE_CHECKING:
+    from statekit.flink.savepoint_bootstrap import FlinkBootstrapReport, FlinkBootstrapSpec
     from statekit.spark.export import ExportResult, ExportSpec
     from statekit.writers.bootstrap import BootstrapReport
     from statekit.writers.bootstrap_spec import BootstrapSpec
 
-__all__ = ["ENGINES", "bootstrap", "diff", "export"]
+__all__ = ["ENGINES", "bootstrap", "bootstrap_flink", "diff", "export"]
 
 ENGINES = ("local", "spark")
 
@@ -78,6 +79,23 @@ def bootstrap(spec: BootstrapSpec, engine: str = "local", *, batch_size: int = 6
 
     return bootstrap_savepoint(spec, batch_size=batch_size, spill_dir=spill_dir, memory_budget=memory_budget,
                                progress=progress)
+
+
+def bootstrap_flink(spec: FlinkBootstrapSpec, engine: str = "local", *, batch_size: int = 65536,
+                    spill_dir: str | None = None, memory_budget: int = DEFAULT_MEMORY_BUDGET,
+                    progress: ProgressFactory | None = None,
+                    spark: SparkSettings | None = None) -> FlinkBootstrapReport:
+    """``statekit bootstrap --format flink`` on ``engine``: the same savepoint entries on both
+    (Spark keeps one of several rows of a key, in no defined order)."""
+    if _engine(engine) == "spark":
+        _require_pyspark("--engine spark")
+        from statekit.spark.flink_bootstrap import bootstrap_flink_with_spark
+
+        return bootstrap_flink_with_spark(spec, spark, memory_budget=memory_budget)
+    from statekit.flink.savepoint_bootstrap import bootstrap_flink_savepoint
+
+    return bootstrap_flink_savepoint(spec, batch_size=batch_size, spill_dir=spill_dir, memory_budget=memory_budget,
+                                     progress=progress)
 
 
 def _engine(name: str) -> str:
