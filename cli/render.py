@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from statekit.flink.convert import ConvertReport
     from statekit.flink.dispatch import FlinkDisposal, FlinkInspection, FlinkVerifyReport, SnapshotList
     from statekit.flink.key_group_lookup import KeyGroupLookup
     from statekit.flink.relocation import FlinkRelocation
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
         | SnapshotList | FlinkInspection | FlinkVerifyReport | FlinkDisposal | FlinkRelocation | KeyGroupLookup
         | SavepointDiff | ExportResult
         | RescaleReport | ModifyReport | BootstrapReport | FlinkRescaleReport | FlinkModifyReport
-        | FlinkBootstrapReport
+        | FlinkBootstrapReport | ConvertReport
         | RunResult | JobList | SavepointResult | CancelResult
         | CompatibilityReport | MigrationReport | ReportResult
     )
@@ -82,6 +83,7 @@ RENDERERS: dict[str, str] = {
     "statekit.flink.rewrite_report.FlinkRescaleReport": "flink_rewrite.flink_rescale_report",
     "statekit.flink.rewrite_report.FlinkModifyReport": "flink_rewrite.flink_modify_report",
     "statekit.flink.savepoint_bootstrap.FlinkBootstrapReport": "flink_write.flink_bootstrap_report",
+    "statekit.flink.convert.ConvertReport": "flink_write.convert_report",
     # job control: run, list, savepoint, stop, cancel
     "statekit.runtime.control.RunResult": "jobs.run_result",
     "statekit.runtime.control.JobList": "jobs.job_list",

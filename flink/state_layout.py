@@ -21,8 +21,9 @@ namespace both have a variable length). Two layouts:
 Values of state with a time-to-live are wrapped in Flink's TTL serializer: the last-access
 timestamp (epoch ms) before each value, element or map value.
 
-Namespaces: ``void`` (Flink's ``VoidNamespace``, one zero byte: no window) or ``window``
-(``TimeWindow``: start and end, epoch ms, end exclusive).
+Namespaces: ``void`` (Flink's ``VoidNamespace``, one zero byte: no window), ``window``
+(``TimeWindow``: start and end, epoch ms, end exclusive) or ``global`` (``GlobalWindow``, one
+zero byte).
 """
 
 from __future__ import annotations
@@ -51,7 +52,9 @@ __all__ = ["StateLayout", "KeyLayout", "NAMESPACES", "STATE_KINDS", "TIMER_KINDS
 PYTHON_STATE_PREFIX = "python-state-"
 STATE_KINDS = ("value", "list", "map", "reducing", "aggregating")
 TIMER_KINDS = ("event-timers", "processing-timers")
-NAMESPACES = ("void", "window")
+NAMESPACES = ("void", "window", "global")
+GLOBAL_WINDOW_CLASS = ("org.apache.flink.streaming.api.windowing.windows.GlobalWindow$Serializer"
+                       "$GlobalWindowSerializerSnapshot")
 _I32, _I64 = struct.Struct(">i"), struct.Struct(">q")
 _LONG = SerializerNode("org.apache.flink.api.common.typeutils.base.LongSerializer$LongSerializerSnapshot")
 _FLIPPED_SIGN = 1 << 63
@@ -167,7 +170,8 @@ class StateLayout:
 
     @property
     def namespace_snapshot(self) -> SerializerNode:
-        return SerializerNode(TIME_WINDOW_CLASS if self.namespace == "window" else VOID_NAMESPACE_CLASS)
+        classes = {"window": TIME_WINDOW_CLASS, "global": GLOBAL_WINDOW_CLASS, "void": VOID_NAMESPACE_CLASS}
+        return SerializerNode(classes[self.namespace])
 
     @property
     def ambiguous(self) -> bool:
@@ -201,7 +205,12 @@ class StateLayout:
     # ------------------------------------------------------------------ entries
 
     def encode_namespace(self, namespace: Any) -> bytes:
-        """``VoidNamespace`` (``None``) or a ``TimeWindow`` (``{start, end}`` or ``(start, end)``)."""
+        """``VoidNamespace`` (``None``), a ``TimeWindow`` (``{start, end}`` or ``(start, end)``), or the
+        ``GlobalWindow`` (``None`` or ``[]``)."""
+        if self.namespace == "global":
+            if namespace not in (None, [], ()):
+                raise BadInputError(f"state {self.name!r} is namespaced by the global window, got {namespace!r}")
+            return b"\x00"
         if self.namespace == "void":
             if namespace is not None:
                 raise BadInputError(f"state {self.name!r} has no namespace, got {namespace!r}")
@@ -216,18 +225,20 @@ class StateLayout:
             raise BadInputError(f"state {self.name!r}: window bounds must be integers (epoch ms), got {namespace!r}")
         return _I64.pack(start) + _I64.pack(end)
 
-    def _stamped(self, data: bytes) -> bytes:
-        return data if self.ttl_timestamp is None else _I64.pack(self.ttl_timestamp) + data
+    def _stamped(self, data: bytes, timestamp: int | None) -> bytes:
+        if self.ttl_timestamp is None:
+            return data
+        return _I64.pack(self.ttl_timestamp if timestamp is None else timestamp) + data
 
-    def _element(self, value: Any) -> bytes:
+    def _element(self, value: Any, timestamp: int | None = None) -> bytes:
         """One value, list element or map value: Java bytes, or PyFlink's ``byte[]`` of coder bytes."""
         assert self.value_type is not None
         if value is None:
             raise BadInputError(f"state {self.name!r}: a null value (Flink stores no null values; leave the row out)")
         if self.key.pyflink:
             data = self.value_type.encode_python(value)
-            return self._stamped(_I32.pack(len(data)) + data)
-        return self._stamped(self.value_type.encode_java(value))
+            return self._stamped(_I32.pack(len(data)) + data, timestamp)
+        return self._stamped(self.value_type.encode_java(value), timestamp)
 
     def user_key_bytes(self, user_key: Any) -> bytes:
         """The map key appended to the composite key."""
@@ -239,24 +250,27 @@ class StateLayout:
             return _I32.pack(len(data)) + data
         return self.user_key_type.encode_java(user_key)
 
-    def entry(self, key_bytes: bytes, namespace: Any, user_key: Any, value: Any) -> tuple[bytes, bytes]:
+    def entry(self, key_bytes: bytes, namespace: Any, user_key: Any, value: Any, *,
+              timestamp: int | None = None) -> tuple[bytes, bytes]:
         """The (composite key without prefix, value) of one entry.
 
         ``value`` is the whole value of value/reducing/aggregating state, the map value of map
         state, and for list state a list (the whole list) — use :meth:`list_element` for one
-        element. For timers ``value`` is the timestamp (epoch ms).
+        element. For timers ``value`` is the timestamp (epoch ms). ``timestamp`` overrides the
+        last-access time of state with a TTL for this entry.
 
         Raises:
             BadInputError: A value that does not fit its type (the message names the state).
         """
         try:
-            return self._entry(key_bytes, namespace, user_key, value)
+            return self._entry(key_bytes, namespace, user_key, value, timestamp)
         except BadInputError as exc:
             message = str(exc)
             raise BadInputError(message if message.startswith("state ") else f"state {self.name!r}: {message}") \
                 from None
 
-    def _entry(self, key_bytes: bytes, namespace: Any, user_key: Any, value: Any) -> tuple[bytes, bytes]:
+    def _entry(self, key_bytes: bytes, namespace: Any, user_key: Any, value: Any,
+               timestamp: int | None) -> tuple[bytes, bytes]:
         ns = self.encode_namespace(namespace)
         if self.is_timers:
             if isinstance(value, bool) or not isinstance(value, int):
@@ -265,15 +279,15 @@ class StateLayout:
             return flipped.to_bytes(8, "big") + key_bytes + ns, b""
         composite = key_bytes + ns
         if self.kind == "map":
-            return composite + self.user_key_bytes(user_key), b"\x00" + self._element(value)
+            return composite + self.user_key_bytes(user_key), b"\x00" + self._element(value, timestamp)
         if self.kind == "list" or (self.key.pyflink and self.kind == "value"):
             elements = value if self.kind == "list" else [value]
             if isinstance(elements, (str, bytes, dict)) or not isinstance(elements, (list, tuple)):
                 raise BadInputError(f"a list state value must be a list, got {elements!r}")
             if not elements:
                 raise BadInputError("an empty list (Flink stores no empty list state; leave the row out)")
-            return composite, b",".join(self._element(e) for e in elements)
-        return composite, self._element(value)
+            return composite, b",".join(self._element(e, timestamp) for e in elements)
+        return composite, self._element(value, timestamp)
 
     def list_element(self, key_bytes: bytes, namespace: Any, element: Any) -> tuple[bytes, bytes]:
         """The entry of a list state holding the one ``element`` (entries of one key are joined later)."""

@@ -10,9 +10,10 @@ from rich.table import Table
 from statekit.cli.renderers.markup import _e, human_bytes
 
 if TYPE_CHECKING:
+    from statekit.flink.convert import ConvertReport
     from statekit.flink.savepoint_bootstrap import FlinkBootstrapReport, FlinkOperatorReport
 
-__all__ = ["flink_bootstrap_report", "operator_tables"]
+__all__ = ["flink_bootstrap_report", "operator_tables", "convert_report"]
 
 
 def operator_tables(console: Console, op: FlinkOperatorReport) -> None:
@@ -44,3 +45,19 @@ def flink_bootstrap_report(console: Console, r: FlinkBootstrapReport) -> None:
                   f"metadata v{r.metadata_version}, checkpoint {r.checkpoint_id}", soft_wrap=True)
     for op in r.operators:
         operator_tables(console, op)
+
+
+def convert_report(console: Console, r: ConvertReport) -> None:
+    target = f"a Flink savepoint (metadata v{r.metadata_version})" if r.to == "flink" else "a statekit savepoint"
+    console.print(f"[green]Converted[/] {_e(r.source)} -> {_e(r.output)}, {target}, in {r.elapsed_s:.2f} s: "
+                  f"{len(r.states)} states, {r.entries} entries", soft_wrap=True)
+    table = Table(show_edge=False, pad_edge=False)
+    for column in ("operator", "state", "written as", "kind", "entries"):
+        table.add_column(column, justify="right" if column == "entries" else "left")
+    for s in r.states:
+        table.add_row(_e(s.uid), _e(s.state), _e(s.target), _e(s.kind), str(s.entries))
+    console.print(table)
+    if r.left_out:
+        console.print(f"[yellow]Left out[/] ({len(r.left_out)}):", soft_wrap=True)
+        for left in r.left_out:
+            console.print(f"  {_e(left.uid)}/{_e(left.state)} ({_e(left.kind)}): {_e(left.reason)}", soft_wrap=True)
