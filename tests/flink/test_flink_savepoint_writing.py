@@ -171,8 +171,7 @@ def test_the_golden_pyflink_entries_are_written_byte_for_byte() -> None:
         assert layout.flink_name == name
         for e in read_keyed_state(snapshot, "profile", name, value_type=declared):
             key_bytes = key.encode(e.key["f0"])
-            value = e.value if layout.kind != "list" else e.value
-            composite, data = layout.entry(key_bytes, None, e.user_key, value)
+            composite, data = layout.entry(key_bytes, None, e.user_key, e.value)
             code = key_hasher(key.snapshot).java_hash(key_bytes, 0, where="t")[0]  # type: ignore[union-attr]
             assert flink_murmur_hash(code) % op.max_parallelism == e.key_group
             written.add((name, e.key_group.to_bytes(prefix, "big") + composite, data))
