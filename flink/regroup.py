@@ -40,6 +40,7 @@ __all__ = ["StreamInput", "Regrouper", "KeyGroupTally", "DEFAULT_MEMORY_BUDGET",
 
 DEFAULT_MEMORY_BUDGET = 64 << 20
 READ_CHUNK = 1 << 20
+MAX_VECTOR_BLOCK = 64 << 20  # larger key groups are read in chunks, one entry at a time
 TIMER_TIMESTAMP_BYTES = 8
 _I32 = struct.Struct(">i")
 _U16 = struct.Struct(">H")
@@ -123,11 +124,13 @@ class Regrouper:
     """
 
     def __init__(self, hasher: KeyHasher, old_max_parallelism: int, max_parallelism: int,
-                 spill: IO[bytes] | None, memory_budget: int = DEFAULT_MEMORY_BUDGET) -> None:
+                 spill: IO[bytes] | None, memory_budget: int = DEFAULT_MEMORY_BUDGET, *, vectorized: bool = True) -> None:
         self.hasher = hasher
+        self.old_max_parallelism = old_max_parallelism
         self.old_prefix = prefix_bytes(old_max_parallelism)
         self.max_parallelism = max_parallelism
-        new_prefix = prefix_bytes(max_parallelism)
+        self.vectorized = vectorized
+        new_prefix = self.new_prefix = prefix_bytes(max_parallelism)
         self.prefixes = [kg.to_bytes(new_prefix, "big") for kg in range(max_parallelism)]
         self.prefix_delta = new_prefix - self.old_prefix
         self.spill = spill
@@ -149,12 +152,45 @@ class Regrouper:
             CorruptStateError: Damaged or truncated bytes (names the stream, key group and offset).
         """
         chunks = _Chunks(entries.stream, entries.source)
-        for key_group, offset in entries.offsets:
-            chunks.seek(offset)
-            self._add_key_group(chunks, key_group, entries)
-            self.bytes_read += chunks.base + chunks.pos - offset
+        ends = [offset for _, offset in entries.offsets[1:]] + [self._stream_size(entries) if self.vectorized else 0]
+        for (key_group, offset), end in zip(entries.offsets, ends):
+            if not (self.vectorized and 0 < end - offset <= MAX_VECTOR_BLOCK and self._add_block(entries, key_group,
+                                                                                               offset, end)):
+                if self.vectorized:  # the block path moved the stream: start a new window
+                    chunks = _Chunks(entries.stream, entries.source)
+                chunks.seek(offset)
+                self._add_key_group(chunks, key_group, entries)
+                self.bytes_read += chunks.base + chunks.pos - offset
             if self._buffered > self.memory_budget:
                 self._flush()
+
+    @staticmethod
+    def _stream_size(entries: StreamInput) -> int:
+        entries.stream.seek(0, 2)
+        return entries.stream.tell()
+
+    def _add_block(self, entries: StreamInput, key_group: int, offset: int, end: int) -> bool:
+        """One key group at once (:mod:`statekit.flink.fast_regroup`); ``False`` leaves it to the entry path."""
+        from statekit.flink.fast_regroup import regroup_block
+
+        entries.stream.seek(offset)
+        data = entries.stream.read(end - offset)
+        if len(data) != end - offset:
+            return False
+        return regroup_block(self, data, key_group, entries, f"{entries.source} (key group {key_group})")
+
+    def add_run(self, group: int, data: bytes, last: int, entries: int) -> None:
+        """Entries of one group in the output layout (flags clear), ``last`` the offset of the last one."""
+        if self.spill is not None:
+            buffer = self._buffers.get(group)
+            if buffer is None:
+                buffer = self._buffers[group] = bytearray()
+            self._last[group] = len(buffer) + last
+            buffer += data
+            self._buffered += len(data)
+        key_group = group >> _STATE_BITS
+        self.tally.entries[key_group] += entries
+        self.tally.bytes[key_group] += len(data)
 
     def _state_id(self, chunks: _Chunks, key_group: int, entries: StreamInput) -> int:
         if chunks.pos + 2 > len(chunks.buf):

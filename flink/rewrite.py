@@ -44,12 +44,14 @@ from statekit.flink.regroup import DEFAULT_MEMORY_BUDGET, KeyGroupTally, Regroup
 from statekit.flink.rewrite_report import (
     KEPT,
     MAX_PARALLELISM_ONLY,
+    MERGE,
     REGROUP,
     FlinkModifyReport,
     FlinkOperatorPlan,
     FlinkOperatorSummary,
     FlinkRescaleReport,
     FlinkSubtaskPlan,
+    rescale_path,
 )
 from statekit.flink.savepoint_files import CarriedFiles
 from statekit.flink.storage import FlinkSnapshot, load_snapshot
@@ -183,7 +185,65 @@ def _operator_plan(target: _Target, max_parallelism: int, tally: KeyGroupTally |
         filled, entries, size = tally.in_range(key_groups)
         subtasks.append(FlinkSubtaskPlan(index, key_groups, filled, entries, size))
     return FlinkOperatorPlan(op.label, op.operator_id, REGROUP, op.parallelism, op.max_parallelism, max_parallelism,
-                             target.streams.state_names, target.streams.hasher.name, tuple(subtasks))
+                             target.streams.state_names, target.streams.hasher.name, tuple(subtasks),
+                             rescale_path(op.max_parallelism, max_parallelism), False, target.streams.bytes)
+
+
+def _estimated_plan(snapshot: FlinkSnapshot, target: _Target, max_parallelism: int) -> FlinkOperatorPlan:
+    """The plan from the key-group offsets and one sampled key group per stream; no other entry read.
+
+    Bytes per new key group: a source key group's bytes go to ``g % M2`` on the merge path,
+    and spread evenly over the new key groups otherwise; entries from the sampled bytes per entry.
+    """
+    streams = target.streams
+    op = target.op
+    if streams is None or not target.changed:
+        return _operator_plan(target, max_parallelism, None)
+    path = rescale_path(op.max_parallelism, max_parallelism)
+    sizes = [0] * op.max_parallelism
+    for source in streams.sources:
+        handle = source.handle
+        starts = sorted((o, kg) for kg, o in zip(handle.key_group_range, handle.key_group_offsets) if o)
+        for i, (offset, kg) in enumerate(starts):
+            end = starts[i + 1][0] if i + 1 < len(starts) else source.delegate.size
+            sizes[kg] += end - offset
+    per_entry = _sampled_bytes_per_entry(snapshot, streams)
+    tally = KeyGroupTally(max_parallelism)
+    total = sum(sizes)
+    if path == MERGE:
+        for kg, size in enumerate(sizes):
+            tally.bytes[kg % max_parallelism] += size
+    else:
+        for kg in range(max_parallelism):
+            tally.bytes[kg] = total * (kg + 1) // max_parallelism - total * kg // max_parallelism
+    for kg, size in enumerate(tally.bytes):
+        tally.entries[kg] = round(size / per_entry) if size else 0
+    plan = _operator_plan(target, max_parallelism, tally)
+    return FlinkOperatorPlan(plan.label, plan.operator_id, plan.action, plan.parallelism, plan.old_max_parallelism,
+                             plan.max_parallelism, plan.states, plan.key_type, plan.subtasks, plan.path, True,
+                             plan.source_bytes)
+
+
+def _sampled_bytes_per_entry(snapshot: FlinkSnapshot, streams: OperatorStreams) -> float:
+    """Stream bytes per entry in the first non-empty key group of each stream (vectorized parse)."""
+    from statekit.flink.fast_regroup import parse_block
+    from statekit.flink.sources import prefix_bytes
+
+    sampled_bytes = sampled_entries = 0
+    prefix = prefix_bytes(streams.operator.max_parallelism)
+    with open_inputs(snapshot, streams) as inputs:
+        for entries in inputs:
+            if not entries.offsets:
+                continue
+            kg, offset = entries.offsets[0]
+            end = entries.offsets[1][1] if len(entries.offsets) > 1 else None
+            entries.stream.seek(offset)
+            data = entries.stream.read(end - offset) if end is not None else entries.stream.read(1 << 20)
+            parsed = parse_block(data, kg, prefix) if end is not None else None
+            if parsed is not None:
+                sampled_bytes += len(data)
+                sampled_entries += len(parsed.starts)
+    return sampled_bytes / sampled_entries if sampled_entries else 64.0
 
 
 class _Rescale:
@@ -244,10 +304,13 @@ def _regroup(snapshot: FlinkSnapshot, streams: OperatorStreams, max_parallelism:
 
 
 def _rescale_plan(snapshot: FlinkSnapshot, targets: list[_Target], max_parallelism: int,
-                  advance: Advance) -> tuple[list[FlinkOperatorPlan], int]:
+                  advance: Advance, exact: bool) -> tuple[list[FlinkOperatorPlan], int]:
     plans, bytes_read = [], 0
     for target in targets:
         tally = None
+        if not exact:
+            plans.append(_estimated_plan(snapshot, target, max_parallelism))
+            continue
         if target.streams is not None:
             regrouper = _regroup(snapshot, target.streams, max_parallelism, None, DEFAULT_MEMORY_BUDGET, advance)
             tally, bytes_read = regrouper.tally, bytes_read + regrouper.bytes_read
@@ -261,6 +324,7 @@ def rescale_flink_savepoint(
     *,
     max_parallelism: int,
     dry_run: bool = False,
+    exact_plan: bool = False,
     spill_dir: str | None = None,
     memory_budget: int = DEFAULT_MEMORY_BUDGET,
     storage_options: dict[str, Any] | None = None,
@@ -269,12 +333,19 @@ def rescale_flink_savepoint(
 ) -> FlinkRescaleReport:
     """Write a copy of a canonical Flink savepoint with a new max parallelism.
 
+    The path is chosen per operator (:func:`statekit.flink.rewrite_report.rescale_path`):
+    ``merge`` when the new max parallelism divides the old one (key group ``g`` goes whole to
+    ``g % M2``: no key hashed), ``split`` or ``rehash`` otherwise (every key hashed).
+
     Args:
         path: The savepoint directory or its ``_metadata`` (local or fsspec URL).
         output: The new savepoint directory (must not exist, or be empty); optional with ``dry_run``.
         max_parallelism: The new max parallelism of every operator (1..32768, at least each
             operator's parallelism).
-        dry_run: Read and hash every key, write nothing: the plan per subtask.
+        dry_run: Write nothing: the path, its estimated cost and the plan per subtask, from the
+            key-group offsets and one sampled key group per stream (``exact_plan``: read and hash
+            every key for exact figures, which costs about as much as the rescale).
+        exact_plan: With ``dry_run``, the exact plan.
         spill_dir: Where temporary files go (default: the system's temporary directory).
         memory_budget: Bytes of entries held in memory before they spill.
         storage_options / output_storage_options: fsspec options of source and output.
@@ -299,7 +370,8 @@ def rescale_flink_savepoint(
     factory = progress or no_progress
     if dry_run:
         with factory("planning", total=work) as advance:
-            report.operators, report.bytes_read = _rescale_plan(snapshot, targets, max_parallelism, advance)
+            report.operators, report.bytes_read = _rescale_plan(snapshot, targets, max_parallelism, advance,
+                                                                exact_plan)
         report.elapsed_s = time.monotonic() - started
         return report
     assert output is not None
