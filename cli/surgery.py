@@ -47,12 +47,19 @@ def _operator_parallelism(values: tuple[str, ...]) -> dict[str, int]:
               help="Print the plan (key-group ranges, bytes and entries per new subtask); write nothing.")
 @click.option("--spill-dir", metavar="DIR", help="Temp space for a max-parallelism change (default: system temp).")
 @click.option("--memory-budget", type=click.IntRange(min=8), default=96, show_default=True, metavar="MIB",
-              help="MiB of entries a max-parallelism change holds in memory at once.")
+              help="MiB of entries a max-parallelism change holds in memory at once (per task on Spark).")
+@click.option("--exact-plan", is_flag=True,
+              help="Flink, with --dry-run: read and hash every key for exact figures (as long as the rescale).")
+@click.option("--engine", type=click.Choice(["local", "spark"]), default="local", show_default=True,
+              help="local: one process; spark: a max-parallelism change on Spark, one task per target "
+                   "key-group range (statekit[spark]).")
+@spark_options
 @storage_option
 @common_options
 @catch_exception
 def rescale(path: str, parallelism: int | None, max_parallelism: int | None, operators: tuple[str, ...],
-            output: str | None, dry_run: bool, spill_dir: str | None, memory_budget: int, **_: Any) -> None:
+            output: str | None, dry_run: bool, spill_dir: str | None, memory_budget: int, exact_plan: bool,
+            engine: str, master: str, conf: tuple[str, ...], **_: Any) -> None:
     """Rescale the savepoint PATH offline into a new savepoint OUT.
 
     \b
@@ -62,15 +69,18 @@ def rescale(path: str, parallelism: int | None, max_parallelism: int | None, ope
     entries are regrouped and re-sorted, streaming with bounded memory; to a multiple of
     the old max parallelism, each old block is cut into its new key groups, nothing spilled.
     An Apache Flink canonical savepoint takes --max-parallelism only (docs/FLINK.md): each
-    key moves to the key group Flink assigns it, entry bytes copied.
+    key moves to the key group Flink assigns it, entry bytes copied; when the new max
+    parallelism divides the old one, key groups merge whole (nothing hashed). --dry-run
+    says which path and its estimated cost.
     The source is never modified; OUT appears whole (_metadata last) or not at all.
     """
-    from statekit.flink.dispatch import rescale_any
+    from statekit.spark.engine import rescale as run_rescale
 
     output_ = get_output()
-    report = rescale_any(
-        path, output, parallelism=parallelism, operator_parallelism=_operator_parallelism(operators),
-        max_parallelism=max_parallelism, dry_run=dry_run, spill_dir=spill_dir,
+    report = run_rescale(
+        path, output, engine=engine, spark=spark_settings(master, conf, bool(_.get("verbose"))),
+        parallelism=parallelism, operator_parallelism=_operator_parallelism(operators),
+        max_parallelism=max_parallelism, dry_run=dry_run, exact_plan=exact_plan, spill_dir=spill_dir,
         memory_budget=memory_budget << 20, progress=output_.progress,
     )
     output_.show(report)

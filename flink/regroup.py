@@ -57,6 +57,8 @@ class StreamInput:
         offsets: ``(old key group, offset)`` of every non-empty key group, by offset.
         state_ids: The output state id of each of the stream's state ids.
         timers: Output state ids whose keys start with a timer timestamp.
+        ends: Where each key group of ``offsets`` ends (default: the next one's offset, the last
+            at the end of the stream); given when ``offsets`` is a slice of the stream's.
     """
 
     stream: IO[bytes]
@@ -64,6 +66,7 @@ class StreamInput:
     offsets: tuple[tuple[int, int], ...]
     state_ids: tuple[int, ...]
     timers: frozenset[int]
+    ends: tuple[int, ...] | None = None
 
 
 @dataclass
@@ -139,7 +142,8 @@ class Regrouper:
         self.bytes_read = 0
         self._buffers: dict[int, bytearray] = {}
         self._last: dict[int, int] = {}  # group -> offset of its last entry in its buffer
-        self._runs: dict[int, list[tuple[int, int, int]]] = {}  # group -> (spill offset, length, last entry)
+        self._runs: dict[int, list[tuple[int, int, int, int]]] = {}  # group -> (spill offset, length, last, entries)
+        self._counts: dict[int, int] = {}  # group -> entries buffered
         self._buffered = 0
         self._spilled = 0
 
@@ -152,7 +156,8 @@ class Regrouper:
             CorruptStateError: Damaged or truncated bytes (names the stream, key group and offset).
         """
         chunks = _Chunks(entries.stream, entries.source)
-        ends = [offset for _, offset in entries.offsets[1:]] + [self._stream_size(entries) if self.vectorized else 0]
+        ends = list(entries.ends) if entries.ends is not None else \
+            [offset for _, offset in entries.offsets[1:]] + [self._stream_size(entries) if self.vectorized else 0]
         for (key_group, offset), end in zip(entries.offsets, ends):
             if not (self.vectorized and 0 < end - offset <= MAX_VECTOR_BLOCK and self._add_block(entries, key_group,
                                                                                                offset, end)):
@@ -186,6 +191,7 @@ class Regrouper:
             if buffer is None:
                 buffer = self._buffers[group] = bytearray()
             self._last[group] = len(buffer) + last
+            self._counts[group] = self._counts.get(group, 0) + entries
             buffer += data
             self._buffered += len(data)
         key_group = group >> _STATE_BITS
@@ -208,6 +214,7 @@ class Regrouper:
         old_prefix, max_parallelism, hasher = self.old_prefix, self.max_parallelism, self.hasher
         prefixes, delta, unpack = self.prefixes, self.prefix_delta, _I32.unpack_from
         buffers, last, tally_entries, tally_bytes = self._buffers, self._last, self.tally.entries, self.tally.bytes
+        counts = self._counts
         keep = self.spill is not None  # else a plan: count only
         cache: dict[bytes, int] = {}  # key bytes -> new key group; entries of one key share a key group
         state = entries.state_ids[self._state_id(chunks, key_group, entries)]
@@ -254,6 +261,7 @@ class Regrouper:
                 if buffer is None:
                     buffer = buffers[group] = bytearray()
                 last[group] = len(buffer)
+                counts[group] = counts.get(group, 0) + 1
                 buffer += record
                 buffer += memoryview(buf)[pos + 4 + old_prefix:end]
                 self._buffered += size
@@ -275,12 +283,19 @@ class Regrouper:
         """Append every buffer to the spill file as a run and empty it (counting only: drop them)."""
         if self.spill is not None:
             for group, buffer in self._buffers.items():
-                self._runs.setdefault(group, []).append((self._spilled, len(buffer), self._last[group]))
+                self._runs.setdefault(group, []).append((self._spilled, len(buffer), self._last[group],
+                                                         self._counts.get(group, 0)))
                 self.spill.write(buffer)
                 self._spilled += len(buffer)
         self._buffers.clear()
         self._last.clear()
+        self._counts.clear()
         self._buffered = 0
+
+    def flush_if_full(self) -> None:
+        """Spill the buffers when they hold more than the memory budget."""
+        if self._buffered > self.memory_budget:
+            self._flush()
 
     # ------------------------------------------------------------------ gather
 
@@ -295,10 +310,23 @@ class Regrouper:
         for group in present:
             yield group >> _STATE_BITS, group & ((1 << _STATE_BITS) - 1), self._chunks(group)
 
+    def runs(self, key_groups: KeyGroupRange) -> Iterator[tuple[int, bytes, int, int]]:
+        """``(group, bytes, offset of the last entry, entries)`` of every run of ``key_groups``, flags
+        clear, in order: the input of another :class:`Regrouper` (:meth:`add_run`)."""
+        low, high = key_groups.start << _STATE_BITS, (key_groups.end + 1) << _STATE_BITS
+        for group in sorted(g for g in set(self._buffers) | set(self._runs) if low <= g < high):
+            for offset, length, last, entries in self._runs.get(group, []):
+                assert self.spill is not None
+                self.spill.seek(offset)
+                yield group, self.spill.read(length), last, entries
+            buffered = self._buffers.get(group)
+            if buffered:
+                yield group, bytes(buffered), self._last[group], self._counts.get(group, 0)
+
     def _chunks(self, group: int) -> Iterator[bytes]:
         runs = self._runs.get(group, [])
         buffered = self._buffers.get(group)
-        for index, (offset, length, last) in enumerate(runs):
+        for index, (offset, length, last, _) in enumerate(runs):
             assert self.spill is not None
             self.spill.seek(offset)
             data = self.spill.read(length)

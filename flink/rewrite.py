@@ -25,7 +25,7 @@ import time
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 from statekit.flink.metadata import read_flink_metadata
 from statekit.flink.metadata_writer import (
@@ -60,11 +60,12 @@ from statekit.flink.uids import operator_id_for_uid
 from statekit.readers.progress import Advance, ProgressFactory, no_progress
 from statekit.statefmt.errors import BadInputError, MetadataError, StateNotFoundError
 from statekit.statefmt.fileio import FileIO
-from statekit.statefmt.keygroups import check_parallelism, compute_key_group_range_for_operator_index
+from statekit.statefmt.keygroups import KeyGroupRange, check_parallelism, compute_key_group_range_for_operator_index
 from statekit.statefmt.layout import MAX_METADATA_BYTES
 from statekit.writers.staging import check_output_dir, staged_output_dir
 
-__all__ = ["rescale_flink_savepoint", "modify_flink_savepoint"]
+__all__ = ["rescale_flink_savepoint", "modify_flink_savepoint", "RescaleTarget", "WrittenStream", "RegroupResult",
+           "OperatorRegroup", "regroup_locally"]
 _I32_BYTES = 4
 
 
@@ -124,7 +125,7 @@ def _publish(io: FileIO, directory: str, data: bytes, edits: Iterable[Edit], sou
 
 
 @dataclass(frozen=True)
-class _Target:
+class RescaleTarget:
     """One operator of a rescale: its index, spans and, for keyed state, its checked streams."""
 
     index: int
@@ -161,17 +162,17 @@ def _check_max_parallelism(snapshot: FlinkSnapshot, max_parallelism: int) -> Non
                                 "state; not rewritten", path=snapshot.path)
 
 
-def _targets(snapshot: FlinkSnapshot, spans: MetadataSpans, max_parallelism: int) -> list[_Target]:
+def _targets(snapshot: FlinkSnapshot, spans: MetadataSpans, max_parallelism: int) -> list[RescaleTarget]:
     targets = []
     ops = snapshot.metadata.operators
     for index, (op, span, change) in enumerate(zip(ops, spans.operators, _changed(ops))):
         changed = change and op.max_parallelism != max_parallelism
         streams = operator_streams(snapshot, op) if changed and has_keyed_state(op) else None
-        targets.append(_Target(index, op, span, changed, streams))
+        targets.append(RescaleTarget(index, op, span, changed, streams))
     return targets
 
 
-def _operator_plan(target: _Target, max_parallelism: int, tally: KeyGroupTally | None) -> FlinkOperatorPlan:
+def _operator_plan(target: RescaleTarget, max_parallelism: int, tally: KeyGroupTally | None) -> FlinkOperatorPlan:
     op = target.op
     if not target.changed:
         return FlinkOperatorPlan(op.label, op.operator_id, KEPT, op.parallelism, op.max_parallelism,
@@ -189,7 +190,7 @@ def _operator_plan(target: _Target, max_parallelism: int, tally: KeyGroupTally |
                              rescale_path(op.max_parallelism, max_parallelism), False, target.streams.bytes)
 
 
-def _estimated_plan(snapshot: FlinkSnapshot, target: _Target, max_parallelism: int) -> FlinkOperatorPlan:
+def _estimated_plan(snapshot: FlinkSnapshot, target: RescaleTarget, max_parallelism: int) -> FlinkOperatorPlan:
     """The plan from the key-group offsets and one sampled key group per stream; no other entry read.
 
     Bytes per new key group: a source key group's bytes go to ``g % M2`` on the merge path,
@@ -246,47 +247,89 @@ def _sampled_bytes_per_entry(snapshot: FlinkSnapshot, streams: OperatorStreams) 
     return sampled_bytes / sampled_entries if sampled_entries else 64.0
 
 
+@dataclass(frozen=True)
+class WrittenStream:
+    """One new key-group stream of a subtask: its range, key-group offsets, file name and size."""
+
+    index: int
+    key_groups: KeyGroupRange
+    offsets: tuple[int, ...]
+    name: str
+    size: int
+
+
+@dataclass
+class RegroupResult:
+    """What regrouping one operator wrote: a stream per subtask, and what it read."""
+
+    streams: list[WrittenStream]
+    tally: KeyGroupTally
+    bytes_read: int
+    spilled_bytes: int = 0
+
+
+class OperatorRegroup(Protocol):
+    """Writes the new streams of one keyed operator into ``directory`` (the engine's seam)."""
+
+    def __call__(self, snapshot: FlinkSnapshot, target: RescaleTarget, max_parallelism: int, io: FileIO,
+                 directory: str) -> RegroupResult: ...
+
+
+def regroup_locally(spill_dir: str | None, memory_budget: int, advance: Advance) -> OperatorRegroup:
+    """The local engine: one process reads every stream (vectorized), spills, writes each subtask's stream."""
+
+    def regroup(snapshot: FlinkSnapshot, target: RescaleTarget, max_parallelism: int, io: FileIO,
+                directory: str) -> RegroupResult:
+        streams = target.streams
+        assert streams is not None
+        with tempfile.TemporaryFile(dir=spill_dir) as spill:
+            regrouper = _regroup(snapshot, streams, max_parallelism, spill, memory_budget, advance)
+            written = []
+            for index in range(target.op.parallelism):
+                key_groups = compute_key_group_range_for_operator_index(max_parallelism, target.op.parallelism, index)
+                name = str(uuid.uuid4())
+                with io.open_output(posixpath.join(directory, name)) as out:
+                    offsets, size = write_stream(out, streams.header, key_groups, regrouper.groups(key_groups))
+                written.append(WrittenStream(index, key_groups, tuple(offsets), name, size))
+        return RegroupResult(written, regrouper.tally, regrouper.bytes_read, regrouper.spilled_bytes)
+
+    return regroup
+
+
 class _Rescale:
     """One rescale: regroups each keyed operator, then collects the ``_metadata`` edits."""
 
     def __init__(self, snapshot: FlinkSnapshot, data: bytes, spans: MetadataSpans, max_parallelism: int,
-                 memory_budget: int, advance: Advance) -> None:
+                 regroup: OperatorRegroup) -> None:
         self.snapshot, self.data, self.spans = snapshot, data, spans
-        self.max_parallelism, self.memory_budget, self.advance = max_parallelism, memory_budget, advance
+        self.max_parallelism, self.regroup = max_parallelism, regroup
         self.edits: list[Edit] = []
         self.bytes_read = self.bytes_written = self.spilled = 0
 
-    def regroup(self, streams: OperatorStreams, spill: IO[bytes]) -> Regrouper:
-        regrouper = _regroup(self.snapshot, streams, self.max_parallelism, spill, self.memory_budget, self.advance)
-        self.bytes_read += regrouper.bytes_read
-        self.spilled += regrouper.spilled_bytes
-        return regrouper
-
-    def write_streams(self, target: _Target, regrouper: Regrouper, io: FileIO, directory: str) -> None:
+    def write_streams(self, target: RescaleTarget, io: FileIO, directory: str) -> KeyGroupTally:
         """One new stream per subtask; its handle replaces the old one, or a new subtask holds it."""
-        op, streams = target.op, target.streams
-        assert streams is not None
+        result = self.regroup(self.snapshot, target, self.max_parallelism, io, directory)
+        self.bytes_read += result.bytes_read
+        self.spilled += result.spilled_bytes
         existing = {sub.index: sub for sub in target.span.subtasks}
         added = b""
-        for index in range(op.parallelism):
-            key_groups = compute_key_group_range_for_operator_index(self.max_parallelism, op.parallelism, index)
-            name = str(uuid.uuid4())
-            with io.open_output(posixpath.join(directory, name)) as out:
-                offsets, size = write_stream(out, streams.header, key_groups, regrouper.groups(key_groups))
-            self.bytes_written += size
-            handle = encode_savepoint_key_groups_handle(key_groups, offsets, encode_relative_file_handle(name, size))
-            span = existing.get(index)
+        for stream in result.streams:
+            self.bytes_written += stream.size
+            handle = encode_savepoint_key_groups_handle(stream.key_groups, stream.offsets,
+                                                        encode_relative_file_handle(stream.name, stream.size))
+            span = existing.get(stream.index)
             if span is not None and span.managed_keyed is not None:
                 self.edits.append(Edit(*span.managed_keyed, handle))
             else:
-                added += encode_new_subtask(index, handle, self.spans.version)
+                added += encode_new_subtask(stream.index, handle, self.spans.version)
         if added:
-            count = len(target.span.subtasks) + sum(1 for i in range(op.parallelism) if i not in existing)
+            count = len(target.span.subtasks) + sum(1 for i in range(target.op.parallelism) if i not in existing)
             at = target.span.count_at
             self.edits += [Edit(at, at + _I32_BYTES, count.to_bytes(4, "big", signed=True)),
                            Edit(target.span.end, target.span.end, added)]
+        return result.tally
 
-    def max_parallelism_edit(self, target: _Target) -> None:
+    def max_parallelism_edit(self, target: RescaleTarget) -> None:
         at = target.span.max_parallelism_at
         self.edits.append(Edit(at, at + _I32_BYTES, self.max_parallelism.to_bytes(4, "big", signed=True)))
 
@@ -303,7 +346,7 @@ def _regroup(snapshot: FlinkSnapshot, streams: OperatorStreams, max_parallelism:
     return regrouper
 
 
-def _rescale_plan(snapshot: FlinkSnapshot, targets: list[_Target], max_parallelism: int,
+def _rescale_plan(snapshot: FlinkSnapshot, targets: list[RescaleTarget], max_parallelism: int,
                   advance: Advance, exact: bool) -> tuple[list[FlinkOperatorPlan], int]:
     plans, bytes_read = [], 0
     for target in targets:
@@ -330,6 +373,8 @@ def rescale_flink_savepoint(
     storage_options: dict[str, Any] | None = None,
     output_storage_options: dict[str, Any] | None = None,
     progress: ProgressFactory | None = None,
+    regroup: OperatorRegroup | None = None,
+    execution: str = "local",
 ) -> FlinkRescaleReport:
     """Write a copy of a canonical Flink savepoint with a new max parallelism.
 
@@ -350,6 +395,8 @@ def rescale_flink_savepoint(
         memory_budget: Bytes of entries held in memory before they spill.
         storage_options / output_storage_options: fsspec options of source and output.
         progress: Opens a progress bar (``Output.progress``), advanced in bytes of streams read.
+        regroup: Writes each keyed operator's new streams (default :func:`regroup_locally`;
+            ``statekit.spark.flink_rewrite`` runs it on Spark); ``execution`` names it in the report.
 
     Raises:
         BadInputError: A max parallelism out of range or below a parallelism, nothing to do, a
@@ -364,7 +411,7 @@ def rescale_flink_savepoint(
     data = _source_bytes(snapshot)
     spans = _spans(data, snapshot)
     targets = _targets(snapshot, spans, max_parallelism)
-    report = FlinkRescaleReport(snapshot.path, None, dry_run, snapshot.metadata.version)
+    report = FlinkRescaleReport(snapshot.path, None, dry_run, snapshot.metadata.version, execution=execution)
     report.output = _output_url(output, output_storage_options, dry_run, snapshot.path)
     work = sum(t.streams.bytes for t in targets if t.streams is not None)
     factory = progress or no_progress
@@ -378,10 +425,11 @@ def rescale_flink_savepoint(
     with factory("rescaling", total=work) as advance, \
             staged_output_dir(output, output_storage_options) as (io, directory), \
             tempfile.TemporaryDirectory(prefix="statekit-flink-rescale-", dir=spill_dir) as scratch:
-        job = _Rescale(snapshot, data, spans, max_parallelism, memory_budget, advance)
+        job = _Rescale(snapshot, data, spans, max_parallelism, regroup or regroup_locally(scratch, memory_budget,
+                                                                                          advance))
         files = CarriedFiles(snapshot)
         for target in targets:
-            report.operators.append(_rescale_operator(job, target, files, io, directory, scratch))
+            report.operators.append(_rescale_operator(job, target, files, io, directory))
         report.files_copied = len(files.files)
         job.bytes_written += files.copy_to(io, directory, lambda _name, _size: None)
         job.bytes_written += _publish(io, directory, data, job.edits + files.edits, snapshot.metadata_path)
@@ -390,8 +438,8 @@ def rescale_flink_savepoint(
     return report
 
 
-def _rescale_operator(job: _Rescale, target: _Target, files: CarriedFiles, io: FileIO, directory: str,
-                      scratch: str) -> FlinkOperatorPlan:
+def _rescale_operator(job: _Rescale, target: RescaleTarget, files: CarriedFiles, io: FileIO,
+                      directory: str) -> FlinkOperatorPlan:
     if not target.changed:
         _carry(files, target.op, job.data, keyed_replaced=False)
         return _operator_plan(target, job.max_parallelism, None)
@@ -399,10 +447,8 @@ def _rescale_operator(job: _Rescale, target: _Target, files: CarriedFiles, io: F
     _carry(files, target.op, job.data, keyed_replaced=target.streams is not None)
     if target.streams is None:
         return _operator_plan(target, job.max_parallelism, None)
-    with tempfile.TemporaryFile(dir=scratch) as spill:
-        regrouper = job.regroup(target.streams, spill)
-        job.write_streams(target, regrouper, io, directory)
-    return _operator_plan(target, job.max_parallelism, regrouper.tally)
+    tally = job.write_streams(target, io, directory)
+    return _operator_plan(target, job.max_parallelism, tally)
 
 
 # ----------------------------------------------------------------------------- modify
