@@ -171,14 +171,17 @@ def murmur_hash_array(codes: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
     return np.where(signed >= 0, signed, np.where(signed == -(1 << 31), 0, -signed))
 
 
-def _string_hashes(b: npt.NDArray[np.uint8], at: npt.NDArray[np.int64]) -> npt.NDArray[np.uint32] | None:
-    """``String.hashCode`` of Flink strings at ``at`` (one-byte length, ASCII), or ``None``."""
+def _string_hashes(b: npt.NDArray[np.uint8], at: npt.NDArray[np.int64],
+                   ends: npt.NDArray[np.int64]) -> npt.NDArray[np.uint32] | None:
+    """``String.hashCode`` of Flink strings at ``at`` (one-byte length, ASCII, inside ``ends``), or ``None``."""
     import numpy as np
 
     if not len(at):
         return np.zeros(0, np.uint32)
+    if (at >= ends).any():
+        return None
     head = b[at].astype(np.int64)
-    if (head == 0).any() or (head >= 0x80).any():
+    if (head == 0).any() or (head >= 0x80).any() or (at + head > ends).any():
         return None
     lengths = head - 1
     total = int(lengths.sum())
@@ -215,18 +218,25 @@ def _powers(length: int) -> npt.NDArray[np.uint32]:
     return powers
 
 
-def java_hashes(b: npt.NDArray[np.uint8], at: npt.NDArray[np.int64], key_type: str) -> npt.NDArray[np.uint32] | None:
-    """Java ``hashCode`` (as uint32) of the keys at ``at``, or ``None`` (not vectorized: hash one by one)."""
+def java_hashes(b: npt.NDArray[np.uint8], at: npt.NDArray[np.int64], key_type: str,
+                ends: npt.NDArray[np.int64] | None = None) -> npt.NDArray[np.uint32] | None:
+    """Java ``hashCode`` (as uint32) of the keys at ``at`` (each ending before ``ends``), or ``None``
+    (not vectorized, or a key that does not fit: hash one by one, which names the damage)."""
     import numpy as np
 
+    if ends is None:
+        ends = np.full(len(at), len(b), np.int64)
     row = key_type.startswith("Row<")
     inner = key_type[4:-1] if row else key_type
     if row:
-        if len(at) and (b[at] != 0).any():  # the mask: INSERT, not null
+        if len(at) and ((at >= ends).any() or (b[np.minimum(at, len(b) - 1)] != 0).any()):  # INSERT, not null
             return None
         at = at + 1
+    widths = {"Long": 8, "Integer": 4}
+    if inner in widths and (at + widths[inner] > ends).any():
+        return None
     if inner == "String":
-        hashes = _string_hashes(b, at)
+        hashes = _string_hashes(b, at, ends)
     elif inner == "Long":
         hashes = (_be32(b, at) ^ _be32(b, at + 4)).astype(np.uint32)
     elif inner == "Integer":
@@ -256,12 +266,13 @@ def _new_key_groups(b: npt.NDArray[np.uint8], entries: BlockEntries, key_group: 
     if timers:
         skip[np.isin(entries.states, list(timers))] = TIMER_TIMESTAMP_BYTES
     at = entries.starts + 4 + prefix + skip
-    hashes = java_hashes(b, at, hasher.name)
+    ends = entries.starts + 4 + entries.key_lengths
+    hashes = java_hashes(b, at, hasher.name, ends) if (at <= ends).all() else None
     if hashes is None:
         raw = bytes(data)
         cache: dict[bytes, int] = {}
         values = np.empty(count, np.uint32)
-        for i, (pos, length) in enumerate(zip(at.tolist(), (entries.starts + 4 + entries.key_lengths).tolist())):
+        for i, (pos, length) in enumerate(zip(at.tolist(), ends.tolist())):
             key = raw[pos:length]
             code = cache.get(key)
             if code is None:

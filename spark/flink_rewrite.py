@@ -4,15 +4,21 @@ The rescale itself (checks, the ``_metadata`` edits, carried files, publishing) 
 :func:`statekit.flink.rewrite.rescale_flink_savepoint`; this module is its Spark
 :class:`~statekit.flink.rewrite.OperatorRegroup`: per keyed operator
 
-1. **map** — the source key groups are cut into *slices* of about ``slice_bytes`` (never
-   splitting a key group); one task per slice opens the savepoint, reads only its key groups
-   (ranged reads) and regroups them with the vectorized local code
-   (:mod:`statekit.flink.fast_regroup`: on the merge path nothing is hashed), spilling past
-   its memory budget, then hands each target subtask its runs as one Arrow IPC payload;
-2. **shuffle** — payloads are partitioned by target subtask exactly (identity partitioner);
-3. **reduce** — one task per target key-group range (a new subtask) puts the runs in source
-   order (slice, then run) — so the stream is byte for byte the local engine's — and writes
-   the subtask's stream into the staged output directory; the driver records the offsets.
+* **merge** path (``M2`` divides ``M``: old key group ``g`` goes whole to ``g % M2``): **one task
+  per target key-group range** (a new subtask) reads only the source key groups that land in
+  it (ranged reads), merges them with the vectorized local code (nothing hashed) and writes
+  the subtask's stream into the staged output directory. Nothing is shuffled.
+* **split** and **rehash** paths (every key hashed; any source key group can feed any target):
+  1. *map* — the source key groups are cut into *slices* of about ``slice_bytes`` (never
+     splitting a key group); one task per slice reads only its key groups and regroups them
+     with the vectorized local code (:mod:`statekit.flink.fast_regroup`), spilling past its
+     memory budget, then hands each target subtask its runs as one Arrow IPC payload;
+  2. *shuffle* — payloads are partitioned by target subtask exactly (identity partitioner);
+  3. *reduce* — one task per target key-group range puts the runs in source order (slice,
+     then run) and writes the subtask's stream.
+
+Either way the streams are byte for byte the local engine's, and the driver records their
+offsets and writes ``_metadata``.
 
 Memory per task is the budget plus one slice's key groups. The output must be storage the
 executors share with the driver (a local path in local mode, an object store on a cluster).
@@ -184,6 +190,34 @@ def _identity(subtask: int) -> int:
     return subtask
 
 
+class _MergeSubtask:
+    """Executors (merge path): the source key groups of one target range -> its stream, no shuffle."""
+
+    def __init__(self, job: _Job, slices: list[_Slice]) -> None:
+        self.job, self.slices = job, slices
+
+    def __call__(self, index: int) -> Iterator[tuple[Any, ...]]:
+        job = self.job
+        snapshot, streams = _streams(job.path, job.operator_id, job.storage_options)
+        key_groups = job.key_groups(index)
+        with tempfile.TemporaryFile() as spill, open_inputs(snapshot, streams) as inputs:
+            regrouper = Regrouper(streams.hasher, streams.operator.max_parallelism, job.max_parallelism, spill,
+                                  job.memory_budget)
+            for item in self.slices:
+                blocks = [b for b in item.blocks if key_groups.start <= b[0] % job.max_parallelism <= key_groups.end]
+                if blocks:
+                    whole = inputs[item.source]
+                    regrouper.add_stream(StreamInput(whole.stream, whole.source, tuple((kg, o) for kg, o, _ in blocks),
+                                                     whole.state_ids, whole.timers, tuple(e for _, _, e in blocks)))
+            io, directory = FileIO.for_path(job.directory_url, job.output_storage_options)
+            name = str(uuid.uuid4())
+            with io.open_output(posixpath.join(directory, name)) as out:
+                offsets, size = write_stream(out, streams.header, key_groups, regrouper.groups(key_groups))
+            part = slice(key_groups.start, key_groups.end + 1)
+            yield (index, tuple(offsets), name, size, regrouper.tally.entries[part], regrouper.tally.bytes[part],
+                   regrouper.spilled_bytes)
+
+
 class SparkRegroup:
     """The Spark engine of a Flink rescale (see the module docstring).
 
@@ -214,8 +248,13 @@ class SparkRegroup:
         with spark_errors(self.settings.verbose):
             slices = _slices(streams, self.slice_bytes, 2 * default_parallelism(session))
             context = session.sparkContext
-            mapped = context.parallelize(slices, max(1, len(slices))).flatMap(_MapSlice(job))
-            results = mapped.partitionBy(op.parallelism, _identity).mapPartitionsWithIndex(_WriteSubtask(job)).collect()
+            if op.max_parallelism % max_parallelism == 0:  # merge: each target reads its own source key groups
+                subtasks = list(range(op.parallelism))
+                results = context.parallelize(subtasks, len(subtasks)).flatMap(_MergeSubtask(job, slices)).collect()
+            else:
+                mapped = context.parallelize(slices, max(1, len(slices))).flatMap(_MapSlice(job))
+                results = mapped.partitionBy(op.parallelism, _identity).mapPartitionsWithIndex(
+                    _WriteSubtask(job)).collect()
         tally = KeyGroupTally(max_parallelism)
         written = []
         spilled = 0
