@@ -255,6 +255,8 @@ def _state_targets(spec: ConvertSpec, reader: SavepointReader, op: OperatorMetad
     if d.namespace_type not in (None, WINDOW_NAMESPACE_TYPE):
         return leave(f"namespace type {d.namespace_type}: Flink namespaces are windows or none")
     namespace = _namespace(reader, op, d)
+    if key.pyflink and namespace != "void":
+        return leave("window state: the PyFlink layout has no window namespaces (convert without --pyflink)")
     declared = spec.declared(spec.value_types, op.uid, d.name)
     kind = spec.declared(spec.state_kinds, op.uid, d.name) or d.kind.value
     try:
@@ -372,7 +374,7 @@ def convert_to_flink(spec: ConvertSpec, *, memory_budget: int = DEFAULT_MEMORY_B
             report.left_out += [LeftOut(op.uid, d.name, d.kind.value, _OPERATOR_STATE_REASONS.get(
                 d.name, "operator state: Flink's operator state is not written")) for d in op.states]
             continue
-        declared_key = spec.declared(spec.key_types, op.uid, "")
+        declared_key = spec.key_types.get(op.uid, spec.key_types.get(""))
         first = _first_key(reader, op)
         if first is None and declared_key is None:
             report.left_out += [LeftOut(op.uid, d.name, d.kind.value, "no entries") for d in op.states]
