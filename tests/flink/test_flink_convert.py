@@ -113,7 +113,7 @@ def test_a_real_pyflink_savepoint_converts_to_statekit(tmp_path: Path) -> None:
     assert pair["key-7"] == {"tag": "t2", "n": 2007}
     assert reader.operator("profile").state("pair").value_type == "struct<tag:string,n:int>"
     assert {s.uid for s in report.left_out} == {"numbers"}  # the source's splits
-    timers = [e for e in reader.read_keyed_state("profile", "_timers")]
+    timers = list(reader.read_keyed_state("profile", "_timers"))
     assert len(timers) == 1000 and all(e.user_key.startswith("e:") for e in timers)
 
 
