@@ -318,3 +318,32 @@ def test_cli_bootstrap_flink_and_its_refusals(tmp_path: Path) -> None:
     bad = runner.invoke(cli, ["bootstrap", "--pyflink", "--input", str(path), "--uid", "u", "--state", "s",
                               "--value-column", "n", "-o", str(tmp_path / "bad")])
     assert bad.exit_code == 2 and "are for --format flink" in bad.output
+
+
+def test_the_entry_sorter_spills_and_splits_with_the_same_result() -> None:
+    """1 MiB of budget for 3 MiB of entries: spilled, buckets split; the groups equal an in-memory run."""
+    import random
+
+    from statekit.flink.entry_sorter import EntrySorter, entries_table
+
+    rng = random.Random(3)
+    rows = [(rng.randrange(128), rng.randrange(3), f"key-{rng.randrange(20000)}".encode(), rng.randbytes(30))
+            for _ in range(60000)]
+    tables = [entries_table(*map(list, zip(*rows[i:i + 5000]))) for i in range(0, len(rows), 5000)]
+
+    def drained(budget: int) -> tuple[list[tuple[int, int, list[bytes], list[bytes]]], int]:
+        with EntrySorter(128, 3, concat_states=frozenset({1}), memory_budget=budget) as sorter:
+            for table in tables:
+                sorter.add(table)
+            groups = [g for i in range(3) for g in sorter.groups(i)]
+            return groups, sorter.spilled_bytes
+
+    small, spilled = drained(1 << 20)
+    big, none = drained(1 << 30)
+    assert spilled > 0 and none == 0 and small == big
+    assert [kg for kg, _, _, _ in big] == sorted(kg for kg, _, _, _ in big)
+    for _, state, keys, values in big:
+        assert keys == sorted(set(keys))  # unique, in byte order
+        if state != 1:
+            continue
+        assert all(len(v) % 31 == 30 for v in values)  # list state: elements joined by ','
