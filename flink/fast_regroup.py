@@ -113,8 +113,8 @@ def parse_block(data: bytes | memoryview, key_group: int, prefix: int) -> BlockE
                                                           value_lengths[on_chain], flagged[on_chain], nxt[on_chain])
     if not len(cand) or cand[0] != 2 or nxt[-1] != size or (len(cand) > 1 and not (nxt[:-1] == cand[1:]).all()):
         return None
-    marks = after_marks = cand[flagged] + 8 + key_lengths[flagged] + value_lengths[flagged]
-    marks = (b[after_marks].astype(np.int64) << 8) | b[after_marks + 1]
+    mark_at = cand[flagged] + 8 + key_lengths[flagged] + value_lengths[flagged]
+    marks = (b[mark_at].astype(np.int64) << 8) | b[mark_at + 1]
     if marks[-1] != END_OF_KEY_GROUP_MARK or not flagged[-1] or (marks[:-1] == END_OF_KEY_GROUP_MARK).any():
         return None
     first_state = (int(b[0]) << 8) | int(b[1])
