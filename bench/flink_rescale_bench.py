@@ -1,7 +1,8 @@
 """Flink max-parallelism change: ``statekit rescale --max-parallelism`` of a canonical savepoint of
->= 1M keys against ``cp -r`` of the same savepoint, same run.
+>= 1M keys against ``cp -r`` of the same savepoint, same run; local engine and Spark.
 
     .venv/bin/python bench/flink_rescale_bench.py [--keys 1000000] [--savepoint DIR] [--workdir DIR]
+        [--entry-path] [--spark] [--master local[2]]
 
 Steps (the timed ones each a child process, its peak RSS and CPU time read from ``os.wait4``;
 this process stays small, since on Linux a child's peak RSS starts from its parent's at fork):
@@ -17,11 +18,19 @@ this process stays small, since on Linux a child's peak RSS starts from its pare
    each new key serialized like Flink's (checked by decoding it) and stored in the key group
    Flink assigns it. Both are kept in the work directory and reused by later runs;
 2. ``cp -r`` of the savepoint (the baseline; best of 3) and ``cp -r`` + ``sync``;
-3. ``statekit rescale --max-parallelism 1024`` (every key hashed, every entry regrouped through
-   temporary files; default memory budget), then the same with ``--memory-budget 16`` (more
-   spilling); each output checked with ``statekit verify`` (not timed).
+3. ``statekit rescale --max-parallelism 1024`` (the *split* path: every key hashed, vectorized;
+   every entry regrouped through temporary files; default memory budget), the same with
+   ``--memory-budget 16`` (more spilling), and ``--max-parallelism 64`` (the *merge* path: 64
+   divides 128, key groups merge whole, nothing hashed); each output checked with
+   ``statekit verify`` (not timed). ``--entry-path`` adds the entry-by-entry Python path
+   (``Regrouper(vectorized=False)``, the engine before the vectorized one) for comparison;
+4. ``--spark``: the same two rescales with ``--engine spark`` on ``--master`` (default
+   ``local[2]``), in one child that starts the session and warms the Python workers on a
+   first rescale, then times each rescale alone (the session's start is reported apart):
+   Spark's throughput against the local engine's, on the same bytes.
 
-Prints one table and a JSON line with every figure. Targets: <= 10x ``cp -r``, peak RSS <= 300 MB.
+Prints one table and a JSON line with every figure. Targets: <= 50x ``cp -r`` locally at 1M keys,
+Spark local[2] >= 1.7x the local engine's throughput, peak RSS <= 300 MB.
 """
 
 from __future__ import annotations
@@ -203,10 +212,50 @@ def copy_baseline(savepoint: Path, scratch: Path, repeat: int = 3) -> tuple[floa
     return min(times), synced
 
 
-def rescale(savepoint: Path, scratch: Path, label: str, *extra: str) -> dict[str, Any]:
+ENTRY_PATH = """
+import json, sys
+from statekit.flink import regroup
+from statekit.flink.rewrite import rescale_flink_savepoint
+init = regroup.Regrouper.__init__
+def entry_path(self, *args, **kwargs):
+    kwargs["vectorized"] = False
+    init(self, *args, **kwargs)
+regroup.Regrouper.__init__ = entry_path
+report = rescale_flink_savepoint(sys.argv[1], sys.argv[2], max_parallelism=int(sys.argv[3]), spill_dir=sys.argv[4])
+print(json.dumps(report.to_json()))
+"""
+
+SPARK_RUNS = """
+import json, sys, time
+from statekit.flink.rewrite import rescale_flink_savepoint
+from statekit.spark.flink_rewrite import SparkRegroup
+from statekit.spark.session import SparkSettings
+savepoint, scratch, master, warm = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+started = time.perf_counter()
+settings = SparkSettings(master)
+settings.session()
+session_s = time.perf_counter() - started
+rescale_flink_savepoint(warm, scratch + "/warm", max_parallelism=512, regroup=SparkRegroup(settings))
+out = {"session_s": round(session_s, 2)}
+for label, m2 in (("spark-1024", 1024), ("spark-merge-64", 64)):
+    started = time.perf_counter()
+    report = rescale_flink_savepoint(savepoint, scratch + "/" + label, max_parallelism=m2,
+                                     regroup=SparkRegroup(settings), spill_dir=scratch)
+    out[label] = {"seconds": round(time.perf_counter() - started, 2),
+                  "entries": sum(op["entries"] for op in report.to_json()["operators"])}
+print(json.dumps(out))
+"""
+
+
+def rescale(savepoint: Path, scratch: Path, label: str, *extra: str, max_parallelism: int = 1024,
+            entry_path: bool = False) -> dict[str, Any]:
     out = scratch / label
-    elapsed, rss, stdout, cpu = run([*STATEKIT, "rescale", str(savepoint), "--max-parallelism", "1024", "-o", str(out),
-                                "--spill-dir", str(scratch), "--json", *extra])
+    if entry_path:
+        argv = [sys.executable, "-c", ENTRY_PATH, str(savepoint), str(out), str(max_parallelism), str(scratch)]
+    else:
+        argv = [*STATEKIT, "rescale", str(savepoint), "--max-parallelism", str(max_parallelism), "-o", str(out),
+                "--spill-dir", str(scratch), "--json", *extra]
+    elapsed, rss, stdout, cpu = run(argv)
     report = json.loads(stdout)
     run([*STATEKIT, "verify", str(out)])
     size, _ = du(out)
@@ -224,6 +273,9 @@ def main() -> None:
     parser.add_argument("--savepoint", type=Path, help="a canonical Flink savepoint to use instead")
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "statekit-flink-rescale-bench",
                         help="keeps the generated savepoint between runs")
+    parser.add_argument("--entry-path", action="store_true", help="also time the entry-by-entry Python path")
+    parser.add_argument("--spark", action="store_true", help="also time --engine spark (PySpark)")
+    parser.add_argument("--master", default="local[2]", help="Spark master of --spark")
     parser.add_argument("--grow", nargs=3, metavar=("BASE", "KEYS", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     use_bytecode_caches()
@@ -244,7 +296,12 @@ def main() -> None:
     try:
         cp_s, cp_sync_s = copy_baseline(savepoint, scratch)
         runs = [rescale(savepoint, scratch, "rescale"), rescale(savepoint, scratch, "rescale-16MiB",
-                                                                "--memory-budget", "16")]
+                                                                "--memory-budget", "16"),
+                rescale(savepoint, scratch, "merge-64", max_parallelism=64)]
+        if args.entry_path:
+            runs.append(rescale(savepoint, scratch, "entry-path", entry_path=True))
+        spark = spark_runs(savepoint, scratch, args.master, base if args.savepoint is None else savepoint) \
+            if args.spark else None
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     print(f"savepoint {savepoint}: {size / 1e6:.1f} MB in {files} files"
@@ -259,9 +316,24 @@ def main() -> None:
         r["x_cp_sync"] = round(r["seconds"] / cp_sync_s, 1)
         print(f"{r['label']:<16}{r['seconds']:>9.2f}{r['cpu_s']:>8.1f}{r['x_cp']:>9.1f}{r['x_cp_sync']:>10.1f}{r['entries']:>10}"
               f"{r['entries_per_s']:>11}{r['peak_rss_mb']:>7} MB{r['spilled_bytes'] / 1e6:>7.0f} MB")
+    if spark is not None:
+        local = {r["label"]: r["seconds"] for r in runs}
+        print(f"Spark {args.master} (session started in {spark['session_s']} s, not counted):")
+        for label, baseline in (("spark-1024", "rescale"), ("spark-merge-64", "merge-64")):
+            row = spark[label]
+            row["throughput_vs_local"] = round(local[baseline] / row["seconds"], 2)
+            print(f"  {label:<16}{row['seconds']:>8.2f} s  {row['throughput_vs_local']:>5.2f}x the local "
+                  f"engine's throughput ({baseline}: {local[baseline]:.2f} s)")
     print(json.dumps({"savepoint": str(savepoint), "bytes": size, "files": files, "keys": args.keys,
                       "cp_s": round(cp_s, 3), "cp_sync_s": round(cp_sync_s, 3), "load_average": load,
-                      "cpus": os.cpu_count(), "runs": runs}))
+                      "cpus": os.cpu_count(), "runs": runs, "spark": spark}))
+
+
+def spark_runs(savepoint: Path, scratch: Path, master: str, warm: Path) -> dict[str, Any]:
+    """The --engine spark rescales in one child (session and Python workers warm), each timed alone."""
+    _, _, stdout, _ = run([sys.executable, "-c", SPARK_RUNS, str(savepoint), str(scratch), master, str(warm)])
+    result: dict[str, Any] = json.loads(stdout.strip().splitlines()[-1])
+    return result
 
 
 if __name__ == "__main__":

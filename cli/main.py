@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "rescale": ("statekit.cli.surgery", "rescale", "Rescale a savepoint offline (parallelism, max parallelism)."),
     "modify": ("statekit.cli.surgery", "modify", "Remove operators or states, rename uids."),
     "bootstrap": ("statekit.cli.surgery", "bootstrap", "Create a savepoint from Parquet, CSV or JSON rows."),
+    "convert": ("statekit.cli.convert", "convert", "Move keyed state between statekit and Flink savepoints."),
     "export": ("statekit.cli.spark_commands", "export", "Export state to Parquet through Spark."),
     "diff": ("statekit.cli.spark_commands", "diff", "Compare two savepoints."),
     "keygroup": ("statekit.cli.flink_commands", "keygroup", "Key group and subtask of a key (also Flink's)."),

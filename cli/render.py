@@ -22,10 +22,12 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from statekit.flink.convert import ConvertReport
     from statekit.flink.dispatch import FlinkDisposal, FlinkInspection, FlinkVerifyReport, SnapshotList
     from statekit.flink.key_group_lookup import KeyGroupLookup
     from statekit.flink.relocation import FlinkRelocation
     from statekit.flink.rewrite_report import FlinkModifyReport, FlinkRescaleReport
+    from statekit.flink.savepoint_bootstrap import FlinkBootstrapReport
     from statekit.readers.diff import SavepointDiff
     from statekit.readers.inspection import SnapshotInspection
     from statekit.readers.listing import CheckpointList
@@ -54,6 +56,7 @@ if TYPE_CHECKING:
         | SnapshotList | FlinkInspection | FlinkVerifyReport | FlinkDisposal | FlinkRelocation | KeyGroupLookup
         | SavepointDiff | ExportResult
         | RescaleReport | ModifyReport | BootstrapReport | FlinkRescaleReport | FlinkModifyReport
+        | FlinkBootstrapReport | ConvertReport
         | RunResult | JobList | SavepointResult | CancelResult
         | CheckpointResult | SavepointTrigger | SavepointStatus | CheckpointHistory
         | CompatibilityReport | MigrationReport | ReportResult
@@ -89,6 +92,8 @@ RENDERERS: dict[str, str] = {
     "statekit.writers.bootstrap.BootstrapReport": "surgery.bootstrap_report",
     "statekit.flink.rewrite_report.FlinkRescaleReport": "flink_rewrite.flink_rescale_report",
     "statekit.flink.rewrite_report.FlinkModifyReport": "flink_rewrite.flink_modify_report",
+    "statekit.flink.savepoint_bootstrap.FlinkBootstrapReport": "flink_write.flink_bootstrap_report",
+    "statekit.flink.convert.ConvertReport": "flink_write.convert_report",
     # job control: run, list, savepoint, stop, cancel
     "statekit.runtime.control.results.RunResult": "jobs.run_result",
     "statekit.runtime.control.results.JobList": "jobs.job_list",

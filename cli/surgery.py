@@ -15,6 +15,7 @@ from statekit.statefmt.errors import BadInputError
 __all__ = ["rescale", "modify", "bootstrap"]
 
 _STATE_KINDS = ["value", "list", "map", "reducing", "aggregating", "operator-list", "union", "broadcast"]
+_TIMER_KINDS = ["event-timers", "processing-timers"]
 _SERIALIZERS = ["msgpack", "json", "utf8", "int64", "bytes", "pickle"]
 
 
@@ -46,12 +47,19 @@ def _operator_parallelism(values: tuple[str, ...]) -> dict[str, int]:
               help="Print the plan (key-group ranges, bytes and entries per new subtask); write nothing.")
 @click.option("--spill-dir", metavar="DIR", help="Temp space for a max-parallelism change (default: system temp).")
 @click.option("--memory-budget", type=click.IntRange(min=8), default=96, show_default=True, metavar="MIB",
-              help="MiB of entries a max-parallelism change holds in memory at once.")
+              help="MiB of entries a max-parallelism change holds in memory at once (per task on Spark).")
+@click.option("--exact-plan", is_flag=True,
+              help="Flink, with --dry-run: read and hash every key for exact figures (as long as the rescale).")
+@click.option("--engine", type=click.Choice(["local", "spark"]), default="local", show_default=True,
+              help="local: one process; spark: a max-parallelism change on Spark, one task per target "
+                   "key-group range (statekit[spark]).")
+@spark_options
 @storage_option
 @common_options
 @catch_exception
 def rescale(path: str, parallelism: int | None, max_parallelism: int | None, operators: tuple[str, ...],
-            output: str | None, dry_run: bool, spill_dir: str | None, memory_budget: int, **_: Any) -> None:
+            output: str | None, dry_run: bool, spill_dir: str | None, memory_budget: int, exact_plan: bool,
+            engine: str, master: str, conf: tuple[str, ...], **_: Any) -> None:
     """Rescale the savepoint PATH offline into a new savepoint OUT.
 
     \b
@@ -61,15 +69,18 @@ def rescale(path: str, parallelism: int | None, max_parallelism: int | None, ope
     entries are regrouped and re-sorted, streaming with bounded memory; to a multiple of
     the old max parallelism, each old block is cut into its new key groups, nothing spilled.
     An Apache Flink canonical savepoint takes --max-parallelism only (docs/FLINK.md): each
-    key moves to the key group Flink assigns it, entry bytes copied.
+    key moves to the key group Flink assigns it, entry bytes copied; when the new max
+    parallelism divides the old one, key groups merge whole (nothing hashed). --dry-run
+    says which path and its estimated cost.
     The source is never modified; OUT appears whole (_metadata last) or not at all.
     """
-    from statekit.flink.dispatch import rescale_any
+    from statekit.spark.engine import rescale as run_rescale
 
     output_ = get_output()
-    report = rescale_any(
-        path, output, parallelism=parallelism, operator_parallelism=_operator_parallelism(operators),
-        max_parallelism=max_parallelism, dry_run=dry_run, spill_dir=spill_dir,
+    report = run_rescale(
+        path, output, engine=engine, spark=spark_settings(master, conf, bool(_.get("verbose"))),
+        parallelism=parallelism, operator_parallelism=_operator_parallelism(operators),
+        max_parallelism=max_parallelism, dry_run=dry_run, exact_plan=exact_plan, spill_dir=spill_dir,
         memory_budget=memory_budget << 20, progress=output_.progress,
     )
     output_.show(report)
@@ -116,20 +127,28 @@ def modify(path: str, output: str | None, remove_operators: tuple[str, ...], ren
 
 
 @click.command()
-@click.option("--input", "inputs", multiple=True, required=True, metavar="PATH",
+@click.option("--input", "inputs", multiple=True, metavar="PATH",
               help="A Parquet, CSV or JSON-lines file, or a directory of them (repeatable; local or URL).")
 @click.option("--input-format", type=click.Choice(["parquet", "csv", "json"]),
               help="Input format (default: from the file names).")
-@click.option("--uid", required=True, help="Operator uid.")
-@click.option("--state", required=True, help="State name.")
-@click.option("--kind", type=click.Choice(_STATE_KINDS), default="value", show_default=True, help="State kind.")
+@click.option("--uid", help="Operator uid.")
+@click.option("--state", help="State name.")
+@click.option("--kind", type=click.Choice(_STATE_KINDS + _TIMER_KINDS), default="value", show_default=True,
+              help="State kind (timers: --format flink, the value column is the timestamp).")
 @click.option("--key-column", metavar="COL", help="The key (keyed kinds).")
-@click.option("--value-column", "value_columns", multiple=True, required=True, metavar="COL",
+@click.option("--value-column", "value_columns", multiple=True, metavar="COL",
               help="The value; repeat for a struct value.")
 @click.option("--user-key-column", metavar="COL", help="The map key (map and broadcast state).")
-@click.option("--namespace-column", metavar="COL", help="The namespace (e.g. a window), if any.")
-@click.option("--value-type", metavar="TYPE", help="Declared value type, e.g. int, string, struct<a:int> (default: from the schema).")
+@click.option("--namespace-column", metavar="COL",
+              help="The namespace (e.g. a window), if any; --format flink: a (start, end) window per row.")
+@click.option("--value-type", metavar="TYPE",
+              help="Declared value type, e.g. int, string, struct<a:int> (default: from the schema); "
+                   "--format flink: a Flink type, e.g. long, row<a:string,n:int>, list<int>.")
 @click.option("--user-key-type", metavar="TYPE", help="Declared map-key type (default: from the schema).")
+@click.option("--key-type", metavar="TYPE",
+              help="--format flink: the Flink type of the key (string, long, int, ..., row<...>; default: from the schema).")
+@click.option("--pyflink", is_flag=True,
+              help="--format flink: lay the state out as PyFlink does (python-state-NAME, Row key, coder bytes).")
 @click.option("--key-serializer", type=click.Choice(_SERIALIZERS), default="msgpack", show_default=True)
 @click.option("--value-serializer", type=click.Choice(_SERIALIZERS), default="msgpack", show_default=True)
 @click.option("--user-key-serializer", type=click.Choice(_SERIALIZERS), default="msgpack", show_default=True)
@@ -139,9 +158,16 @@ def modify(path: str, output: str | None, remove_operators: tuple[str, ...], ren
 @click.option("--ttl-ms", type=click.IntRange(min=1),
               help="State TTL (keyed state): recorded in the descriptor; every entry expires at the reference time + TTL.")
 @click.option("--ttl-reference-time", "ttl_reference_time", type=click.IntRange(min=0), metavar="EPOCH_MS",
-              help="The time entries count as written at, for --ttl-ms (default: now).")
+              help="The time entries count as written at, for --ttl-ms (default: now); --format flink: the "
+                   "last-access time stored with every value of state with a TTL.")
 @click.option("--from", "from_savepoint", metavar="SAVEPOINT", help="Copy this savepoint's operators and add the new one.")
-@click.option("-o", "--output", required=True, metavar="OUT", help="The new savepoint directory (must not exist).")
+@click.option("--format", "fmt", type=click.Choice(["statekit", "flink"]), default="statekit", show_default=True,
+              help="statekit: a statekit savepoint; flink: an Apache Flink canonical savepoint (docs/FLINK.md).")
+@click.option("--spec", "spec_file", metavar="FILE",
+              help="--format flink: several operators and states from a JSON or TOML spec file (docs/FLINK.md).")
+@click.option("--metadata-version", type=click.IntRange(3, 7), metavar="V",
+              help="--format flink: the _metadata version (default 6, Flink 2.x; 4: Flink 1.16-1.20; 3: 1.15).")
+@click.option("-o", "--output", metavar="OUT", help="The new savepoint directory (must not exist).")
 @click.option("--engine", type=click.Choice(["local", "spark"]), default="local", show_default=True,
               help="local: pyarrow, streaming; spark: the Spark bootstrap (statekit[spark]).")
 @click.option("--batch-size", type=click.IntRange(min=1), default=65536, show_default=True, help="Rows per input batch.")
@@ -152,14 +178,15 @@ def modify(path: str, output: str | None, remove_operators: tuple[str, ...], ren
 @storage_option
 @common_options
 @catch_exception
-def bootstrap(inputs: tuple[str, ...], input_format: str | None, uid: str, state: str, kind: str,
+def bootstrap(inputs: tuple[str, ...], input_format: str | None, uid: str | None, state: str | None, kind: str,
               key_column: str | None, value_columns: tuple[str, ...], user_key_column: str | None,
               namespace_column: str | None, value_type: str | None, user_key_type: str | None,
+              key_type: str | None, pyflink: bool,
               key_serializer: str, value_serializer: str, user_key_serializer: str, max_parallelism: int | None,
               parallelism: int, name: str | None, ttl_ms: int | None, ttl_reference_time: int | None,
-              from_savepoint: str | None, output: str,
-              engine: str, batch_size: int, spill_dir: str | None, memory_budget: int, master: str,
-              conf: tuple[str, ...], **_: Any) -> None:
+              from_savepoint: str | None, fmt: str, spec_file: str | None, metadata_version: int | None,
+              output: str | None, engine: str, batch_size: int, spill_dir: str | None, memory_budget: int,
+              master: str, conf: tuple[str, ...], **_: Any) -> None:
     """Create a savepoint (or add an operator to a copy of one, --from) from rows.
 
     \b
@@ -167,20 +194,70 @@ def bootstrap(inputs: tuple[str, ...], input_format: str | None, uid: str, state
     declared serializer and type.
       statekit bootstrap --input counts.parquet --uid counter --state count \\
           --key-column word --value-column n -p 2 -o /savepoints/boot
+    --format flink writes an Apache Flink canonical savepoint that a Java or PyFlink job
+    restores (Flink types of key and value; --pyflink for a Python function's state):
+      statekit bootstrap --format flink --input counts.parquet --uid counter --state count \\
+          --key-column word --value-column n --key-type string --value-type long -o /savepoints/flink
+      statekit bootstrap --format flink --spec job-state.json -o /savepoints/flink
     """
     from statekit.spark.engine import bootstrap as run_bootstrap
     from statekit.statefmt.metadata import StateKind
     from statekit.writers.bootstrap_spec import BootstrapSpec
 
-    spec = BootstrapSpec(
-        inputs=inputs, output=output, uid=uid, state=state, kind=StateKind(kind), key_column=key_column,
-        value_columns=value_columns, user_key_column=user_key_column, namespace_column=namespace_column,
-        input_format=input_format, value_type=value_type, user_key_type=user_key_type,
-        key_serializer=key_serializer, value_serializer=value_serializer, user_key_serializer=user_key_serializer,
-        max_parallelism=max_parallelism, parallelism=parallelism, name=name, ttl_ms=ttl_ms,
-        ttl_reference_time_ms=ttl_reference_time, from_savepoint=from_savepoint,
-    )
     output_ = get_output()
-    output_.show(run_bootstrap(spec, engine, batch_size=batch_size, spill_dir=spill_dir,
-                               memory_budget=memory_budget << 20, progress=output_.progress,
-                               spark=spark_settings(master, conf, bool(_.get("verbose")))))
+    settings = spark_settings(master, conf, bool(_.get("verbose")))
+    options = dict(batch_size=batch_size, spill_dir=spill_dir, memory_budget=memory_budget << 20,
+                   progress=output_.progress, spark=settings)
+    if fmt == "flink":
+        from statekit.spark.engine import bootstrap_flink
+
+        flink = _flink_spec(click.get_current_context().params)
+        output_.show(bootstrap_flink(flink, engine, **options))  # type: ignore[arg-type]
+        return
+    if spec_file or key_type or pyflink or metadata_version is not None:
+        raise BadInputError("--spec, --key-type, --pyflink and --metadata-version are for --format flink")
+    if kind in _TIMER_KINDS:
+        raise BadInputError(f"--kind {kind} is for --format flink (a statekit savepoint keeps timers with its job)")
+    spec = BootstrapSpec(
+        inputs=inputs, output=output or "", uid=uid or "", state=state or "", kind=StateKind(kind),
+        key_column=key_column, value_columns=value_columns, user_key_column=user_key_column,
+        namespace_column=namespace_column, input_format=input_format, value_type=value_type,
+        user_key_type=user_key_type, key_serializer=key_serializer, value_serializer=value_serializer,
+        user_key_serializer=user_key_serializer, max_parallelism=max_parallelism, parallelism=parallelism, name=name,
+        ttl_ms=ttl_ms, ttl_reference_time_ms=ttl_reference_time, from_savepoint=from_savepoint,
+    )
+    output_.show(run_bootstrap(spec, engine, **options))  # type: ignore[arg-type]
+
+
+def _flink_spec(p: dict[str, Any]) -> Any:
+    """The Flink bootstrap spec of the options: a spec file, or one operator with one state."""
+    from statekit.flink.savepoint_bootstrap import (
+        FlinkBootstrapSpec,
+        FlinkOperatorSpec,
+        FlinkStateSpec,
+        load_spec_file,
+    )
+
+    if p["from_savepoint"]:
+        raise BadInputError("--from adds to a statekit savepoint; a Flink savepoint gets operators with "
+                            "--format flink --spec (several operators at once) or `statekit modify`")
+    if p["ttl_ms"] is not None:
+        raise BadInputError("--ttl-ms: a Flink savepoint records no TTL (the job's StateTtlConfig does); give the "
+                            "last-access time with --ttl-reference-time")
+    if {p["key_serializer"], p["value_serializer"], p["user_key_serializer"]} != {"msgpack"}:
+        raise BadInputError("--key-serializer/--value-serializer/--user-key-serializer name statekit serializers; "
+                            "--format flink writes Flink's serializers of --key-type and --value-type")
+    if p["spec_file"]:
+        given = [f"--{name.replace('_', '-')}" for name in ("inputs", "uid", "state", "value_columns", "key_column",
+                                                             "user_key_column", "key_type", "value_type") if p[name]]
+        if given:
+            raise BadInputError(f"--spec describes every operator and state; drop {', '.join(given)}")
+        return load_spec_file(p["spec_file"], output=p["output"], metadata_version=p["metadata_version"])
+    state = FlinkStateSpec(
+        name=p["state"] or "", kind=p["kind"], value_columns=p["value_columns"], inputs=p["inputs"],
+        input_format=p["input_format"], key_column=p["key_column"], user_key_column=p["user_key_column"],
+        namespace_column=p["namespace_column"], value_type=p["value_type"], user_key_type=p["user_key_type"],
+        ttl_timestamp=p["ttl_reference_time"])
+    operator = FlinkOperatorSpec(uid=p["uid"] or "", states=(state,), key_type=p["key_type"], pyflink=p["pyflink"],
+                                 parallelism=p["parallelism"], max_parallelism=p["max_parallelism"], name=p["name"])
+    return FlinkBootstrapSpec((operator,), p["output"] or "", p["metadata_version"] or 6)

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
         FlinkProblem,
         FlinkSnapshotSummary,
     )
+    from statekit.flink.rewrite import OperatorRegroup
     from statekit.flink.rewrite_report import FlinkModifyReport, FlinkRescaleReport
     from statekit.readers.diff import SavepointDiff
     from statekit.readers.inspection import SnapshotInspection
@@ -659,8 +660,14 @@ def lookup_key_group(
 def rescale_any(path: str, output: str | None, *, parallelism: int | None = None,
                 operator_parallelism: Mapping[str, int] | None = None, max_parallelism: int | None = None,
                 dry_run: bool = False, spill_dir: str | None = None, memory_budget: int = 96 << 20,
-                progress: ProgressFactory | None = None) -> RescaleReport | FlinkRescaleReport:
+                progress: ProgressFactory | None = None, exact_plan: bool = False,
+                flink_regroup: OperatorRegroup | None = None,
+                execution: str = "local") -> RescaleReport | FlinkRescaleReport:
     """Rescale a statekit savepoint, or change the max parallelism of a canonical Flink savepoint.
+
+    ``flink_regroup`` runs a Flink rescale's regrouping elsewhere (``statekit.spark.engine``
+    passes the Spark one; ``execution`` names it in the report); ``exact_plan`` makes a Flink
+    dry run read and hash every key.
 
     A Flink savepoint keeps its parallelism: Flink redistributes its keyed and operator state
     when a job restores it at another one, so ``-p``/``--operator`` are refused for it.
@@ -686,7 +693,8 @@ def rescale_any(path: str, output: str | None, *, parallelism: int | None = None
     from statekit.flink.rewrite import rescale_flink_savepoint
 
     return rescale_flink_savepoint(flink, output, max_parallelism=max_parallelism, dry_run=dry_run,
-                                   spill_dir=spill_dir, memory_budget=memory_budget, progress=progress)
+                                   exact_plan=exact_plan, spill_dir=spill_dir, memory_budget=memory_budget,
+                                   progress=progress, regroup=flink_regroup, execution=execution)
 
 
 def modify_any(path: str, output: str | None, *, remove_operators: tuple[str, ...] = (),

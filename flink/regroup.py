@@ -40,6 +40,7 @@ __all__ = ["StreamInput", "Regrouper", "KeyGroupTally", "DEFAULT_MEMORY_BUDGET",
 
 DEFAULT_MEMORY_BUDGET = 64 << 20
 READ_CHUNK = 1 << 20
+MAX_VECTOR_BLOCK = 64 << 20  # larger key groups are read in chunks, one entry at a time
 TIMER_TIMESTAMP_BYTES = 8
 _I32 = struct.Struct(">i")
 _U16 = struct.Struct(">H")
@@ -56,6 +57,8 @@ class StreamInput:
         offsets: ``(old key group, offset)`` of every non-empty key group, by offset.
         state_ids: The output state id of each of the stream's state ids.
         timers: Output state ids whose keys start with a timer timestamp.
+        ends: Where each key group of ``offsets`` ends (default: the next one's offset, the last
+            at the end of the stream); given when ``offsets`` is a slice of the stream's.
     """
 
     stream: IO[bytes]
@@ -63,6 +66,7 @@ class StreamInput:
     offsets: tuple[tuple[int, int], ...]
     state_ids: tuple[int, ...]
     timers: frozenset[int]
+    ends: tuple[int, ...] | None = None
 
 
 @dataclass
@@ -123,11 +127,13 @@ class Regrouper:
     """
 
     def __init__(self, hasher: KeyHasher, old_max_parallelism: int, max_parallelism: int,
-                 spill: IO[bytes] | None, memory_budget: int = DEFAULT_MEMORY_BUDGET) -> None:
+                 spill: IO[bytes] | None, memory_budget: int = DEFAULT_MEMORY_BUDGET, *, vectorized: bool = True) -> None:
         self.hasher = hasher
+        self.old_max_parallelism = old_max_parallelism
         self.old_prefix = prefix_bytes(old_max_parallelism)
         self.max_parallelism = max_parallelism
-        new_prefix = prefix_bytes(max_parallelism)
+        self.vectorized = vectorized
+        new_prefix = self.new_prefix = prefix_bytes(max_parallelism)
         self.prefixes = [kg.to_bytes(new_prefix, "big") for kg in range(max_parallelism)]
         self.prefix_delta = new_prefix - self.old_prefix
         self.spill = spill
@@ -136,7 +142,8 @@ class Regrouper:
         self.bytes_read = 0
         self._buffers: dict[int, bytearray] = {}
         self._last: dict[int, int] = {}  # group -> offset of its last entry in its buffer
-        self._runs: dict[int, list[tuple[int, int, int]]] = {}  # group -> (spill offset, length, last entry)
+        self._runs: dict[int, list[tuple[int, int, int, int]]] = {}  # group -> (spill offset, length, last, entries)
+        self._counts: dict[int, int] = {}  # group -> entries buffered
         self._buffered = 0
         self._spilled = 0
 
@@ -149,12 +156,47 @@ class Regrouper:
             CorruptStateError: Damaged or truncated bytes (names the stream, key group and offset).
         """
         chunks = _Chunks(entries.stream, entries.source)
-        for key_group, offset in entries.offsets:
-            chunks.seek(offset)
-            self._add_key_group(chunks, key_group, entries)
-            self.bytes_read += chunks.base + chunks.pos - offset
+        ends = list(entries.ends) if entries.ends is not None else \
+            [offset for _, offset in entries.offsets[1:]] + [self._stream_size(entries) if self.vectorized else 0]
+        for (key_group, offset), end in zip(entries.offsets, ends):
+            if not (self.vectorized and 0 < end - offset <= MAX_VECTOR_BLOCK and self._add_block(entries, key_group,
+                                                                                               offset, end)):
+                if self.vectorized:  # the block path moved the stream: start a new window
+                    chunks = _Chunks(entries.stream, entries.source)
+                chunks.seek(offset)
+                self._add_key_group(chunks, key_group, entries)
+                self.bytes_read += chunks.base + chunks.pos - offset
             if self._buffered > self.memory_budget:
                 self._flush()
+
+    @staticmethod
+    def _stream_size(entries: StreamInput) -> int:
+        entries.stream.seek(0, 2)
+        return entries.stream.tell()
+
+    def _add_block(self, entries: StreamInput, key_group: int, offset: int, end: int) -> bool:
+        """One key group at once (:mod:`statekit.flink.fast_regroup`); ``False`` leaves it to the entry path."""
+        from statekit.flink.fast_regroup import regroup_block
+
+        entries.stream.seek(offset)
+        data = entries.stream.read(end - offset)
+        if len(data) != end - offset:
+            return False
+        return regroup_block(self, data, key_group, entries, f"{entries.source} (key group {key_group})")
+
+    def add_run(self, group: int, data: bytes, last: int, entries: int) -> None:
+        """Entries of one group in the output layout (flags clear), ``last`` the offset of the last one."""
+        if self.spill is not None:
+            buffer = self._buffers.get(group)
+            if buffer is None:
+                buffer = self._buffers[group] = bytearray()
+            self._last[group] = len(buffer) + last
+            self._counts[group] = self._counts.get(group, 0) + entries
+            buffer += data
+            self._buffered += len(data)
+        key_group = group >> _STATE_BITS
+        self.tally.entries[key_group] += entries
+        self.tally.bytes[key_group] += len(data)
 
     def _state_id(self, chunks: _Chunks, key_group: int, entries: StreamInput) -> int:
         if chunks.pos + 2 > len(chunks.buf):
@@ -172,6 +214,7 @@ class Regrouper:
         old_prefix, max_parallelism, hasher = self.old_prefix, self.max_parallelism, self.hasher
         prefixes, delta, unpack = self.prefixes, self.prefix_delta, _I32.unpack_from
         buffers, last, tally_entries, tally_bytes = self._buffers, self._last, self.tally.entries, self.tally.bytes
+        counts = self._counts
         keep = self.spill is not None  # else a plan: count only
         cache: dict[bytes, int] = {}  # key bytes -> new key group; entries of one key share a key group
         state = entries.state_ids[self._state_id(chunks, key_group, entries)]
@@ -218,6 +261,7 @@ class Regrouper:
                 if buffer is None:
                     buffer = buffers[group] = bytearray()
                 last[group] = len(buffer)
+                counts[group] = counts.get(group, 0) + 1
                 buffer += record
                 buffer += memoryview(buf)[pos + 4 + old_prefix:end]
                 self._buffered += size
@@ -239,12 +283,19 @@ class Regrouper:
         """Append every buffer to the spill file as a run and empty it (counting only: drop them)."""
         if self.spill is not None:
             for group, buffer in self._buffers.items():
-                self._runs.setdefault(group, []).append((self._spilled, len(buffer), self._last[group]))
+                self._runs.setdefault(group, []).append((self._spilled, len(buffer), self._last[group],
+                                                         self._counts.get(group, 0)))
                 self.spill.write(buffer)
                 self._spilled += len(buffer)
         self._buffers.clear()
         self._last.clear()
+        self._counts.clear()
         self._buffered = 0
+
+    def flush_if_full(self) -> None:
+        """Spill the buffers when they hold more than the memory budget."""
+        if self._buffered > self.memory_budget:
+            self._flush()
 
     # ------------------------------------------------------------------ gather
 
@@ -259,10 +310,23 @@ class Regrouper:
         for group in present:
             yield group >> _STATE_BITS, group & ((1 << _STATE_BITS) - 1), self._chunks(group)
 
+    def runs(self, key_groups: KeyGroupRange) -> Iterator[tuple[int, bytes, int, int]]:
+        """``(group, bytes, offset of the last entry, entries)`` of every run of ``key_groups``, flags
+        clear, in order: the input of another :class:`Regrouper` (:meth:`add_run`)."""
+        low, high = key_groups.start << _STATE_BITS, (key_groups.end + 1) << _STATE_BITS
+        for group in sorted(g for g in set(self._buffers) | set(self._runs) if low <= g < high):
+            for offset, length, last, entries in self._runs.get(group, []):
+                assert self.spill is not None
+                self.spill.seek(offset)
+                yield group, self.spill.read(length), last, entries
+            buffered = self._buffers.get(group)
+            if buffered:
+                yield group, bytes(buffered), self._last[group], self._counts.get(group, 0)
+
     def _chunks(self, group: int) -> Iterator[bytes]:
         runs = self._runs.get(group, [])
         buffered = self._buffers.get(group)
-        for index, (offset, length, last) in enumerate(runs):
+        for index, (offset, length, last, _) in enumerate(runs):
             assert self.spill is not None
             self.spill.seek(offset)
             data = self.spill.read(length)

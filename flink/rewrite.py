@@ -25,7 +25,7 @@ import time
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 from statekit.flink.metadata import read_flink_metadata
 from statekit.flink.metadata_writer import (
@@ -44,12 +44,14 @@ from statekit.flink.regroup import DEFAULT_MEMORY_BUDGET, KeyGroupTally, Regroup
 from statekit.flink.rewrite_report import (
     KEPT,
     MAX_PARALLELISM_ONLY,
+    MERGE,
     REGROUP,
     FlinkModifyReport,
     FlinkOperatorPlan,
     FlinkOperatorSummary,
     FlinkRescaleReport,
     FlinkSubtaskPlan,
+    rescale_path,
 )
 from statekit.flink.savepoint_files import CarriedFiles
 from statekit.flink.storage import FlinkSnapshot, load_snapshot
@@ -58,11 +60,12 @@ from statekit.flink.uids import operator_id_for_uid
 from statekit.readers.progress import Advance, ProgressFactory, no_progress
 from statekit.statefmt.errors import BadInputError, MetadataError, StateNotFoundError
 from statekit.statefmt.fileio import FileIO
-from statekit.statefmt.keygroups import check_parallelism, compute_key_group_range_for_operator_index
+from statekit.statefmt.keygroups import KeyGroupRange, check_parallelism, compute_key_group_range_for_operator_index
 from statekit.statefmt.layout import MAX_METADATA_BYTES
 from statekit.writers.staging import check_output_dir, staged_output_dir
 
-__all__ = ["rescale_flink_savepoint", "modify_flink_savepoint"]
+__all__ = ["rescale_flink_savepoint", "modify_flink_savepoint", "RescaleTarget", "WrittenStream", "RegroupResult",
+           "OperatorRegroup", "regroup_locally"]
 _I32_BYTES = 4
 
 
@@ -122,7 +125,7 @@ def _publish(io: FileIO, directory: str, data: bytes, edits: Iterable[Edit], sou
 
 
 @dataclass(frozen=True)
-class _Target:
+class RescaleTarget:
     """One operator of a rescale: its index, spans and, for keyed state, its checked streams."""
 
     index: int
@@ -159,17 +162,17 @@ def _check_max_parallelism(snapshot: FlinkSnapshot, max_parallelism: int) -> Non
                                 "state; not rewritten", path=snapshot.path)
 
 
-def _targets(snapshot: FlinkSnapshot, spans: MetadataSpans, max_parallelism: int) -> list[_Target]:
+def _targets(snapshot: FlinkSnapshot, spans: MetadataSpans, max_parallelism: int) -> list[RescaleTarget]:
     targets = []
     ops = snapshot.metadata.operators
     for index, (op, span, change) in enumerate(zip(ops, spans.operators, _changed(ops))):
         changed = change and op.max_parallelism != max_parallelism
         streams = operator_streams(snapshot, op) if changed and has_keyed_state(op) else None
-        targets.append(_Target(index, op, span, changed, streams))
+        targets.append(RescaleTarget(index, op, span, changed, streams))
     return targets
 
 
-def _operator_plan(target: _Target, max_parallelism: int, tally: KeyGroupTally | None) -> FlinkOperatorPlan:
+def _operator_plan(target: RescaleTarget, max_parallelism: int, tally: KeyGroupTally | None) -> FlinkOperatorPlan:
     op = target.op
     if not target.changed:
         return FlinkOperatorPlan(op.label, op.operator_id, KEPT, op.parallelism, op.max_parallelism,
@@ -183,50 +186,150 @@ def _operator_plan(target: _Target, max_parallelism: int, tally: KeyGroupTally |
         filled, entries, size = tally.in_range(key_groups)
         subtasks.append(FlinkSubtaskPlan(index, key_groups, filled, entries, size))
     return FlinkOperatorPlan(op.label, op.operator_id, REGROUP, op.parallelism, op.max_parallelism, max_parallelism,
-                             target.streams.state_names, target.streams.hasher.name, tuple(subtasks))
+                             target.streams.state_names, target.streams.hasher.name, tuple(subtasks),
+                             rescale_path(op.max_parallelism, max_parallelism), False, target.streams.bytes)
+
+
+def _estimated_plan(snapshot: FlinkSnapshot, target: RescaleTarget, max_parallelism: int) -> FlinkOperatorPlan:
+    """The plan from the key-group offsets and one sampled key group per stream; no other entry read.
+
+    Bytes per new key group: a source key group's bytes go to ``g % M2`` on the merge path,
+    and spread evenly over the new key groups otherwise; entries from the sampled bytes per entry.
+    """
+    streams = target.streams
+    op = target.op
+    if streams is None or not target.changed:
+        return _operator_plan(target, max_parallelism, None)
+    path = rescale_path(op.max_parallelism, max_parallelism)
+    sizes = [0] * op.max_parallelism
+    for source in streams.sources:
+        handle = source.handle
+        starts = sorted((o, kg) for kg, o in zip(handle.key_group_range, handle.key_group_offsets) if o)
+        for i, (offset, kg) in enumerate(starts):
+            end = starts[i + 1][0] if i + 1 < len(starts) else source.delegate.size
+            sizes[kg] += end - offset
+    per_entry = _sampled_bytes_per_entry(snapshot, streams)
+    tally = KeyGroupTally(max_parallelism)
+    total = sum(sizes)
+    if path == MERGE:
+        for kg, size in enumerate(sizes):
+            tally.bytes[kg % max_parallelism] += size
+    else:
+        for kg in range(max_parallelism):
+            tally.bytes[kg] = total * (kg + 1) // max_parallelism - total * kg // max_parallelism
+    for kg, size in enumerate(tally.bytes):
+        tally.entries[kg] = round(size / per_entry) if size else 0
+    plan = _operator_plan(target, max_parallelism, tally)
+    return FlinkOperatorPlan(plan.label, plan.operator_id, plan.action, plan.parallelism, plan.old_max_parallelism,
+                             plan.max_parallelism, plan.states, plan.key_type, plan.subtasks, plan.path, True,
+                             plan.source_bytes)
+
+
+def _sampled_bytes_per_entry(snapshot: FlinkSnapshot, streams: OperatorStreams) -> float:
+    """Stream bytes per entry in the first non-empty key group of each stream (vectorized parse)."""
+    from statekit.flink.fast_regroup import parse_block
+    from statekit.flink.sources import prefix_bytes
+
+    sampled_bytes = sampled_entries = 0
+    prefix = prefix_bytes(streams.operator.max_parallelism)
+    with open_inputs(snapshot, streams) as inputs:
+        for entries in inputs:
+            if not entries.offsets:
+                continue
+            kg, offset = entries.offsets[0]
+            end = entries.offsets[1][1] if len(entries.offsets) > 1 else None
+            entries.stream.seek(offset)
+            data = entries.stream.read(end - offset) if end is not None else entries.stream.read(1 << 20)
+            parsed = parse_block(data, kg, prefix) if end is not None else None
+            if parsed is not None:
+                sampled_bytes += len(data)
+                sampled_entries += len(parsed.starts)
+    return sampled_bytes / sampled_entries if sampled_entries else 64.0
+
+
+@dataclass(frozen=True)
+class WrittenStream:
+    """One new key-group stream of a subtask: its range, key-group offsets, file name and size."""
+
+    index: int
+    key_groups: KeyGroupRange
+    offsets: tuple[int, ...]
+    name: str
+    size: int
+
+
+@dataclass
+class RegroupResult:
+    """What regrouping one operator wrote: a stream per subtask, and what it read."""
+
+    streams: list[WrittenStream]
+    tally: KeyGroupTally
+    bytes_read: int
+    spilled_bytes: int = 0
+
+
+class OperatorRegroup(Protocol):
+    """Writes the new streams of one keyed operator into ``directory`` (the engine's seam)."""
+
+    def __call__(self, snapshot: FlinkSnapshot, target: RescaleTarget, max_parallelism: int, io: FileIO,
+                 directory: str) -> RegroupResult: ...
+
+
+def regroup_locally(spill_dir: str | None, memory_budget: int, advance: Advance) -> OperatorRegroup:
+    """The local engine: one process reads every stream (vectorized), spills, writes each subtask's stream."""
+
+    def regroup(snapshot: FlinkSnapshot, target: RescaleTarget, max_parallelism: int, io: FileIO,
+                directory: str) -> RegroupResult:
+        streams = target.streams
+        assert streams is not None
+        with tempfile.TemporaryFile(dir=spill_dir) as spill:
+            regrouper = _regroup(snapshot, streams, max_parallelism, spill, memory_budget, advance)
+            written = []
+            for index in range(target.op.parallelism):
+                key_groups = compute_key_group_range_for_operator_index(max_parallelism, target.op.parallelism, index)
+                name = str(uuid.uuid4())
+                with io.open_output(posixpath.join(directory, name)) as out:
+                    offsets, size = write_stream(out, streams.header, key_groups, regrouper.groups(key_groups))
+                written.append(WrittenStream(index, key_groups, tuple(offsets), name, size))
+        return RegroupResult(written, regrouper.tally, regrouper.bytes_read, regrouper.spilled_bytes)
+
+    return regroup
 
 
 class _Rescale:
     """One rescale: regroups each keyed operator, then collects the ``_metadata`` edits."""
 
     def __init__(self, snapshot: FlinkSnapshot, data: bytes, spans: MetadataSpans, max_parallelism: int,
-                 memory_budget: int, advance: Advance) -> None:
+                 regroup: OperatorRegroup) -> None:
         self.snapshot, self.data, self.spans = snapshot, data, spans
-        self.max_parallelism, self.memory_budget, self.advance = max_parallelism, memory_budget, advance
+        self.max_parallelism, self.regroup = max_parallelism, regroup
         self.edits: list[Edit] = []
         self.bytes_read = self.bytes_written = self.spilled = 0
 
-    def regroup(self, streams: OperatorStreams, spill: IO[bytes]) -> Regrouper:
-        regrouper = _regroup(self.snapshot, streams, self.max_parallelism, spill, self.memory_budget, self.advance)
-        self.bytes_read += regrouper.bytes_read
-        self.spilled += regrouper.spilled_bytes
-        return regrouper
-
-    def write_streams(self, target: _Target, regrouper: Regrouper, io: FileIO, directory: str) -> None:
+    def write_streams(self, target: RescaleTarget, io: FileIO, directory: str) -> KeyGroupTally:
         """One new stream per subtask; its handle replaces the old one, or a new subtask holds it."""
-        op, streams = target.op, target.streams
-        assert streams is not None
+        result = self.regroup(self.snapshot, target, self.max_parallelism, io, directory)
+        self.bytes_read += result.bytes_read
+        self.spilled += result.spilled_bytes
         existing = {sub.index: sub for sub in target.span.subtasks}
         added = b""
-        for index in range(op.parallelism):
-            key_groups = compute_key_group_range_for_operator_index(self.max_parallelism, op.parallelism, index)
-            name = str(uuid.uuid4())
-            with io.open_output(posixpath.join(directory, name)) as out:
-                offsets, size = write_stream(out, streams.header, key_groups, regrouper.groups(key_groups))
-            self.bytes_written += size
-            handle = encode_savepoint_key_groups_handle(key_groups, offsets, encode_relative_file_handle(name, size))
-            span = existing.get(index)
+        for stream in result.streams:
+            self.bytes_written += stream.size
+            handle = encode_savepoint_key_groups_handle(stream.key_groups, stream.offsets,
+                                                        encode_relative_file_handle(stream.name, stream.size))
+            span = existing.get(stream.index)
             if span is not None and span.managed_keyed is not None:
                 self.edits.append(Edit(*span.managed_keyed, handle))
             else:
-                added += encode_new_subtask(index, handle, self.spans.version)
+                added += encode_new_subtask(stream.index, handle, self.spans.version)
         if added:
-            count = len(target.span.subtasks) + sum(1 for i in range(op.parallelism) if i not in existing)
+            count = len(target.span.subtasks) + sum(1 for i in range(target.op.parallelism) if i not in existing)
             at = target.span.count_at
             self.edits += [Edit(at, at + _I32_BYTES, count.to_bytes(4, "big", signed=True)),
                            Edit(target.span.end, target.span.end, added)]
+        return result.tally
 
-    def max_parallelism_edit(self, target: _Target) -> None:
+    def max_parallelism_edit(self, target: RescaleTarget) -> None:
         at = target.span.max_parallelism_at
         self.edits.append(Edit(at, at + _I32_BYTES, self.max_parallelism.to_bytes(4, "big", signed=True)))
 
@@ -243,11 +346,14 @@ def _regroup(snapshot: FlinkSnapshot, streams: OperatorStreams, max_parallelism:
     return regrouper
 
 
-def _rescale_plan(snapshot: FlinkSnapshot, targets: list[_Target], max_parallelism: int,
-                  advance: Advance) -> tuple[list[FlinkOperatorPlan], int]:
+def _rescale_plan(snapshot: FlinkSnapshot, targets: list[RescaleTarget], max_parallelism: int,
+                  advance: Advance, exact: bool) -> tuple[list[FlinkOperatorPlan], int]:
     plans, bytes_read = [], 0
     for target in targets:
         tally = None
+        if not exact:
+            plans.append(_estimated_plan(snapshot, target, max_parallelism))
+            continue
         if target.streams is not None:
             regrouper = _regroup(snapshot, target.streams, max_parallelism, None, DEFAULT_MEMORY_BUDGET, advance)
             tally, bytes_read = regrouper.tally, bytes_read + regrouper.bytes_read
@@ -261,24 +367,36 @@ def rescale_flink_savepoint(
     *,
     max_parallelism: int,
     dry_run: bool = False,
+    exact_plan: bool = False,
     spill_dir: str | None = None,
     memory_budget: int = DEFAULT_MEMORY_BUDGET,
     storage_options: dict[str, Any] | None = None,
     output_storage_options: dict[str, Any] | None = None,
     progress: ProgressFactory | None = None,
+    regroup: OperatorRegroup | None = None,
+    execution: str = "local",
 ) -> FlinkRescaleReport:
     """Write a copy of a canonical Flink savepoint with a new max parallelism.
+
+    The path is chosen per operator (:func:`statekit.flink.rewrite_report.rescale_path`):
+    ``merge`` when the new max parallelism divides the old one (key group ``g`` goes whole to
+    ``g % M2``: no key hashed), ``split`` or ``rehash`` otherwise (every key hashed).
 
     Args:
         path: The savepoint directory or its ``_metadata`` (local or fsspec URL).
         output: The new savepoint directory (must not exist, or be empty); optional with ``dry_run``.
         max_parallelism: The new max parallelism of every operator (1..32768, at least each
             operator's parallelism).
-        dry_run: Read and hash every key, write nothing: the plan per subtask.
+        dry_run: Write nothing: the path, its estimated cost and the plan per subtask, from the
+            key-group offsets and one sampled key group per stream (``exact_plan``: read and hash
+            every key for exact figures, which costs about as much as the rescale).
+        exact_plan: With ``dry_run``, the exact plan.
         spill_dir: Where temporary files go (default: the system's temporary directory).
         memory_budget: Bytes of entries held in memory before they spill.
         storage_options / output_storage_options: fsspec options of source and output.
         progress: Opens a progress bar (``Output.progress``), advanced in bytes of streams read.
+        regroup: Writes each keyed operator's new streams (default :func:`regroup_locally`;
+            ``statekit.spark.flink_rewrite`` runs it on Spark); ``execution`` names it in the report.
 
     Raises:
         BadInputError: A max parallelism out of range or below a parallelism, nothing to do, a
@@ -293,23 +411,25 @@ def rescale_flink_savepoint(
     data = _source_bytes(snapshot)
     spans = _spans(data, snapshot)
     targets = _targets(snapshot, spans, max_parallelism)
-    report = FlinkRescaleReport(snapshot.path, None, dry_run, snapshot.metadata.version)
+    report = FlinkRescaleReport(snapshot.path, None, dry_run, snapshot.metadata.version, execution=execution)
     report.output = _output_url(output, output_storage_options, dry_run, snapshot.path)
     work = sum(t.streams.bytes for t in targets if t.streams is not None)
     factory = progress or no_progress
     if dry_run:
         with factory("planning", total=work) as advance:
-            report.operators, report.bytes_read = _rescale_plan(snapshot, targets, max_parallelism, advance)
+            report.operators, report.bytes_read = _rescale_plan(snapshot, targets, max_parallelism, advance,
+                                                                exact_plan)
         report.elapsed_s = time.monotonic() - started
         return report
     assert output is not None
     with factory("rescaling", total=work) as advance, \
             staged_output_dir(output, output_storage_options) as (io, directory), \
             tempfile.TemporaryDirectory(prefix="statekit-flink-rescale-", dir=spill_dir) as scratch:
-        job = _Rescale(snapshot, data, spans, max_parallelism, memory_budget, advance)
+        job = _Rescale(snapshot, data, spans, max_parallelism, regroup or regroup_locally(scratch, memory_budget,
+                                                                                          advance))
         files = CarriedFiles(snapshot)
         for target in targets:
-            report.operators.append(_rescale_operator(job, target, files, io, directory, scratch))
+            report.operators.append(_rescale_operator(job, target, files, io, directory))
         report.files_copied = len(files.files)
         job.bytes_written += files.copy_to(io, directory, lambda _name, _size: None)
         job.bytes_written += _publish(io, directory, data, job.edits + files.edits, snapshot.metadata_path)
@@ -318,8 +438,8 @@ def rescale_flink_savepoint(
     return report
 
 
-def _rescale_operator(job: _Rescale, target: _Target, files: CarriedFiles, io: FileIO, directory: str,
-                      scratch: str) -> FlinkOperatorPlan:
+def _rescale_operator(job: _Rescale, target: RescaleTarget, files: CarriedFiles, io: FileIO,
+                      directory: str) -> FlinkOperatorPlan:
     if not target.changed:
         _carry(files, target.op, job.data, keyed_replaced=False)
         return _operator_plan(target, job.max_parallelism, None)
@@ -327,10 +447,8 @@ def _rescale_operator(job: _Rescale, target: _Target, files: CarriedFiles, io: F
     _carry(files, target.op, job.data, keyed_replaced=target.streams is not None)
     if target.streams is None:
         return _operator_plan(target, job.max_parallelism, None)
-    with tempfile.TemporaryFile(dir=scratch) as spill:
-        regrouper = job.regroup(target.streams, spill)
-        job.write_streams(target, regrouper, io, directory)
-    return _operator_plan(target, job.max_parallelism, regrouper.tally)
+    tally = job.write_streams(target, io, directory)
+    return _operator_plan(target, job.max_parallelism, tally)
 
 
 # ----------------------------------------------------------------------------- modify

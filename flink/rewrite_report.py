@@ -10,9 +10,25 @@ from typing import Any
 from statekit.statefmt.keygroups import KeyGroupRange, subtask_skew
 
 __all__ = ["FlinkSubtaskPlan", "FlinkOperatorPlan", "FlinkRescaleReport", "FlinkOperatorSummary",
-           "FlinkModifyReport", "REGROUP", "MAX_PARALLELISM_ONLY", "KEPT"]
+           "FlinkModifyReport", "REGROUP", "MAX_PARALLELISM_ONLY", "KEPT", "MERGE", "SPLIT", "REHASH", "rescale_path",
+           "RATES"]
 
 REGROUP = "regroup"  # keyed state regrouped into the new key groups
+# how entries reach their new key groups (Flink: key group = murmurHash(hashCode) % M)
+MERGE = "merge"  # M2 divides M: (h % M) % M2 == h % M2, so key group g goes whole to g % M2; nothing hashed
+SPLIT = "split"  # M divides M2: key group g splits into g, g + M, ...; every key hashed
+REHASH = "rehash"  # neither: every key hashed
+# MB of key-group streams per CPU second of the local engine (bench/flink_rescale_bench.py, 1M keys, 2-core VM)
+RATES = {MERGE: 200.0, SPLIT: 75.0, REHASH: 75.0}
+
+
+def rescale_path(old_max_parallelism: int, max_parallelism: int) -> str:
+    """``merge``, ``split`` or ``rehash`` (see :data:`MERGE`)."""
+    if old_max_parallelism % max_parallelism == 0:
+        return MERGE
+    if max_parallelism % old_max_parallelism == 0:
+        return SPLIT
+    return REHASH
 MAX_PARALLELISM_ONLY = "max parallelism"  # no keyed state: only the number changes
 KEPT = "kept"  # carried over as it is: already at the new max parallelism, or one set apart (e.g. 1)
 
@@ -56,6 +72,9 @@ class FlinkOperatorPlan:
         states: The keyed states (``regroup``).
         key_type: The key type hashed (``Row<String>``...), for ``regroup``.
         subtasks: Per subtask, the key groups, entries and bytes it holds afterwards.
+        path: How entries reach their new key groups (``merge``, ``split``, ``rehash``), for ``regroup``.
+        estimated: The subtask figures are estimates (a dry run that read no entries).
+        source_bytes: Bytes of the key-group streams to read.
     """
 
     label: str
@@ -67,6 +86,16 @@ class FlinkOperatorPlan:
     states: tuple[str, ...] = ()
     key_type: str | None = None
     subtasks: tuple[FlinkSubtaskPlan, ...] = ()
+    path: str | None = None
+    estimated: bool = False
+    source_bytes: int = 0
+
+    @property
+    def estimated_seconds(self) -> float | None:
+        """CPU seconds of the local engine at the path's measured rate (:data:`RATES`)."""
+        if self.path is None:
+            return None
+        return self.source_bytes / 1e6 / RATES[self.path]
 
     @property
     def entries(self) -> int:
@@ -87,8 +116,11 @@ class FlinkOperatorPlan:
         """The plan as JSON data."""
         return {"label": self.label, "operator_id": self.operator_id, "action": self.action,
                 "parallelism": self.parallelism, "max_parallelism": [self.old_max_parallelism, self.max_parallelism],
-                "states": list(self.states), "key_type": self.key_type, "entries": self.entries,
-                "bytes": self.bytes, "skew": round(self.skew, 4), "subtasks": [s.to_json() for s in self.subtasks]}
+                "states": list(self.states), "key_type": self.key_type, "path": self.path,
+                "estimated": self.estimated, "source_bytes": self.source_bytes,
+                "estimated_seconds": None if self.estimated_seconds is None else round(self.estimated_seconds, 3),
+                "entries": self.entries, "bytes": self.bytes, "skew": round(self.skew, 4),
+                "subtasks": [s.to_json() for s in self.subtasks]}
 
 
 @dataclass
@@ -118,11 +150,12 @@ class FlinkRescaleReport:
     spilled_bytes: int = 0
     files_copied: int = 0
     elapsed_s: float = 0.0
+    execution: str = "local"
 
     def to_json(self) -> dict[str, Any]:
         """The report as JSON data."""
-        return {"engine": "flink", "source": self.source, "output": self.output, "dry_run": self.dry_run,
-                "metadata_version": self.metadata_version, "bytes_read": self.bytes_read,
+        return {"engine": "flink", "execution": self.execution, "source": self.source, "output": self.output,
+                "dry_run": self.dry_run, "metadata_version": self.metadata_version, "bytes_read": self.bytes_read,
                 "bytes_written": self.bytes_written, "spilled_bytes": self.spilled_bytes,
                 "files_copied": self.files_copied, "elapsed_s": round(self.elapsed_s, 3),
                 "operators": [op.to_json() for op in self.operators]}

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     import pyarrow.dataset as ds
 
 __all__ = ["BootstrapReport", "BootstrapSubtask", "bootstrap_savepoint", "read_from_savepoint",
-           "target_max_parallelism"]
+           "target_max_parallelism", "RowInput", "RowFiles", "open_rows"]
 
 
 @dataclass(frozen=True)
@@ -211,7 +211,7 @@ def bootstrap_savepoint(
 # ---------------------------------------------------------------- input
 
 
-def _input_files(spec: BootstrapSpec) -> tuple[FileIO, list[FileInfo], str]:
+def _input_files(spec: BootstrapSpec | RowInput) -> tuple[FileIO, list[FileInfo], str]:
     """The input files (directories listed, hidden files skipped), their filesystem and format."""
     io: FileIO | None = None
     files: list[FileInfo] = []
@@ -371,3 +371,63 @@ def _write_operator_state(io: FileIO, directory: str, plan: BootstrapPlan,
     name = plan.descriptor.name
     return [write_operator_file(io, directory, plan.file_path(i), name, encoder.codec.encode_operator_elements(part))
             for i, part in enumerate(parts)]
+
+
+# ---------------------------------------------------------------- rows for other writers
+
+
+@dataclass(frozen=True)
+class RowInput:
+    """Input rows of another writer (the Flink bootstrap): files or directories, format, fsspec options."""
+
+    inputs: Sequence[str]
+    input_format: str | None = None
+    storage_options: dict[str, Any] | None = field(default=None, hash=False)
+
+    def format_of(self, path: str) -> str:
+        """The input format of the file ``path``: ``input_format``, else what its name says."""
+        fmt = self.input_format or format_from_name(path)
+        if fmt is None:
+            raise BadInputError(f"cannot tell the format of {path} from its name; pass --input-format parquet|csv|json")
+        return fmt
+
+
+@dataclass(frozen=True)
+class RowFiles:
+    """Opened input files: their format, URLs, total size and Arrow schema; :meth:`batches` reads them."""
+
+    io: FileIO
+    files: list[FileInfo]
+    format: str
+    dataset: ds.Dataset
+
+    @property
+    def urls(self) -> list[str]:
+        return [self.io.url(f.path) for f in self.files]
+
+    @property
+    def bytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self.dataset.schema
+
+    def batches(self, columns: list[str], batch_size: int = 65536,
+                advance: Advance | None = None) -> Iterator[pa.RecordBatch]:
+        """Record batches of ``columns``, file by file, with bounded read-ahead (as ``bootstrap`` reads)."""
+        return _iter_batches(self.dataset, self.io, self.files, self.format, columns, batch_size,
+                             advance or (lambda _name, _amount: None))
+
+
+def open_rows(source: RowInput) -> RowFiles:
+    """The input files of ``source`` (directories listed, hidden files skipped), opened as a dataset.
+
+    Raises:
+        BadInputError: Files on several filesystems, no files, an unreadable format.
+        PathNotFoundError: An input that does not exist.
+    """
+    if not source.inputs:
+        raise BadInputError("give --input (a file or a directory of Parquet, CSV or JSON-lines files)")
+    io, files, fmt = _input_files(source)
+    return RowFiles(io, files, fmt, _dataset(io, files, fmt))

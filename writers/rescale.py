@@ -80,6 +80,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 __all__ = [
+    "RescaleTarget", "StateRegroup", "needed_key_groups", "regroup_subtask_files",
     "SubtaskPlan",
     "OperatorStatePlan",
     "OperatorPlan",
@@ -189,10 +190,11 @@ class RescaleReport:
     bytes_read: int = 0
     bytes_written: int = 0
     elapsed_s: float = 0.0
+    engine: str = "local"
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "source": self.source, "output": self.output, "dry_run": self.dry_run,
+            "source": self.source, "output": self.output, "dry_run": self.dry_run, "engine": self.engine,
             "bytes_read": self.bytes_read, "bytes_written": self.bytes_written,
             "elapsed_s": round(self.elapsed_s, 3),
             "operators": [op.to_json() for op in self.operators],
@@ -203,7 +205,7 @@ class RescaleReport:
 
 
 @dataclass(frozen=True)
-class _Target:
+class RescaleTarget:
     op: OperatorMetadata
     parallelism: int
     max_parallelism: int
@@ -231,7 +233,7 @@ def _targets(
     parallelism: int | None,
     operator_parallelism: Mapping[str, int],
     max_parallelism: int | None,
-) -> list[_Target]:
+) -> list[RescaleTarget]:
     source = reader.path
     if parallelism is None and not operator_parallelism and max_parallelism is None:
         raise BadInputError("nothing to do: give -p N, --operator UID=N or --max-parallelism M", path=source)
@@ -254,7 +256,7 @@ def _targets(
         except BadInputError as exc:
             hint = " (raise it with --max-parallelism)" if p > m and max_parallelism is None else ""
             raise BadInputError(f"operator {op.uid!r}: {exc}{hint}", path=source) from None
-        targets.append(_Target(op, p, m))
+        targets.append(RescaleTarget(op, p, m))
     return targets
 
 
@@ -303,7 +305,7 @@ def _read_indexes(reader: SavepointReader, op: OperatorMetadata, state: str) -> 
     return _KeyedIndex(state, files)
 
 
-def _plan_blocks(target: _Target, indexes: list[_KeyedIndex], action: str) -> OperatorPlan:
+def _plan_blocks(target: RescaleTarget, indexes: list[_KeyedIndex], action: str) -> OperatorPlan:
     subtasks = []
     for i in range(target.parallelism):
         kg_range = target.new_range(i)
@@ -326,7 +328,7 @@ def _plan_blocks(target: _Target, indexes: list[_KeyedIndex], action: str) -> Op
     return _operator_plan(target, action, subtasks)
 
 
-def _operator_plan(target: _Target, action: str, subtasks: list[SubtaskPlan], estimated: bool = False) -> OperatorPlan:
+def _operator_plan(target: RescaleTarget, action: str, subtasks: list[SubtaskPlan], estimated: bool = False) -> OperatorPlan:
     op = target.op
     return OperatorPlan(
         uid=op.uid, action=action, old_parallelism=op.parallelism, parallelism=target.parallelism,
@@ -349,7 +351,7 @@ def _entries(subtask: SubtaskState, state: str) -> int:
     return file.entries if file else 0
 
 
-def _plan_regroup(reader: SavepointReader, target: _Target, on_progress: Advance | None) -> OperatorPlan:
+def _plan_regroup(reader: SavepointReader, target: RescaleTarget, on_progress: Advance | None) -> OperatorPlan:
     """Exact entries per new subtask from every block's key_hash column; bytes estimated
     from the stored bytes per entry of the old blocks (their fixed per-block cost taken
     out), their mean per-block cost, and the per-file cost of the current format."""
@@ -461,6 +463,7 @@ def rescale_savepoint(
     spill_dir: str | None = None,
     memory_budget: int = DEFAULT_MEMORY_BUDGET,
     progress: ProgressFactory | None = None,
+    regroup_state: StateRegroup | None = None,
 ) -> RescaleReport:
     """Rescale the savepoint (or checkpoint) ``source`` into a new savepoint at ``output``.
 
@@ -476,6 +479,8 @@ def rescale_savepoint(
         spill_dir: where a max-parallelism change spills sorted runs (default: system temp).
         memory_budget: bytes of entries a max-parallelism change holds in memory at once.
         progress: opens a progress bar (``Output.progress``); advanced in bytes of work.
+        regroup_state: writes one keyed state's new files for a new max parallelism (the
+            engine's seam; ``statekit.spark.rescale`` runs it on Spark); default: this process.
 
     Raises:
         BadInputError: bad parallelism, unknown uid, nothing to do, output not empty.
@@ -507,7 +512,7 @@ def rescale_savepoint(
     work = sum(t.op.total_bytes + (_keyed_bytes(t.op) if t.action == REGROUP else 0) for t in targets)
     with progress("rescaling", total=work) as advance, \
             staged_output_dir(output, output_storage_options) as (io, directory):
-        job = _Job(reader, report, spill_dir, memory_budget, advance)
+        job = _Job(reader, report, spill_dir, memory_budget, advance, regroup_state)
         operators = tuple(job.operator(io, directory, target) for target in targets)
         header = SnapshotMetadataBuilder.continuing(reader.metadata, {"statekit.rescaled-from": reader.path})
         commit_metadata(io, directory, header.build(operators))
@@ -524,7 +529,8 @@ class _Job:
     """Executes the targets of one rescale into a staged output directory."""
 
     def __init__(self, reader: SavepointReader, report: RescaleReport, spill_dir: str | None,
-                 memory_budget: int, on_progress: Advance | None) -> None:
+                 memory_budget: int, on_progress: Advance | None, regroup_state: StateRegroup | None = None) -> None:
+        self.regroup_state = regroup_state
         self.reader = reader
         self.report = report
         self.spill_dir = spill_dir
@@ -550,7 +556,7 @@ class _Job:
                 self.on_progress(name, whole)
             self._owed -= whole
 
-    def operator(self, io: FileIO, directory: str, target: _Target) -> OperatorMetadata:
+    def operator(self, io: FileIO, directory: str, target: RescaleTarget) -> OperatorMetadata:
         op, action = target.op, target.action
         self.report.bytes_read += op.total_bytes  # every file of the operator is read whole
         p2 = target.parallelism
@@ -567,6 +573,9 @@ class _Job:
             elif action == RESCALE:
                 written[descriptor.name] = self._rescale_state(io, directory, target, descriptor.name)
                 new_files = [f for f, _ in written[descriptor.name]]
+            elif self.regroup_state is not None:
+                written[descriptor.name] = self.regroup_state(self.reader, target, descriptor.name, io, directory)
+                new_files = [f for f, _ in written[descriptor.name]]
             else:
                 written[descriptor.name] = self._regroup_state(io, directory, target, descriptor.name)
                 new_files = [f for f, _ in written[descriptor.name]]
@@ -579,7 +588,7 @@ class _Job:
         subtasks = subtask_states(target.max_parallelism, p2, files)
         return replace(op, parallelism=p2, max_parallelism=target.max_parallelism, subtasks=subtasks)
 
-    def _outcome(self, target: _Target, action: str, written: dict[str, list[tuple[StateFile, set[int]]]]) -> OperatorPlan:
+    def _outcome(self, target: RescaleTarget, action: str, written: dict[str, list[tuple[StateFile, set[int]]]]) -> OperatorPlan:
         subtasks = []
         for i in range(target.parallelism):
             per_state = [w[i] for w in written.values()]
@@ -588,7 +597,7 @@ class _Job:
                                         sum(f.size for f, _ in per_state), sum(f.entries for f, _ in per_state)))
         return _operator_plan(target, action, subtasks)
 
-    def _copy(self, io: FileIO, directory: str, target: _Target) -> OperatorMetadata:
+    def _copy(self, io: FileIO, directory: str, target: RescaleTarget) -> OperatorMetadata:
         op = target.op
         written: dict[str, list[tuple[StateFile, set[int]]]] = {}
         for descriptor in target.keyed_states():
@@ -601,7 +610,7 @@ class _Job:
         self.report.operators.append(self._outcome(target, COPY, written))
         return copied
 
-    def _rescale_state(self, io: FileIO, directory: str, target: _Target, state: str) -> list[tuple[StateFile, set[int]]]:
+    def _rescale_state(self, io: FileIO, directory: str, target: RescaleTarget, state: str) -> list[tuple[StateFile, set[int]]]:
         index = _read_indexes(self.reader, target.op, state)
         shared = {c.header: c for c in index.codecs}
         copying = len(shared) <= 1
@@ -659,7 +668,7 @@ class _Job:
                         (_, batch), = sort_key_group_table(pa.Table.from_batches([batch]), 1 << 32, version=version)
                     yield entry.key_group, batch
 
-    def _regroup_state(self, io: FileIO, directory: str, target: _Target, state: str) -> list[tuple[StateFile, set[int]]]:
+    def _regroup_state(self, io: FileIO, directory: str, target: RescaleTarget, state: str) -> list[tuple[StateFile, set[int]]]:
         op = target.op
         expected = sum(f.size for st in op.subtasks for f in st.files if f.state == state)
         index = _read_indexes(self.reader, op, state)
@@ -692,7 +701,7 @@ class _Job:
             return sorter.drain(write)
 
 
-    def _split_state(self, io: FileIO, directory: str, target: _Target, index: _KeyedIndex,
+    def _split_state(self, io: FileIO, directory: str, target: RescaleTarget, index: _KeyedIndex,
                      forms: _ValueConformer, steps: list[SplitStep]) -> list[tuple[StateFile, set[int]]]:
         """Write the new files of a state whose new max parallelism is a multiple of the old
         one by sweeps over the old blocks (:mod:`statekit.writers.key_group_split`), nothing
@@ -856,6 +865,59 @@ class _ValueConformer:
         columns = list(batch.columns)
         columns[batch.schema.get_field_index("value")] = self._codec.serialized_values(batch.column("value"))
         return pa.RecordBatch.from_arrays(columns, schema=keyed_schema(None if is_serialized(self.type) else self.type))
+
+
+StateRegroup = Callable[[SavepointReader, RescaleTarget, str, FileIO, str], list[tuple[StateFile, set[int]]]]
+
+
+def needed_key_groups(old_max_parallelism: int, max_parallelism: int, key_groups: KeyGroupRange) -> set[int] | None:
+    """The old key groups whose entries can land in the new ``key_groups`` (``None``: any of them).
+
+    With ``h`` a key hash, old ``h % M`` and new ``h % M2``: when ``M2`` divides ``M`` the new
+    key group is the old one modulo ``M2``; when ``M`` divides ``M2`` the old one is the new one
+    modulo ``M``; otherwise any old key group can hold keys of any new one.
+    """
+    if old_max_parallelism % max_parallelism == 0:
+        return {g for g in range(old_max_parallelism) if key_groups.start <= g % max_parallelism <= key_groups.end}
+    if max_parallelism % old_max_parallelism == 0:
+        return {t % old_max_parallelism for t in range(key_groups.start, key_groups.end + 1)}
+    return None
+
+
+def regroup_subtask_files(reader: SavepointReader, target: RescaleTarget, state: str, index: int, io: FileIO,
+                          directory: str, memory_budget: int = DEFAULT_MEMORY_BUDGET,
+                          spill_dir: str | None = None) -> tuple[StateFile, set[int]]:
+    """New subtask ``index``'s file of ``state``: the old blocks that can hold its key groups
+    (:func:`needed_key_groups`), filtered by ``key_hash % M2``, sorted with bounded memory.
+    One subtask of :meth:`_Job._regroup_state`, for engines that write subtasks apart."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    op = target.op
+    kg_range = target.new_range(index)
+    wanted = needed_key_groups(op.max_parallelism, target.max_parallelism, kg_range)
+    old = _read_indexes(reader, op, state)
+    forms = _ValueConformer(old, op, state)
+    version = current_write_format().version
+    groups: set[int] = set()
+    with KeyGroupSorter(target.max_parallelism, target.parallelism, memory_budget=memory_budget,
+                        duplicates=DuplicateMode.LAST, spill_dir=spill_dir, version=version) as sorter:
+        for source in old.files:
+            keep = [e.key_group for e in source.index if wanted is None or e.key_group in wanted]
+            if not keep:
+                continue
+            with reader.open_file(source.file) as opened:
+                for entry, data in opened.iter_raw_blocks(keep):
+                    batch = forms.conform(opened.decode(entry.key_group, data))
+                    new = pc.remainder(batch.column("key_hash"), pa.scalar(target.max_parallelism, pa.uint32()))
+                    mask = pc.and_(pc.greater_equal(new, pa.scalar(kg_range.start, pa.uint32())),
+                                   pc.less_equal(new, pa.scalar(kg_range.end, pa.uint32())))
+                    part = batch.filter(mask)
+                    if part.num_rows:
+                        sorter.add(pa.Table.from_batches([part]))
+        relative = layout.state_file_path(op.uid, state, index, target.parallelism)
+        blocks = _recording(sorter.subtask_groups(index), groups, lambda _rows: None)
+        return write_keyed_file(io, directory, relative, state, blocks), groups
 
 
 def _recording(blocks: Iterator[tuple[int, pa.RecordBatch]], groups: set[int],

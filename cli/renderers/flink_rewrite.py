@@ -21,6 +21,13 @@ _ACTIONS = {
 }
 
 
+_PATHS = {
+    "merge": "the new max parallelism divides the old one, each key group goes whole to g mod M (no key hashed)",
+    "split": "the old max parallelism divides the new one, each key group splits (every key hashed)",
+    "rehash": "every key hashed into its new key group",
+}
+
+
 def _subtasks(console: Console, op: FlinkOperatorPlan) -> None:
     table = Table(show_edge=False, pad_edge=False)
     for column in ("subtask", "key groups", "with state", "entries", "bytes"):
@@ -46,6 +53,11 @@ def flink_rescale_report(console: Console, r: FlinkRescaleReport) -> None:
                   if op.old_max_parallelism != op.max_parallelism else f"max parallelism {op.max_parallelism} kept")
         console.print(f"operator [bold]{_e(op.label)}[/] (parallelism {op.parallelism}): {change}, "
                       f"{_ACTIONS.get(op.action, _e(op.action))}", soft_wrap=True)
+        if op.path is not None:
+            seconds = op.estimated_seconds or 0.0
+            console.print(f"  path [bold]{_e(op.path)}[/]: {_PATHS[op.path]}; {human_bytes(op.source_bytes)} of "
+                          f"key-group streams, about {seconds:.1f} CPU s on the local engine"
+                          + (" (estimated plan: entries from a sample)" if op.estimated else ""), soft_wrap=True)
         if op.subtasks:
             _subtasks(console, op)
 

@@ -27,7 +27,7 @@ import pytest
 from click.testing import CliRunner
 
 from statekit.cli.main import cli
-from statekit.flink import regroup
+from statekit.flink import fast_regroup, regroup
 from statekit.flink.entries import read_keyed_state
 from statekit.flink.keygroups import flink_murmur_hash
 from statekit.flink.storage import load_snapshot
@@ -181,6 +181,8 @@ def test_control_keys_written_to_other_key_groups_come_back_empty(
     flipped: the same subtask's range): Flink restores it, but the keyed states are not where
     it looks them up. Timers are not compared: Flink puts them back by their key on restore."""
     monkeypatch.setattr(regroup, "flink_murmur_hash", lambda code: flink_murmur_hash(code) ^ 1)
+    vectorized = fast_regroup.murmur_hash_array
+    monkeypatch.setattr(fast_regroup, "murmur_hash_array", lambda codes: vectorized(codes) ^ 1)
     out = work / "misplaced"
     statekit("rescale", str(original), "--max-parallelism", str(NEW_MAX_PARALLELISM), "-o", str(out))
     states, _ = read_back(pyflink, out, work / "read-misplaced", NEW_MAX_PARALLELISM, "hashmap", "state")
