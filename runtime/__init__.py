@@ -6,7 +6,7 @@ The one import a job script needs::
 
 Every name below is loaded on first use (importing this package loads none of the rooms), so
 the command line starts fast. The rooms behind it (``api``, ``connectors``, ``checkpoint``,
-``exchange``, ``state``, ``operators``, ``task``, ``dataflow``, ``jobmaster``, ``control``;
+``exchange``, ``state``, ``operators``, ``task``, ``dataflow``, ``taskmanager``, ``jobmaster``, ``control``;
 docs/ARCHITECTURE.md) may move names between modules; this list does not change.
 """
 
