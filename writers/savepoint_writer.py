@@ -28,7 +28,7 @@ from statekit.statefmt import layout
 from statekit.statefmt.entries import StateCodec, group_by_key_group
 from statekit.statefmt.errors import BadInputError, StateNotFoundError
 from statekit.statefmt.fileio import FileIO
-from statekit.statefmt.job_id import new_job_id
+from statekit.statefmt.job_id import check_job_id, new_job_id
 from statekit.statefmt.keygroups import (
     check_parallelism,
     compute_default_max_parallelism,
@@ -72,7 +72,7 @@ class SavepointWriter:
     def __init__(self, max_parallelism: int, *, job_id: str | None = None, job_name: str = "") -> None:
         check_parallelism(1, max_parallelism)
         self.max_parallelism = max_parallelism
-        self.job_id = job_id or new_job_id()
+        self.job_id = check_job_id(job_id) if job_id is not None else new_job_id()
         self.job_name = job_name
         self._operators: dict[str, _NewOperator | _CopiedOperator] = {}
 
