@@ -26,6 +26,7 @@ problems of the metadata itself).
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import posixpath
 import re
@@ -35,7 +36,7 @@ from dataclasses import dataclass
 from statekit.flink.layout import SHARED_DIR, TASKOWNED_DIR
 from statekit.flink.model import FlinkOperatorState, KeyedHandleKind, KeyedStateHandle, StreamHandle, StreamHandleKind
 from statekit.flink.storage import FlinkFileRef, FlinkSnapshot, referenced_files
-from statekit.statefmt.errors import BadInputError, StatekitError
+from statekit.statefmt.errors import StatekitError
 
 __all__ = ["FlinkProblem", "verify_snapshot", "rocksdb_stores", "moved_job_dir", "job_counterpart",
            "key_group_offset_problem"]
@@ -279,14 +280,15 @@ def _check_rocksdb_stores(snapshot: FlinkSnapshot, found: list[FlinkProblem],
     """Read every (wanted) RocksDB store whose subtask has no problem yet, checksums verified."""
     problems: list[FlinkProblem] = []
     troubled = {(p.operator, p.subtask) for p in found}
-    for op, subtask, handle in rocksdb_stores(snapshot):
-        if not wanted(op.label) or (op.label, subtask) in troubled:
-            continue  # a missing or resized file: reported, and RocksDB would only fail on it again
+    stores = [(op, subtask, handle) for op, subtask, handle in rocksdb_stores(snapshot)
+              if wanted(op.label) and (op.label, subtask) not in troubled]  # a missing or resized file: reported
+    if stores and importlib.util.find_spec("rocksdict") is None:  # nothing can be said about the blocks
+        op, subtask, _ = stores[0]
+        return [FlinkProblem("unchecked", snapshot.metadata_path, f"{len(stores)} RocksDB stores not checked: reading "
+                             "them needs rocksdict: pip install 'statekit[rocksdb]'", op.label, subtask)]
+    for op, subtask, handle in stores:
         try:
             _read_store(snapshot, op, subtask, handle)
-        except BadInputError as exc:  # rocksdict is not installed: nothing can be said about the blocks
-            return problems + [FlinkProblem("unchecked", snapshot.metadata_path,
-                                            f"RocksDB state not checked: {exc}", op.label, subtask)]
         except StatekitError as exc:
             message = str(exc)
             named = [url for url in _store_file_urls(snapshot, handle) if url in message]
@@ -318,7 +320,7 @@ def _read_store(snapshot: FlinkSnapshot, op: FlinkOperatorState, subtask: int, h
     Raises:
         CorruptStateError: A block fails its checksum, or the store does not open (naming the
             snapshot's file when RocksDB names it).
-        BadInputError: rocksdict is not installed.
+        StatekitError: A file that cannot be materialized (missing, unsafe).
     """
     from statekit.flink.rocksdb import column_families, column_family_entries, materialized_rocksdb, open_rocksdb
 

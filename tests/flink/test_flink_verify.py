@@ -212,3 +212,14 @@ def test_a_damaged_rocksdb_file_of_a_native_savepoint_is_named(pyflink_jobs: Any
     problems = verify_json(savepoint, "--uid", "profile", code=1)["problems"]
     assert [p["kind"] for p in problems] == ["corrupt"] and str(manifest) in problems[0]["message"]
     assert problems[0]["operator"] == "profile"
+
+
+def test_without_rocksdict_rocksdb_stores_are_unchecked(relocated_inline0: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "rocksdict" else real(name, *a))
+    (problem,) = verify_json(relocated_inline0 / "chk-4", code=1)["problems"]
+    assert problem["kind"] == "unchecked" and "1 RocksDB stores not checked" in problem["message"]
+    assert "pip install 'statekit[rocksdb]'" in problem["message"]
