@@ -432,6 +432,7 @@ class FlinkVerifyReport:
         files: Distinct referenced files (relative and absolute).
         bytes: Their recorded sizes, summed.
         inline_bytes: State inlined in ``_metadata`` (nothing to check on disk).
+        rocksdb_stores: Subtasks' RocksDB stores whose every entry was read, block checksums verified.
         problems: Everything found wrong; empty when the snapshot is whole.
     """
 
@@ -441,6 +442,7 @@ class FlinkVerifyReport:
     files: int = 0
     bytes: int = 0
     inline_bytes: int = 0
+    rocksdb_stores: int = 0
     problems: list[FlinkProblem] = field(default_factory=list)
 
     @property
@@ -452,17 +454,18 @@ class FlinkVerifyReport:
         """The report as JSON data."""
         return {"engine": "flink", "path": self.path, "metadata_path": self.metadata_path,
                 "checkpoint_id": self.checkpoint_id, "ok": self.ok, "files": self.files,
-                "bytes": self.bytes, "inline_bytes": self.inline_bytes,
+                "bytes": self.bytes, "inline_bytes": self.inline_bytes, "rocksdb_stores": self.rocksdb_stores,
                 "problems": [asdict(p) for p in self.problems]}
 
 
 def _verify_flink(url: str, on_file: Progress | None, uids: tuple[str, ...]) -> FlinkVerifyReport:
     from statekit.flink.storage import load_snapshot, referenced_files
-    from statekit.flink.verify import verify_snapshot
+    from statekit.flink.verify import rocksdb_stores, verify_snapshot
 
     snapshot = load_snapshot(url, uids=uids)
     report = FlinkVerifyReport(snapshot.path, snapshot.metadata_path, snapshot.checkpoint_id)
     report.problems = verify_snapshot(snapshot)
+    report.rocksdb_stores = len(rocksdb_stores(snapshot))
     seen: set[object] = set()
     for ref in referenced_files(snapshot):
         key = ref.key or ref.location

@@ -14,7 +14,10 @@ hash of the new uid, :mod:`statekit.flink.uids`); no state is decoded or changed
 Both write a new, self-contained savepoint directory (relative file handles,
 :mod:`statekit.flink.savepoint_files`) of the source's ``_metadata`` version: whole or not at
 all (staged, ``_metadata`` last, :func:`statekit.writers.staging.staged_output_dir`); temporary
-files are removed also on failure. The source is only read.
+files are removed also on failure. The source is only read, and checked first: a source whose
+kept state ``verify`` finds damaged (a missing or resized file, an offset outside its stream,
+a RocksDB block that fails its checksum) is refused before anything is written, and every
+carried file is copied at exactly its recorded size.
 """
 
 from __future__ import annotations
@@ -57,8 +60,9 @@ from statekit.flink.savepoint_files import CarriedFiles
 from statekit.flink.storage import FlinkSnapshot, load_snapshot
 from statekit.flink.streams_writer import OperatorStreams, has_keyed_state, open_inputs, operator_streams, write_stream
 from statekit.flink.uids import operator_id_for_uid
+from statekit.flink.verify import verify_snapshot
 from statekit.readers.progress import Advance, ProgressFactory, no_progress
-from statekit.statefmt.errors import BadInputError, MetadataError, StateNotFoundError
+from statekit.statefmt.errors import BadInputError, CorruptStateError, MetadataError, StateNotFoundError
 from statekit.statefmt.fileio import FileIO
 from statekit.statefmt.keygroups import KeyGroupRange, check_parallelism, compute_key_group_range_for_operator_index
 from statekit.statefmt.layout import MAX_METADATA_BYTES
@@ -110,6 +114,20 @@ def _carry(files: CarriedFiles, op: FlinkOperatorState, data: bytes, *, keyed_re
     for _, role, handle in op.stream_handles():
         if not (keyed_replaced and role == "data"):
             files.carry(handle, data)
+
+
+def _refuse_damaged(snapshot: FlinkSnapshot, operators: Iterable[FlinkOperatorState]) -> None:
+    """Refuse a source whose state the output keeps is damaged, before anything is written: every
+    check of ``verify`` on those operators (files present with their recorded sizes, offsets inside
+    their streams, key-group ranges, the block checksums of RocksDB stores).
+
+    Raises:
+        CorruptStateError: The first problem found (the message says how many more).
+    """
+    problems = verify_snapshot(snapshot, operators={op.label for op in operators})
+    if problems:
+        more = f" (and {len(problems) - 1} more: `statekit verify` lists them)" if len(problems) > 1 else ""
+        raise CorruptStateError(f"damaged: {problems[0].message}{more}; nothing was written", path=snapshot.path)
 
 
 def _publish(io: FileIO, directory: str, data: bytes, edits: Iterable[Edit], source: str) -> int:
@@ -422,6 +440,7 @@ def rescale_flink_savepoint(
         report.elapsed_s = time.monotonic() - started
         return report
     assert output is not None
+    _refuse_damaged(snapshot, snapshot.metadata.operators)
     with factory("rescaling", total=work) as advance, \
             staged_output_dir(output, output_storage_options) as (io, directory), \
             tempfile.TemporaryDirectory(prefix="statekit-flink-rescale-", dir=spill_dir) as scratch:
@@ -565,6 +584,7 @@ def modify_flink_savepoint(
             _carry(files, op, data, keyed_replaced=False)
     if not dry_run:
         assert output is not None
+        _refuse_damaged(snapshot, [op for index, op in enumerate(ops) if index not in removed])
         with (progress or no_progress)("copying", total=files.bytes) as advance, \
                 staged_output_dir(output, output_storage_options) as (io, directory):
             report.bytes_written = files.copy_to(io, directory, advance)

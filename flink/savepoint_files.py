@@ -25,11 +25,13 @@ from dataclasses import dataclass, field
 from statekit.flink.metadata_writer import Edit, encode_relative_file_handle
 from statekit.flink.model import StreamHandle, StreamHandleKind
 from statekit.flink.storage import FileLocation, FlinkSnapshot, resolve_stream
-from statekit.statefmt.errors import UnsafePathError
+from statekit.statefmt.errors import CorruptStateError, UnsafePathError
 from statekit.statefmt.fileio import FileIO
 from statekit.statefmt.paths import check_relative_path
 
 __all__ = ["CarriedFiles"]
+
+COPY_CHUNK = 8 << 20
 
 
 @dataclass
@@ -91,12 +93,29 @@ class CarriedFiles:
         return sum(size for _, size in self.files.values())
 
     def copy_to(self, io: FileIO, directory: str, on_file: Callable[[str, int], None]) -> int:
-        """Copy every kept file into ``directory``; the bytes copied."""
+        """Copy every kept file into ``directory``; the bytes copied.
+
+        Raises:
+            CorruptStateError: A file whose size is not the one its handle records (names it).
+        """
         total = 0
         for name, (location, size) in sorted(self.files.items()):
             target = posixpath.join(directory, name)
             io.makedirs(posixpath.dirname(target))
-            io.copy_file(location.io, location.path, target)
+            _copy_sized(location, io, target, size)
             total += size
             on_file(name, size)
         return total
+
+
+def _copy_sized(location: FileLocation, io: FileIO, target: str, size: int) -> None:
+    """Copy a file that must hold ``size`` bytes (reads at most one byte more to tell a longer one)."""
+    copied = 0
+    with location.io.open_input(location.path) as source, io.open_output(target) as out:
+        while copied <= size and (chunk := source.read(min(COPY_CHUNK, size + 1 - copied))):
+            copied += len(chunk)
+            out.write(chunk)
+        if copied != size:  # raised inside: the output is abandoned, never published
+            held = f"more than {size}" if copied > size else str(copied)
+            raise CorruptStateError(f"{held} bytes, _metadata records {size} (truncated or replaced)",
+                                    path=location.url)

@@ -179,8 +179,8 @@ class RocksDBSource(KeyedSource):
             start = first.to_bytes(prefix, "big")
         last = max(wanted) if wanted is not None else None
         where = f"RocksDB state of subtask {self.subtask} ({self.source})"
-        with materialized_rocksdb(snapshot, self.handle) as directory, open_rocksdb(directory, source=where) as db:
-            for key, value in column_family_entries(db, state, start=start, source=where):
+        with materialized_rocksdb(snapshot, self.handle) as files, open_rocksdb(files, source=where) as db:
+            for key, value in column_family_entries(db, state, start=start, source=where, files=files):
                 if len(key) < prefix:
                     raise CorruptStateError(f"state {state!r}: key {key.hex()} shorter than its key-group prefix",
                                             path=where)

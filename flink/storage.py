@@ -22,6 +22,7 @@ from statekit.flink.metadata import is_flink_metadata, read_flink_metadata
 from statekit.flink.model import FlinkCheckpointMetadata, StreamHandle, StreamHandleKind
 from statekit.statefmt.errors import (
     BadInputError,
+    CorruptStateError,
     IncompleteCheckpointError,
     NotACheckpointError,
     PathNotFoundError,
@@ -274,12 +275,14 @@ def referenced_files(snapshot: FlinkSnapshot) -> list[FlinkFileRef]:
 def read_stream_bytes(
     snapshot: FlinkSnapshot, handle: StreamHandle, *, offset: int = 0, length: int | None = None
 ) -> bytes:
-    """Read ``length`` bytes (default: to the end) at ``offset`` of a stream handle.
+    """Read at most ``length`` bytes (default: to the end) at ``offset`` of a stream handle.
 
     Raises:
         PathNotFoundError: The referenced file does not exist.
         UnsafePathError: A relative path that escapes the snapshot directory.
         BadInputError: A handle without bytes or an unknown filesystem.
+        CorruptStateError: A file whose size is not the one its handle records, an offset
+            outside the stream or a negative length (they come from ``_metadata``: never trusted).
     """
     return next(read_stream_ranges(snapshot, handle, [(offset, length)]))
 
@@ -287,7 +290,11 @@ def read_stream_bytes(
 def read_stream_ranges(
     snapshot: FlinkSnapshot, handle: StreamHandle, ranges: Iterable[tuple[int, int | None]]
 ) -> Iterator[bytes]:
-    """The bytes of each ``(offset, length or None for "to the end")`` range, one open for all.
+    """The bytes of each ``(offset, at most length, or None for "to the end")`` range, one open for all.
+
+    Every range must start inside the stream — of the size its handle records, which a file must
+    have — and a read stops at its end, so no offset or length read from ``_metadata`` makes a
+    read past the stream (or an allocation of its size).
 
     Raises:
         As :func:`read_stream_bytes`.
@@ -295,16 +302,50 @@ def read_stream_ranges(
     if handle.kind is StreamHandleKind.BYTE_STREAM:
         data = handle.data or b""
         for offset, length in ranges:
-            yield data[offset:] if length is None else data[offset : offset + length]
+            end = _range_end(offset, length, len(data), snapshot.metadata_path)
+            yield data[offset:end]
         return
     if handle.kind is StreamHandleKind.KEY_GROUPS and handle.delegate is not None:
         yield from read_stream_ranges(snapshot, handle.delegate, ranges)
         return
     location = resolve_stream(snapshot, handle)
     with location.io.open_input(location.path) as stream:
+        size = _size_of(stream)
+        if size != handle.size:
+            raise CorruptStateError(f"{size} bytes, _metadata records {handle.size} (truncated or replaced)",
+                                    path=location.url)
         for offset, length in ranges:
+            end = _range_end(offset, length, size, location.url)
             stream.seek(offset)
-            yield bytes(stream.read() if length is None else stream.read(length))
+            data = stream.read(end - offset)
+            if len(data) != end - offset:
+                raise CorruptStateError(f"the file ended after {offset + len(data)} of {size} bytes "
+                                        "while it was read", path=location.url)
+            yield bytes(data)
+
+
+def _range_end(offset: int, length: int | None, size: int, where: str) -> int:
+    """The end of at most ``length`` bytes at ``offset`` (None: to the end) of a ``size``-byte
+    stream: a read stops at the end of the stream, as a file's read does.
+
+    Raises:
+        CorruptStateError: The offset lies outside the stream, or the length is negative.
+    """
+    if not 0 <= offset <= size or (length is not None and length < 0):
+        shown = "to the end" if length is None else f"{length} bytes"
+        raise CorruptStateError(f"{shown} at offset {offset} of the {size}-byte stream: an offset or length in "
+                                "_metadata is damaged", path=where)
+    return size if length is None else min(offset + length, size)
+
+
+def _size_of(stream: Any) -> int:
+    size = getattr(stream, "size", None)
+    if isinstance(size, int):
+        return size
+    position = stream.tell()
+    end = int(stream.seek(0, 2))
+    stream.seek(position)
+    return end
 
 
 def resolve_stream(snapshot: FlinkSnapshot, handle: StreamHandle) -> FileLocation:

@@ -14,7 +14,9 @@ makes the plan (every input check, shared by both engines). The local engine
 
 * same max parallelism: both sides' blocks in key-group order; a key group whose blocks
   have equal CRC-32, length and entry count on both sides is counted unchanged without
-  being read or decoded; other key groups are compared in chunks of about
+  being decoded — after both blocks' bytes are read and checked against those CRC-32s (the
+  index itself is checked against ``_metadata`` when the file opens), so a damaged copy is
+  never "unchanged": it fails naming the file and key group; other key groups are compared in chunks of about
   :data:`CHUNK_ROWS` rows — row by row where both blocks hold the same identities in the
   same order, by a join otherwise;
 * different max parallelism: by buckets of ``key_hash % g`` where ``g`` divides both max
@@ -572,6 +574,7 @@ class _Block:
     key_group: int
     entry: IndexEntry
     read: Callable[[], pa.RecordBatch]
+    check: Callable[[], None]  # its bytes against the CRC-32 of its index entry, nothing decoded
     header: bytes  # its file's header: the same block bytes mean the same entries only under equal headers
 
 
@@ -589,12 +592,16 @@ def _blocks(reader: SavepointReader | None, op: OperatorMetadata | None, state: 
                     batch: pa.RecordBatch = f.read_block(kg)
                     return batch
 
-                yield _Block(entry.key_group, entry, read, state_file.codec.header)
+                def check(kg: int = entry.key_group, f: Any = state_file) -> None:
+                    f.read_block_bytes(kg)
+
+                yield _Block(entry.key_group, entry, read, check, state_file.codec.header)
 
 
 def _same_block(x: _Block, y: _Block) -> bool:
     """Equal entries without decoding: equal block bytes (CRC-32, length, count) under equal
-    headers (a typed float 0.0 and int 0 are the same bytes in files of other schemas)."""
+    headers (a typed float 0.0 and int 0 are the same bytes in files of other schemas) — once both
+    blocks' bytes are checked against those CRC-32s (``_Block.check``)."""
     return bool(x.entry.checksum == y.entry.checksum and x.entry.length == y.entry.length
                 and x.entry.entries == y.entry.entries and x.header == y.header)
 
@@ -615,6 +622,8 @@ def _diff_aligned(ra: SavepointReader | None, rb: SavepointReader | None, pair: 
     while x is not None or y is not None:
         if x is not None and y is not None and x.key_group == y.key_group:
             if _same_block(x, y):
+                x.check()  # equal index entries say equal blocks only for blocks that match them
+                y.check()
                 counts.unchanged += x.entry.entries
                 counts.skipped += 1
             else:

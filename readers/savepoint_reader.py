@@ -1,7 +1,8 @@
 """``SavepointReader``: the read side of the State Processor API, in Python.
 
-Every read verifies what it touches: file size and magic on open, and the CRC-32 of each
-block it decodes. Reads stream block by block; nothing holds a whole state in memory
+Every read verifies what it touches: on open, the file's size and the whole-file CRC-32 that
+``_metadata`` records, as its header, index and footer give it (no block read); then the CRC-32
+of each block it reads. So every byte a read uses is checked against ``_metadata``. Reads stream block by block; nothing holds a whole state in memory
 unless the caller collects it.
 """
 
@@ -93,7 +94,8 @@ class SavepointReader:
 
     @contextmanager
     def open_file(self, file: StateFile) -> Iterator[StateFileReader]:
-        """Open one state file, checking its size and entry count against the metadata."""
+        """Open one state file, checking its size, entry count and whole-file CRC-32 (from its header,
+        index and footer: :meth:`StateFileReader.check_indexed_checksum`) against the metadata."""
         path = self.snapshot.file_path(file.path)
         url = self.snapshot.io.url(path)
         with self.snapshot.io.open_input(path) as stream:
@@ -108,6 +110,7 @@ class SavepointReader:
                 raise CorruptStateError(
                     f"its index holds {reader.entries} entries, _metadata records {file.entries}", path=url
                 )
+            reader.check_indexed_checksum(file.checksum)
             yield reader
 
     @contextmanager

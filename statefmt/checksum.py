@@ -1,8 +1,9 @@
 """Checksums: CRC-32 (zlib) of bytes, written as ``crc32:xxxxxxxx`` in metadata.
 
 :func:`crc32_combine` gives the CRC-32 of ``A + B`` from the CRC-32s of ``A`` and ``B`` and
-the length of ``B`` (zlib's ``crc32_combine``), so the checksum of a file assembled from
-blocks of known checksums needs no pass over the blocks' bytes.
+the length of ``B`` (zlib's ``crc32_combine``; ISA-L's when installed, else the same arithmetic
+in Python), so the checksum of a file assembled from blocks of known checksums needs no pass
+over the blocks' bytes.
 """
 
 from __future__ import annotations
@@ -24,6 +25,18 @@ def _fastest_crc32() -> Callable[[bytes | bytearray | memoryview, int], int]:
 
 
 _crc32 = _fastest_crc32()
+
+
+def _native_crc32_combine() -> Callable[[int, int, int], int] | None:
+    """ISA-L's ``crc32_combine`` (~1 us; the arithmetic below takes ~35 us in Python), if installed."""
+    try:
+        from isal.isal_zlib import crc32_combine as isal_combine
+    except ImportError:
+        return None
+    return isal_combine
+
+
+_combine = _native_crc32_combine()
 
 
 def crc32(data: bytes | bytearray | memoryview, value: int = 0) -> int:
@@ -106,6 +119,8 @@ def crc32_combine(crc1: int, crc2: int, length2: int) -> int:
     """The CRC-32 of ``A + B`` given ``crc32(A)``, ``crc32(B)`` and ``len(B)``."""
     if length2 < 0:
         raise ValueError("negative length")
+    if _combine is not None and length2 < 1 << 63:
+        return _combine(crc1 & 0xFFFFFFFF, crc2 & 0xFFFFFFFF, length2) & 0xFFFFFFFF
     return (_multmodp(_shift(length2), crc1 & 0xFFFFFFFF) ^ crc2) & 0xFFFFFFFF
 
 

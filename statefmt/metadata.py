@@ -17,6 +17,7 @@ from statekit.statefmt import layout
 from statekit.statefmt.channel_state import ChannelStateFile
 from statekit.statefmt.checksum import crc32, parse_checksum
 from statekit.statefmt.errors import MetadataError, StateNotFoundError, UnsupportedVersionError
+from statekit.statefmt.job_id import JOB_ID_FORMAT, is_job_id
 from statekit.statefmt.keygroups import (
     UPPER_BOUND_MAX_PARALLELISM,
     KeyGroupRange,
@@ -365,8 +366,11 @@ class _Parser:
         if checkpoint_id < 0:
             raise self.fail("checkpoint_id is negative")
         properties = self.get(raw, "properties", dict, "metadata", optional=True) or {}
+        job_id = self.get(raw, "job_id", str, "metadata")
+        if not is_job_id(job_id):  # it names directories (<checkpoint-dir>/<job-id>/, the registry)
+            raise self.fail(f"job_id {job_id[:80]!r} is not a job id ({JOB_ID_FORMAT})")
         return CheckpointMetadata(
-            job_id=self.get(raw, "job_id", str, "metadata"),
+            job_id=job_id,
             job_name=self.get(raw, "job_name", str, "metadata", optional=True) or "",
             checkpoint_id=checkpoint_id,
             kind=kind,

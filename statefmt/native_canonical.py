@@ -6,9 +6,10 @@ a canonical snapshot that every canonical reader understands: in a fresh scratch
 under the system's temporary directory it
 
 * opens each subtask's store read-only (its files symlinked or downloaded into the scratch
-  space by :func:`~statekit.statefmt.native_store.fetch_store_files`: every path is resolved
-  by the snapshot's own checked resolver, so nothing outside the snapshot directory and its
-  job's ``shared/`` is ever read), writes one canonical keyed file per state from the
+  space by :func:`~statekit.statefmt.native_store.fetch_store_files`, each checked against the
+  size and CRC-32 ``_metadata`` records first: every path is resolved by the snapshot's own
+  checked resolver, so nothing outside the snapshot directory and its job's ``shared/`` is
+  ever read), writes one canonical keyed file per state from the
   store's entries, one key group at a time (memory bounded by a key group, the rest on disk),
   and closes the store before the next one opens;
 * copies the snapshot's canonical files (operator state, in-flight records) beside them, and
@@ -149,7 +150,7 @@ class _Builder:
                                 "installed; pip install 'statekit[rocksdb]'", path=self.where) from None
         self.stores += 1
         store_dir = self.scratch.new_dir(f"store-{self.stores}")
-        fetch_store_files(self.io, self.resolve, st.native, store_dir, link=True, verify=False)
+        fetch_store_files(self.io, self.resolve, st.native, store_dir, link=True)
         where = f"{self.where} (operator {op.uid}, subtask {st.index})"
         store = ReadOnlyStore(store_dir, st.native, where)
         try:

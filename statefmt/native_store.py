@@ -3,11 +3,18 @@
 A native snapshot names the files of each subtask's RocksDB store (private ones in the
 checkpoint directory, shared ones in the job's ``shared/``). To read them, :class:`StoreScratch`
 assembles one store directory per subtask in a private scratch directory under the system's
-temporary directory — a symbolic link per file for a local snapshot (after checking the file
-is the one ``_metadata`` describes: size, and the CRC-32 when ``verify``), a download for an
-object store — and opens it with rocksdict in read-only mode. Nothing is ever written into a
-snapshot; :meth:`StoreScratch.close` removes the scratch directory whole, also after a
-failure (use it as a context manager).
+temporary directory — a symbolic link per SST file of a local snapshot (RocksDB never writes to
+one), a copy of every other file and of every file of an object store — and opens it with
+rocksdict in read-only mode. Nothing is ever written into a snapshot;
+:meth:`StoreScratch.close` removes the scratch directory whole, also after a failure (use it as a
+context manager).
+
+Invariant: no byte of a store file reaches RocksDB unchecked. Every file is first checked to be
+the one ``_metadata`` describes — its size, then the CRC-32 of its bytes (one read; a download
+checks while it copies) — so a damaged file fails naming it (:class:`CorruptStateError`, exit 2)
+before the store opens. RocksDB then opens with paranoid checks, refuses a write-ahead log with a
+damaged record (absolute consistency: nothing is dropped silently), and verifies the checksum of
+every block it reads.
 
 Entries are read with RocksDB iterators, one key group of one state at a time: memory stays
 bounded by a key group, the rest stays on disk. rocksdict is imported lazily.
@@ -34,9 +41,10 @@ from statekit.statefmt.native_state import (
     key_group_prefix,
 )
 
-__all__ = ["StoreScratch", "ReadOnlyStore", "fetch_store_files", "open_store", "scan_prefix"]
+__all__ = ["StoreScratch", "ReadOnlyStore", "fetch_store_files", "check_store_file", "open_store", "scan_prefix"]
 
 _CHUNK = 8 << 20
+IMMUTABLE_SUFFIX = ".sst"  # RocksDB never writes to an SST file once it exists
 
 
 def _require_rocksdict(where: str) -> None:
@@ -48,19 +56,21 @@ def _require_rocksdict(where: str) -> None:
 
 
 def fetch_store_files(io: FileIO, resolve: Callable[[str], str], handle: NativeKeyedState, target: str, *,
-                      link: bool, verify: bool) -> None:
-    """Put every file of ``handle`` into the local directory ``target`` under its store name.
+                      link: bool) -> None:
+    """Put every file of ``handle`` into the local directory ``target`` under its store name, each
+    checked against ``_metadata`` (size and CRC-32) first.
 
     Args:
         io: The snapshot's filesystem.
         resolve: Turns a path of ``_metadata`` into a checked path of ``io`` (raises for unsafe ones).
         handle: The subtask's native keyed state.
         target: A local directory (created).
-        link: Link local files instead of copying them (read-only use only).
-        verify: Check each file's CRC-32 against ``_metadata`` (copies always check it).
+        link: Link local SST files instead of copying them (read-only use only; every other file
+            is copied, since opening a store writes to some of them — rocksdict rewrites its
+            ``rocksdict-config.json`` — and no write may reach the snapshot through a link).
 
     Raises:
-        CorruptStateError: A file's size or checksum differs from ``_metadata``.
+        CorruptStateError: A file's size or checksum differs from ``_metadata`` (names the file).
         PathNotFoundError / UnsafePathError: A file is missing or leads outside where it may be.
     """
     if handle.format != NATIVE_ROCKSDB_FORMAT:
@@ -69,26 +79,55 @@ def fetch_store_files(io: FileIO, resolve: Callable[[str], str], handle: NativeK
     for file in handle.files:
         source = resolve(file.path)
         destination = os.path.join(target, file.name)
-        if link and io.is_local:
-            _check_local(io, source, file, verify)
+        if link and io.is_local and file.name.endswith(IMMUTABLE_SUFFIX):
+            check_store_file(io, source, file)
             os.symlink(os.path.realpath(source), destination)
         else:
             _copy_checked(io, source, destination, file)
 
 
-def _check_local(io: FileIO, source: str, file: NativeFile, verify: bool) -> None:
+def check_store_file(io: FileIO, source: str, file: NativeFile) -> None:
+    """Check that the file at ``source`` is the one ``_metadata`` describes: its size (before a byte
+    is read: a huge file is refused, not hashed), then the CRC-32 of its bytes.
+
+    Raises:
+        CorruptStateError: The size or the checksum differs (names the file).
+        PathNotFoundError: No such file.
+    """
     url = io.url(source)
     with io.open_input(source) as stream:
-        size = os.fstat(stream.fileno()).st_size
+        size = _stream_size(stream)
         if size != file.size:
-            raise CorruptStateError(f"size {size} differs from the {file.size} bytes recorded in _metadata", path=url)
-        if verify:
-            running = Crc32()
-            while chunk := stream.read(_CHUNK):
-                running.update(chunk)
-            if running.checksum != file.checksum:
-                raise CorruptStateError(f"file checksum {running.checksum} differs from the recorded {file.checksum}",
-                                        path=url)
+            raise CorruptStateError(f"size {size} differs from the {file.size} bytes recorded in _metadata "
+                                    "(truncated or replaced)", path=url)
+        running = Crc32()
+        budget = file.size + 1
+        while budget > 0 and (chunk := stream.read(min(_CHUNK, budget))):
+            budget -= len(chunk)
+            running.update(chunk)
+    _check_read(running, file, url)
+
+
+def _stream_size(stream: Any) -> int:
+    size = getattr(stream, "size", None)
+    if isinstance(size, int):
+        return size
+    try:
+        return os.fstat(stream.fileno()).st_size
+    except (AttributeError, OSError, ValueError):
+        position = stream.tell()
+        end = int(stream.seek(0, 2))
+        stream.seek(position)
+        return end
+
+
+def _check_read(running: Crc32, file: NativeFile, url: str) -> None:
+    if running.size != file.size:
+        raise CorruptStateError(f"size {running.size} differs from the {file.size} bytes recorded in _metadata "
+                                "(truncated or replaced)", path=url)
+    if running.checksum != file.checksum:
+        raise CorruptStateError(f"file checksum {running.checksum} differs from the recorded {file.checksum} "
+                                "(damaged)", path=url)
 
 
 def _copy_checked(io: FileIO, source: str, destination: str, file: NativeFile) -> None:
@@ -100,31 +139,46 @@ def _copy_checked(io: FileIO, source: str, destination: str, file: NativeFile) -
             budget -= len(chunk)
             running.update(chunk)
             out.write(chunk)
-    if running.size != file.size:
-        raise CorruptStateError(f"size {running.size} differs from the {file.size} bytes recorded in _metadata", path=url)
-    if running.checksum != file.checksum:
-        raise CorruptStateError(f"file checksum {running.checksum} differs from the recorded {file.checksum}", path=url)
+    _check_read(running, file, url)
 
 
 def open_store(directory: str, *, read_only: bool = True) -> Any:
-    """A rocksdict handle on the store in ``directory`` (raw bytes keys and values)."""
-    from rocksdict import AccessType, Options, Rdict
+    """A rocksdict handle on the store in ``directory`` (raw bytes keys and values).
 
-    if read_only:
-        return Rdict(directory, Options(raw_mode=True), access_type=AccessType.read_only())
-    return Rdict(directory, Options(raw_mode=True))
+    Read-only (a snapshot's store): paranoid checks, a write-ahead log replayed only whole
+    (absolute consistency) and the checksum of every block verified on read (rocksdict's default
+    read options skip it).
+    """
+    from rocksdict import AccessType, DBRecoveryMode, Options, Rdict, ReadOptions
+
+    if not read_only:
+        return Rdict(directory, Options(raw_mode=True))
+    options = Options(raw_mode=True)
+    options.set_paranoid_checks(True)
+    options.set_wal_recovery_mode(DBRecoveryMode.absolute_consistency())
+    db = Rdict(directory, options, access_type=AccessType.read_only())
+    reads = ReadOptions()
+    reads.set_verify_checksums(True)
+    db.set_read_options(reads)
+    return db
 
 
 def scan_prefix(db: Any, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
-    """(key, value) of every entry whose key starts with ``prefix``, in key order."""
+    """(key, value) of every entry whose key starts with ``prefix``, in key order.
+
+    Raises:
+        Exception: rocksdict's, when RocksDB fails while reading (a block checksum mismatch):
+            an iterator that stops on an error says so here, never by ending early.
+    """
     it = db.iter()
     it.seek(prefix)
     while it.valid():
         key = it.key()
         if not key.startswith(prefix):
-            break
+            return
         yield key, it.value()
         it.next()
+    it.status()
 
 
 def store_entries(db: Any, state_id: int, key_group: int, where: str) -> Iterator[tuple[bytes, bytes, bytes]]:
@@ -190,13 +244,12 @@ class StoreScratch:
                  tb: TracebackType | None) -> None:
         self.close()
 
-    def open(self, io: FileIO, resolve: Callable[[str], str], handle: NativeKeyedState, where: str, *,
-             verify: bool = False) -> ReadOnlyStore:
-        """Assemble ``handle``'s files in a new store directory and open it read-only."""
+    def open(self, io: FileIO, resolve: Callable[[str], str], handle: NativeKeyedState, where: str) -> ReadOnlyStore:
+        """Assemble ``handle``'s files (each checked) in a new store directory and open it read-only."""
         _require_rocksdict(where)
         self._count += 1
         target = os.path.join(self.directory, f"store-{self._count}")
-        fetch_store_files(io, resolve, handle, target, link=True, verify=verify)
+        fetch_store_files(io, resolve, handle, target, link=True)
         store = ReadOnlyStore(target, handle, where)
         self._stores.append(store)
         return store

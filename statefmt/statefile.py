@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING
 
 from statekit.statefmt import layout
-from statekit.statefmt.checksum import Crc32, crc32
+from statekit.statefmt.checksum import Crc32, crc32, crc32_combine, format_checksum
 from statekit.statefmt.encoding import (
     KEYED_COLUMNS,
     OPERATOR_COLUMNS,
@@ -270,6 +270,7 @@ class StateFileReader:
         if crc32(raw) != index_crc:
             raise self._corrupt("index checksum mismatch")
         self._index_raw, self._index_offset, self._body_crc = raw, index_offset, body_crc
+        self._header_crc, self._footer = self._seq_crc, footer
         entries = tuple(IndexEntry(*layout.INDEX_ENTRY.unpack_from(raw, i * entry_size)) for i in range(count))
         position, previous = len(header), -1
         for e in entries:
@@ -315,6 +316,27 @@ class StateFileReader:
         """
         if self._seq_pos == self._index_offset and crc32(self._index_raw, self._seq_crc) != self._body_crc:
             raise self._corrupt("file checksum mismatch in the footer: header, index or footer damaged")
+
+    def indexed_checksum(self) -> str:
+        """The whole file's CRC-32 as its header, its index's block CRCs, the index and the footer
+        give it (``crc32:xxxxxxxx``), no block read: equal to the one ``_metadata`` records for
+        an intact file. So when it matches, the header, index and footer are the bytes written,
+        and each block's bytes are checked by the CRC its index entry holds when they are read."""
+        running = self._header_crc
+        for e in self.index:
+            running = crc32_combine(running, e.checksum, e.length)
+        return format_checksum(crc32(self._footer, crc32(self._index_raw, running)))
+
+    def check_indexed_checksum(self, expected: str) -> None:
+        """Raise unless :meth:`indexed_checksum` is ``expected`` (the file's CRC-32 in ``_metadata``).
+
+        Raises:
+            CorruptStateError: The header, the index or the footer differ from the bytes written.
+        """
+        found = self.indexed_checksum()
+        if found != expected:
+            raise self._corrupt(f"file checksum {found} (from its header, index and footer) differs from the "
+                                f"recorded {expected}: header, index or footer damaged")
 
     def read_block(self, key_group: int) -> pa.RecordBatch | None:
         data = self.read_block_bytes(key_group)

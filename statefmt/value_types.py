@@ -7,6 +7,7 @@ Grammar (whitespace ignored)::
     field  := name ":" type
 
 Aliases: ``long``/``int64``/``bigint`` = ``int``; ``double`` = ``float``; ``str`` = ``string``.
+Types nest at most :data:`MAX_DEPTH` levels deep.
 ``json`` means "any value": typed readers show it as a JSON string. Timestamps are epoch
 milliseconds (int) in the value and an Arrow ``timestamp[ms, UTC]`` in columns.
 """
@@ -20,7 +21,11 @@ from typing import Any
 
 from statekit.statefmt.errors import BadInputError
 
-__all__ = ["ValueType", "parse_value_type", "to_arrow_type", "ANY"]
+__all__ = ["ValueType", "parse_value_type", "to_arrow_type", "ANY", "MAX_DEPTH"]
+
+# Types nest at most this deep (``list<list<int>>`` is 2): a declared type, and a value's
+# structure, are bounded, so nothing that parses, checks or converts them runs out of stack.
+MAX_DEPTH = 32
 
 _ALIASES = {
     "int": "int", "long": "int", "int64": "int", "bigint": "int", "integer": "int",
@@ -132,9 +137,9 @@ def parse_value_type(text: str | None) -> ValueType:
     if text is None or not text.strip():
         return ANY
     tokens = _tokenize(text)
-    parsed, pos = _parse(tokens, 0, text)
+    parsed, pos = _parse(tokens, 0, text, 0)
     if pos != len(tokens):
-        raise BadInputError(f"invalid value type {text!r}: unexpected {tokens[pos]!r}")
+        raise BadInputError(f"invalid value type {_shown(text)}: unexpected {tokens[pos]!r}")
     return parsed
 
 
@@ -145,7 +150,7 @@ def _tokenize(text: str) -> list[str]:
             break
         match = _TOKEN.match(text, pos)
         if not match:
-            raise BadInputError(f"invalid value type {text!r} at character {pos}")
+            raise BadInputError(f"invalid value type {_shown(text)} at character {pos}")
         tokens.append(match.group(1))
         pos = match.end()
     return tokens
@@ -153,43 +158,49 @@ def _tokenize(text: str) -> list[str]:
 
 def _expect(tokens: list[str], pos: int, token: str, text: str) -> int:
     if pos >= len(tokens) or tokens[pos] != token:
-        raise BadInputError(f"invalid value type {text!r}: expected {token!r}")
+        raise BadInputError(f"invalid value type {_shown(text)}: expected {token!r}")
     return pos + 1
 
 
-def _parse(tokens: list[str], pos: int, text: str) -> tuple[ValueType, int]:
+def _shown(text: str) -> str:
+    return repr(text) if len(text) <= 200 else f"{text[:200]!r}... ({len(text)} characters)"
+
+
+def _parse(tokens: list[str], pos: int, text: str, depth: int) -> tuple[ValueType, int]:
     if pos >= len(tokens):
-        raise BadInputError(f"invalid value type {text!r}: ends early")
+        raise BadInputError(f"invalid value type {_shown(text)}: ends early")
     word = tokens[pos].lower()
     pos += 1
     if word in _ALIASES:
         return ValueType(_ALIASES[word]), pos
     if word not in ("list", "array", "map", "struct"):
-        raise BadInputError(f"invalid value type {text!r}: unknown type {tokens[pos - 1]!r}")
+        raise BadInputError(f"invalid value type {_shown(text)}: unknown type {tokens[pos - 1]!r}")
+    if depth >= MAX_DEPTH:
+        raise BadInputError(f"invalid value type {_shown(text)}: nested more than {MAX_DEPTH} levels deep")
     pos = _expect(tokens, pos, "<", text)
     if word in ("list", "array"):
-        element, pos = _parse(tokens, pos, text)
+        element, pos = _parse(tokens, pos, text, depth + 1)
         return ValueType("list", (element,)), _expect(tokens, pos, ">", text)
     if word == "map":
-        key, pos = _parse(tokens, pos, text)
+        key, pos = _parse(tokens, pos, text, depth + 1)
         pos = _expect(tokens, pos, ",", text)
-        value, pos = _parse(tokens, pos, text)
+        value, pos = _parse(tokens, pos, text, depth + 1)
         return ValueType("map", (key, value)), _expect(tokens, pos, ">", text)
     names: list[str] = []
     types: list[ValueType] = []
     while True:
         if pos >= len(tokens) or not re.match(r"[A-Za-z_]", tokens[pos]):
-            raise BadInputError(f"invalid value type {text!r}: expected a field name")
+            raise BadInputError(f"invalid value type {_shown(text)}: expected a field name")
         names.append(tokens[pos])
         pos = _expect(tokens, pos + 1, ":", text)
-        field_type, pos = _parse(tokens, pos, text)
+        field_type, pos = _parse(tokens, pos, text, depth + 1)
         types.append(field_type)
         if pos < len(tokens) and tokens[pos] == ",":
             pos += 1
             continue
         break
     if len(set(names)) != len(names):
-        raise BadInputError(f"invalid value type {text!r}: duplicate field names")
+        raise BadInputError(f"invalid value type {_shown(text)}: duplicate field names")
     return ValueType("struct", tuple(types), tuple(names)), _expect(tokens, pos, ">", text)
 
 

@@ -1,4 +1,5 @@
-"""Shared fixtures: a local S3-compatible server (moto, 127.0.0.1) and fresh buckets."""
+"""Shared fixtures: a local S3-compatible server (moto, 127.0.0.1) and fresh buckets; statekit's
+native RocksDB snapshots (an incremental checkpoint, a native savepoint) of one job's state."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import os
 import tempfile
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -61,3 +63,94 @@ def s3_bucket(s3_server: dict[str, Any]) -> str:
     fs.mkdir(name)
     s3fs.S3FileSystem.clear_instance_cache()
     return f"s3://{name}"
+
+
+# ----------------------------------------------------------------------------- native snapshots
+
+_ROOT = Path(__file__).resolve().parents[1]
+_WORDS = [f"word{chr(97 + i)}{chr(97 + j)}" for i in range(26) for j in range(8)]
+
+
+@dataclass(frozen=True)
+class NativeSnapshots:
+    """statekit's native RocksDB snapshots of one state, and its canonical savepoint (the truth).
+
+    Attributes:
+        checkpoint: An incremental checkpoint ``<job>/chk-N`` (SST files in ``<job>/shared/``).
+        savepoint: A native savepoint of the same state: every store file private to it.
+        canonical: The canonical savepoint of the same state.
+        inputs: The job's input folder (examples/wordcount.py reads it).
+    """
+
+    checkpoint: Path
+    savepoint: Path
+    canonical: Path
+    inputs: Path
+
+
+def _launch(*args: str) -> None:
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "statekit.runtime.launcher", "-p", "2", "--state-backend", "rocksdb", *args]
+    done = subprocess.run(command, cwd=_ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def native_savepoint_of(checkpoint: Path, target: Path) -> Path:
+    """A native savepoint of ``checkpoint``'s state: its files copied, the shared ones into the
+    store's private directory, and a ``_metadata`` naming them there (kind savepoint)."""
+    import shutil
+    from dataclasses import replace
+
+    from statekit.readers.snapshot import open_snapshot
+    from statekit.statefmt.metadata import SnapshotKind, serialize_metadata
+    from statekit.statefmt.native_state import native_private_dir
+
+    snapshot = open_snapshot(str(checkpoint))
+    md = snapshot.metadata
+    operators = []
+    for op in md.operators:
+        subtasks = []
+        for st in op.subtasks:
+            for relative in [f.path for f in st.files] + ([st.channel_state.path] if st.channel_state else []):
+                (target / relative).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(snapshot.file_path(relative), target / relative)
+            if st.native is None:
+                subtasks.append(st)
+                continue
+            files = []
+            for file in st.native.files:
+                relative = f"{native_private_dir(op.uid, st.index, op.parallelism)}/{file.name}"
+                (target / relative).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(snapshot.file_path(file.path), target / relative)
+                files.append(replace(file, path=relative))
+            subtasks.append(replace(st, native=replace(st.native, files=tuple(files))))
+        operators.append(replace(op, subtasks=tuple(subtasks)))
+    (target / "_metadata").write_bytes(serialize_metadata(replace(md, kind=SnapshotKind.SAVEPOINT,
+                                                                  operators=tuple(operators))))
+    return target
+
+
+@pytest.fixture(scope="session")
+def native_snapshots(tmp_path_factory: pytest.TempPathFactory) -> NativeSnapshots:
+    """An incremental RocksDB checkpoint of examples/wordcount.py (p = 2), a native savepoint and
+    the canonical savepoint of its state (the job restored from it, with no input left to read).
+    Never modified: copy before damaging."""
+    pytest.importorskip("rocksdict")
+    base = tmp_path_factory.mktemp("native-snapshots")
+    inputs = base / "in"
+    inputs.mkdir()
+    for f in range(3):
+        lines = (" ".join(_WORDS[(f * 7 + i * j) % len(_WORDS)] for j in range(12)) for i in range(2000))
+        (inputs / f"t{f}.txt").write_text("\n".join(lines), encoding="utf-8")
+    wordcount = str(_ROOT / "examples" / "wordcount.py")
+    _launch("--checkpoint-dir", str(base / "chk"), "--checkpoint-interval", "50ms", "--incremental",
+            "--externalized-cleanup", "retain", wordcount, "--input", str(inputs), "--output", str(base / "out1"))
+    (job_dir,) = (base / "chk").iterdir()
+    checkpoint = max(job_dir.glob("chk-*"), key=lambda p: int(p.name[4:]))
+    _launch("-s", str(checkpoint), "--savepoint-on-finish", str(base / "sp"), wordcount,
+            "--input", str(inputs), "--output", str(base / "out2"))
+    (canonical,) = (base / "sp").iterdir()
+    savepoint = native_savepoint_of(checkpoint, base / "native" / "savepoint-000000-native")
+    return NativeSnapshots(checkpoint, savepoint, canonical, inputs)

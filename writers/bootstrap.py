@@ -135,7 +135,8 @@ def read_from_savepoint(spec: BootstrapSpec) -> SavepointReader | None:
     """
     if not spec.from_savepoint:
         return None
-    source = SavepointReader.read(spec.from_savepoint, storage_options=spec.storage_options)
+    # a native snapshot's operators are copied from its canonical view
+    source = SavepointReader.read(spec.from_savepoint, storage_options=spec.storage_options).canonical()
     uids = [op.uid for op in source.operators]
     if spec.uid in uids:
         raise BadInputError(
@@ -189,7 +190,7 @@ def bootstrap_savepoint(
     source = read_from_savepoint(spec)
     max_parallelism = target_max_parallelism(spec, source)
     io, files, fmt = _input_files(spec)
-    dataset = _dataset(io, files, fmt)
+    dataset = _dataset(io, files, fmt, spec.columns)
     plan = plan_bootstrap(spec, dataset.schema, max_parallelism, where=io.url(files[0].path))
     report = BootstrapReport.start(plan, input_format=fmt, inputs=[io.url(f.path) for f in files], source=source,
                                    engine="local")
@@ -244,7 +245,26 @@ def _hidden(root: str, path: str) -> bool:
     return any(part.startswith((".", "_")) for part in relative.split("/"))
 
 
-def _dataset(io: FileIO, files: list[FileInfo], fmt: str) -> ds.Dataset:
+@dataclass(frozen=True)
+class _Input:
+    """The input as a dataset: ``schema`` is what planning sees; ``scan`` what is read.
+
+    A CSV column pyarrow infers as floating point is scanned as text (``as_text``) and turned
+    into floats by :func:`_checked_floats`: an integer too large for 64 bits would otherwise
+    become a float unseen.
+    """
+
+    schema: pa.Schema
+    scan: ds.Dataset
+    as_text: tuple[str, ...] = ()
+
+
+# Only an empty CSV field is null: "NaN", "NA" or "null" are values (a float NaN, text), never
+# turned into nulls behind the user's back (pyarrow's default list of null spellings would).
+_CSV_NULL_VALUES = [""]
+
+
+def _dataset(io: FileIO, files: list[FileInfo], fmt: str, columns: Sequence[str] = ()) -> _Input:
     import pyarrow as pa
     import pyarrow.dataset as ds
 
@@ -253,14 +273,32 @@ def _dataset(io: FileIO, files: list[FileInfo], fmt: str) -> ds.Dataset:
         from pyarrow.fs import FSSpecHandler, PyFileSystem
 
         filesystem = PyFileSystem(FSSpecHandler(io.fs))
-    file_format: Any = {"parquet": "parquet", "csv": ds.CsvFileFormat(), "json": ds.JsonFileFormat()}[fmt]
-    try:
-        return ds.dataset([f.path for f in files], format=file_format, filesystem=filesystem)
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise BadInputError(f"cannot read as {fmt}: {one_line(exc)}", path=io.url(files[0].path)) from exc
+
+    def open_as(file_format: Any) -> ds.Dataset:
+        try:
+            return ds.dataset([f.path for f in files], format=file_format, filesystem=filesystem)
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise BadInputError(f"cannot read as {fmt}: {one_line(exc)}", path=io.url(files[0].path)) from exc
+
+    if fmt != "csv":
+        dataset = open_as({"parquet": "parquet", "json": ds.JsonFileFormat()}[fmt])
+        return _Input(dataset.schema, dataset)
+    dataset = open_as(_csv_format({}))
+    floats = tuple(c for c in columns if c in dataset.schema.names and pa.types.is_floating(dataset.schema.field(c).type))
+    if not floats:
+        return _Input(dataset.schema, dataset)
+    return _Input(dataset.schema, open_as(_csv_format({c: pa.string() for c in floats})), floats)
 
 
-def _iter_batches(dataset: ds.Dataset, io: FileIO, files: list[FileInfo], fmt: str, columns: list[str],
+def _csv_format(column_types: dict[str, Any]) -> Any:
+    import pyarrow.csv as pcsv
+    import pyarrow.dataset as ds
+
+    return ds.CsvFileFormat(convert_options=pcsv.ConvertOptions(null_values=_CSV_NULL_VALUES,
+                                                                column_types=column_types))
+
+
+def _iter_batches(source: _Input, io: FileIO, files: list[FileInfo], fmt: str, columns: list[str],
                   batch_size: int, on_progress: Advance) -> Iterator[pa.RecordBatch]:
     """Input batches of ``columns``, file by file, with bounded read-ahead.
 
@@ -274,14 +312,60 @@ def _iter_batches(dataset: ds.Dataset, io: FileIO, files: list[FileInfo], fmt: s
         yield from _parquet_batches(io, files, columns, batch_size, on_progress)
         return
     sizes = {f.path: f.size for f in files}
-    for fragment in dataset.get_fragments():
+    for fragment in source.scan.get_fragments():
         path = fragment.path
+        row = 0
         try:
-            yield from fragment.to_batches(schema=dataset.schema, columns=columns, batch_size=batch_size,
-                                           batch_readahead=1, fragment_readahead=1)
+            for batch in fragment.to_batches(schema=source.scan.schema, columns=columns, batch_size=batch_size,
+                                             batch_readahead=1, fragment_readahead=1):
+                yield _with_floats(batch, source, row, io.url(path)) if source.as_text else batch
+                row += batch.num_rows
         except (pa.ArrowInvalid, pa.ArrowTypeError, OSError) as exc:
             raise BadInputError(f"cannot read as {fmt}: {one_line(exc)}", path=io.url(path)) from exc
         on_progress(path, sizes.get(path, 0))
+
+
+def _with_floats(batch: pa.RecordBatch, source: _Input, first_row: int, where: str) -> pa.RecordBatch:
+    """``batch`` with its text-scanned columns as the floats planning saw (:func:`_checked_floats`)."""
+    import pyarrow as pa
+
+    arrays = [
+        _checked_floats(batch.column(i), name, first_row, where) if name in source.as_text else batch.column(i)
+        for i, name in enumerate(batch.schema.names)
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=pa.schema([source.schema.field(n) for n in batch.schema.names]))
+
+
+_INTEGER = r"^\s*[+-]?[0-9]+\s*$"
+_INT64 = range(-(1 << 63), 1 << 63)
+
+
+def _checked_floats(text: pa.Array, column: str, first_row: int, where: str) -> pa.Array:
+    """A CSV column of number texts as float64, refusing an integer that does not fit 64 bits
+    (pyarrow made the column floating point for it: its value would silently change type and,
+    past 2**53, digits).
+
+    Raises:
+        BadInputError: Such an integer (names the file, the column and the row: the file's data
+            rows counted from 0, as every bootstrap message counts rows), or a text that is no number.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    integers = pc.fill_null(pc.match_substring_regex(text, _INTEGER), False)
+    if pc.any(integers).as_py():
+        for index in pc.indices_nonzero(integers).to_pylist():
+            value = int(text[index].as_py())
+            if value not in _INT64:
+                raise BadInputError(
+                    f"row {first_row + index}: column {column!r} holds the integer {value}, which does not fit "
+                    "a 64-bit int (statekit would store a float in its place): write it with a decimal point "
+                    "(e.g. 1.0e21) to store a float", path=where)
+    empty = pc.equal(pc.utf8_trim_whitespace(text), "")  # an empty field: null, as pyarrow reads numbers
+    try:
+        return pc.cast(pc.if_else(empty, pa.scalar(None, pa.string()), text), pa.float64())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise BadInputError(f"column {column!r}: {one_line(exc)}", path=where) from exc
 
 
 def _parquet_batches(io: FileIO, files: list[FileInfo], columns: list[str], batch_size: int,

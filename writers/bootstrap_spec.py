@@ -42,6 +42,7 @@ from statekit.statefmt.keygroups import (
     compute_key_group_range_for_operator_index,
 )
 from statekit.statefmt.metadata import CheckpointMetadata, OperatorMetadata, StateDescriptor, StateFile, StateKind
+from statekit.statefmt.native_state import NO_EXPIRY
 from statekit.statefmt.serializers import get_serializer
 from statekit.statefmt.value_types import parse_value_type
 from statekit.writers.key_group_sorter import DuplicateMode
@@ -50,6 +51,8 @@ from statekit.writers.metadata_builder import SnapshotMetadataBuilder, operator_
 __all__ = ["INPUT_FORMATS", "BootstrapSpec", "BootstrapPlan", "format_from_name", "parse_state_kind"]
 
 INPUT_FORMATS = ("parquet", "csv", "json")
+# the latest expiry an entry can have: expiries are int64 milliseconds, and 2**63 - 1 means "never"
+MAX_EXPIRY_MS = NO_EXPIRY - 1
 _EXTENSIONS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".json": "json",
                ".jsonl": "json", ".ndjson": "json"}
 
@@ -179,6 +182,11 @@ class BootstrapSpec:
             raise BadInputError(f"--ttl-reference-time {self.ttl_reference_time_ms}: expected epoch milliseconds >= 0")
         if self.ttl_ms is not None and self.ttl_reference_time_ms is None:
             object.__setattr__(self, "ttl_reference_time_ms", time.time_ns() // 1_000_000)
+        if self.ttl_ms is not None and self.ttl_reference_time_ms is not None \
+                and self.ttl_reference_time_ms + self.ttl_ms > MAX_EXPIRY_MS:
+            raise BadInputError(f"--ttl-ms {self.ttl_ms}: entries would expire after the latest time an expiry "
+                                f"holds ({MAX_EXPIRY_MS} ms after the epoch, with --ttl-reference-time "
+                                f"{self.ttl_reference_time_ms})")
         self.check_parallelism(UPPER_BOUND_MAX_PARALLELISM if self.max_parallelism is None else self.max_parallelism)
 
     def check_parallelism(self, max_parallelism: int) -> None:

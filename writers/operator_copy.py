@@ -1,8 +1,10 @@
 """Copy an operator of one snapshot into a snapshot being built: file by file, verified.
 
 Files are renamed to the canonical layout of the new snapshot
-(``<uid>/<state>/<i>-of-<p>.sks``); each copy checks the size and whole-file CRC-32 that
-``_metadata`` recorded while the bytes stream through (nothing is decoded).
+(``<uid>/<state>/<i>-of-<p>.sks``). Before a byte is copied each file is opened as its subtask's
+file of its state (kind, key-group range, entry count, and the whole-file CRC-32 its header,
+index and footer give); the copy then checks the size and whole-file CRC-32 that ``_metadata``
+recorded while the bytes stream through (nothing is decoded).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from dataclasses import replace
 
 from statekit.readers.savepoint_reader import SavepointReader
 from statekit.statefmt import layout
+from statekit.statefmt.errors import BadInputError
 from statekit.statefmt.fileio import FileIO
 from statekit.statefmt.metadata import OperatorMetadata
 from statekit.writers.state_writer import copy_state_file
@@ -27,10 +30,19 @@ def copy_operator(
     *,
     on_bytes: Callable[[str, int], None] | None = None,
 ) -> OperatorMetadata:
-    """Copy every file of ``op`` from ``reader``'s snapshot; returns the operator's new metadata."""
+    """Copy every file of ``op`` from ``reader``'s snapshot; returns the operator's new metadata.
+
+    Raises:
+        CorruptStateError: A file that is not the one ``_metadata`` describes (another state's or
+            subtask's, resized, damaged); the copy is then abandoned.
+        BadInputError: Native keyed state (copy it from the snapshot's canonical view).
+    """
     snapshot = reader.snapshot
     subtasks = []
     for st in op.subtasks:
+        if st.native is not None:
+            raise BadInputError(f"operator {op.uid!r} keeps native keyed state; its files are copied from the "
+                                "snapshot's canonical view (SavepointReader.canonical())", path=reader.path)
         files = []
         for f in st.files:
             relative = layout.state_file_path(op.uid, f.state, st.index, op.parallelism)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from statekit.statefmt.entries import StateCodec
 from statekit.statefmt.errors import BadInputError
 from statekit.statefmt.metadata import StateDescriptor, StateKind
-from statekit.statefmt.value_types import ValueType, parse_value_type, to_arrow_type
+from statekit.statefmt.value_types import MAX_DEPTH, ValueType, parse_value_type, to_arrow_type
 from statekit.writers.bootstrap_spec import BootstrapPlan, BootstrapSpec
 
 if TYPE_CHECKING:
@@ -47,6 +47,10 @@ def plan_bootstrap(spec: BootstrapSpec, schema: pa.Schema, max_parallelism: int,
     missing = [c for c in spec.columns if c not in schema.names]
     if missing:
         raise BadInputError(f"no column {missing[0]!r} in the input (columns: {', '.join(schema.names)})", path=where)
+    for column in spec.columns:
+        if _nesting(schema.field(column).type) > MAX_DEPTH:
+            raise BadInputError(f"column {column!r} nests lists or structs more than {MAX_DEPTH} levels deep; "
+                                f"statekit stores values nested at most {MAX_DEPTH} levels deep", path=where)
     first = schema.field(spec.value_columns[0]).type
     list_per_row = (spec.kind is StateKind.LIST and len(spec.value_columns) == 1
                     and (t.is_list(first) or t.is_large_list(first)))
@@ -75,6 +79,24 @@ def _value_type(spec: BootstrapSpec, schema: pa.Schema, list_per_row: bool) -> s
 
 
 # ---------------------------------------------------------------- types
+
+
+def _nesting(arrow_type: pa.DataType) -> int:
+    """How deep lists, maps and structs nest in ``arrow_type`` (0 for a primitive; counted up to one
+    past :data:`MAX_DEPTH`), without recursion."""
+    deepest, pending = 0, [(arrow_type, 0)]
+    while pending:
+        current, depth = pending.pop()
+        deepest = max(deepest, depth)
+        if depth > MAX_DEPTH:
+            break  # deep enough to refuse: the rest need not be walked
+        children = [current.field(i).type for i in range(current.num_fields)]
+        if getattr(current, "value_type", None) is not None and not children:
+            children = [current.value_type]  # a dictionary's values
+            pending += [(child, depth) for child in children]
+            continue
+        pending += [(child, depth + 1) for child in children]
+    return deepest
 
 
 def _infer_type(arrow_type: pa.DataType, column: str) -> str | None:

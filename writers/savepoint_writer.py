@@ -9,8 +9,11 @@
         .change_operator_identifier("map-1", "enricher")
         .write(out)
 
-Operators taken over from an existing savepoint are copied file by file, never decoded.
-The output appears whole or not at all (see :mod:`statekit.writers.staging`).
+Operators taken over from an existing savepoint are copied file by file, never decoded, each
+file checked first (:func:`statekit.writers.operator_copy.copy_operator`: its kind, key-group
+range, size and checksums against ``_metadata``), so damaged input fails the write; a native
+snapshot's operators come from its canonical view. The output appears whole or not at all (see
+:mod:`statekit.writers.staging`).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from statekit.statefmt import layout
 from statekit.statefmt.entries import StateCodec, group_by_key_group
 from statekit.statefmt.errors import BadInputError, StateNotFoundError
 from statekit.statefmt.fileio import FileIO
-from statekit.statefmt.job_id import new_job_id
+from statekit.statefmt.job_id import check_job_id, new_job_id
 from statekit.statefmt.keygroups import (
     check_parallelism,
     compute_default_max_parallelism,
@@ -33,8 +36,9 @@ from statekit.statefmt.keygroups import (
 )
 from statekit.statefmt.metadata import CheckpointMetadata, OperatorMetadata, StateDescriptor, StateFile, StateKind
 from statekit.writers.metadata_builder import SnapshotMetadataBuilder, operator_metadata
+from statekit.writers.operator_copy import copy_operator
 from statekit.writers.staging import staged_output_dir
-from statekit.writers.state_writer import commit_metadata, copy_state_file, write_keyed_file, write_operator_file
+from statekit.writers.state_writer import commit_metadata, write_keyed_file, write_operator_file
 
 __all__ = ["SavepointWriter", "PerSubtask"]
 
@@ -68,7 +72,7 @@ class SavepointWriter:
     def __init__(self, max_parallelism: int, *, job_id: str | None = None, job_name: str = "") -> None:
         check_parallelism(1, max_parallelism)
         self.max_parallelism = max_parallelism
-        self.job_id = job_id or new_job_id()
+        self.job_id = check_job_id(job_id) if job_id is not None else new_job_id()
         self.job_name = job_name
         self._operators: dict[str, _NewOperator | _CopiedOperator] = {}
 
@@ -80,7 +84,8 @@ class SavepointWriter:
     def from_existing_savepoint(
         cls, path: str, *, trust_pickle: bool = False, storage_options: dict[str, Any] | None = None
     ) -> SavepointWriter:
-        reader = SavepointReader.read(path, trust_pickle=trust_pickle, storage_options=storage_options)
+        # a native snapshot's operators are copied from its canonical view: the output is canonical
+        reader = SavepointReader.read(path, trust_pickle=trust_pickle, storage_options=storage_options).canonical()
         md = reader.metadata
         max_p = max((op.max_parallelism for op in md.operators), default=128)
         writer = cls(max_p, job_id=md.job_id, job_name=md.job_name)
@@ -186,7 +191,7 @@ class SavepointWriter:
         on_file: Advance | None = None,
     ) -> OperatorMetadata:
         if isinstance(entry, _CopiedOperator):
-            return _copy_operator(io, directory, entry, on_file)
+            return copy_operator(entry.reader, entry.metadata, io, directory, on_bytes=on_file)
         files: list[list[StateFile]] = [[] for _ in range(entry.parallelism)]
         for descriptor, data in entry.states:
             codec = StateCodec(descriptor, entry.key_serializer, for_write=True)
@@ -252,24 +257,6 @@ def _write_operator_state(
         )
         for i, part in enumerate(parts)
     ]
-
-
-def _copy_operator(
-    io: FileIO, directory: str, entry: _CopiedOperator, on_file: Advance | None = None
-) -> OperatorMetadata:
-    op, snapshot = entry.metadata, entry.reader.snapshot
-    subtasks = []
-    for st in op.subtasks:
-        files = []
-        for f in st.files:
-            files.append(copy_state_file(
-                snapshot.io, snapshot.file_path(f.path), io, directory,
-                layout.state_file_path(op.uid, f.state, st.index, op.parallelism), f,
-            ))
-            if on_file:
-                on_file(f.path, f.size)
-        subtasks.append(replace(st, files=tuple(files)))
-    return replace(op, subtasks=tuple(subtasks))
 
 
 __all__ += ["split_evenly", "compute_default_max_parallelism"]

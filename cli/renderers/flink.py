@@ -116,9 +116,11 @@ def _operator_detail(console: Console, result: FlinkInspection, index: int) -> N
 
 def flink_verify_report(console: Console, r: FlinkVerifyReport) -> None:
     if r.ok:
+        blocks = (f"; the block checksums of {_count(r.rocksdb_stores, 'RocksDB store')} match" if r.rocksdb_stores
+                  else "")
         console.print(f"[green]OK[/] {escape(r.path)}: {_count(r.files, 'file')}, {human_bytes(r.bytes)} present with "
-                      f"their recorded sizes (+ {human_bytes(r.inline_bytes)} inline); "
-                      "Flink records no checksums")
+                      f"their recorded sizes (+ {human_bytes(r.inline_bytes)} inline){blocks}; "
+                      "Flink's _metadata records no checksums")
         return
     console.print(f"[red]DAMAGED[/] {escape(r.path)}: {_count(len(r.problems), 'problem')} in {_count(r.files, 'file')}")
     for p in r.problems:

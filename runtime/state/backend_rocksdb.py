@@ -470,7 +470,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend[_StateInfo]):
         """The store's files become this subtask's database (its key-group range is unchanged)."""
         self.db.close()
         shutil.rmtree(self.db_path, ignore_errors=True)
-        fetch_store_files(source.io, source.resolve, source.handle, self.db_path, link=False, verify=True)
+        fetch_store_files(source.io, source.resolve, source.handle, self.db_path, link=False)
         self.db = _open(self.db_path)
         for name, state_id in source.handle.state_ids:
             self._restore_slot(source.descriptors[name], state_id)

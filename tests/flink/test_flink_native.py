@@ -158,8 +158,12 @@ def test_temporary_rocksdb_files_are_removed_also_on_failure(
                if n.local_path.startswith("OPTIONS") and n.handle and n.handle.kind is StreamHandleKind.FILE)
     assert sst is not None and sst.path is not None
     damaged = Path(sst.path.removeprefix("file:"))
+    damaged.write_bytes(b"not an options file".ljust(damaged.stat().st_size, b"#"))
+    with pytest.raises(CorruptStateError, match="RocksDB cannot read its OPTIONS file"):
+        list(read_keyed_state(snapshot, "profile", "python-state-count"))
+    assert os.listdir(temp) == []
     damaged.write_bytes(b"not an options file")
-    with pytest.raises(CorruptStateError, match="RocksDB cannot open the state files"):
+    with pytest.raises(CorruptStateError, match="RocksDB file OPTIONS-.*: 19 bytes, _metadata records"):
         list(read_keyed_state(snapshot, "profile", "python-state-count"))
     assert os.listdir(temp) == []
     stream = iter(read_keyed_state(open_flink_snapshot(str(pyflink_jobs["pyflink-2.3/rocksdb"].savepoint("native")),

@@ -217,12 +217,48 @@ def test_damaged_state_fails_the_whole_rescale_and_leaves_nothing(tmp_path: Path
     sub = load_snapshot(str(copy)).metadata.operator("sparse").subtasks[1]
     assert sub.managed_keyed_state is not None and sub.managed_keyed_state.delegate is not None
     stream = copy / str(sub.managed_keyed_state.delegate.path)
+    size = stream.stat().st_size
     stream.write_bytes(stream.read_bytes()[:-100])
     spill = tmp_path / "spill"
     spill.mkdir()
-    with pytest.raises(CorruptStateError, match="truncated: key group"):
+    with pytest.raises(CorruptStateError, match=f"{stream}: {size - 100} bytes, _metadata records {size}"):
         rescale_flink_savepoint(str(copy), str(tmp_path / "out"), max_parallelism=1024, spill_dir=str(spill))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["source", "spill"] and list(spill.iterdir()) == []
+
+
+@pytest.mark.parametrize("damage", ["truncated", "appended"])
+def test_modify_refuses_a_damaged_kept_file_and_writes_nothing(tmp_path: Path, damage: str) -> None:
+    """Flink records each file's size: a kept file of another size is damage (the output's verify
+    would fail); a removed operator's damaged file is no obstacle."""
+    copy = copy_savepoint(PYFLINK_23, tmp_path)
+    sub = load_snapshot(str(copy)).metadata.operator("sparse").subtasks[0]
+    assert sub.managed_keyed_state is not None and sub.managed_keyed_state.delegate is not None
+    stream = copy / str(sub.managed_keyed_state.delegate.path)
+    data = stream.read_bytes()
+    stream.write_bytes(data[:-10] if damage == "truncated" else data + b"\0" * 10)
+    with pytest.raises(CorruptStateError, match=r"damaged: operator sparse subtask 0, data file .* has "
+                                                r"\d+ bytes, metadata records \d+; nothing was written"):
+        modify_flink_savepoint(str(copy), str(tmp_path / "out"), remove_operators=["profile"])
+    assert not (tmp_path / "out").exists()
+    done = CliRunner().invoke(cli, ["modify", str(copy), "--remove-operator", "sparse", "-o", str(tmp_path / "kept")])
+    assert done.exit_code == 0, done.output  # the damaged operator removed: nothing damaged is kept
+    assert verify_snapshot(load_snapshot(str(tmp_path / "kept"))) == []
+
+
+def test_modify_refuses_a_native_savepoint_whose_rocksdb_state_is_damaged(pyflink_jobs: Any, tmp_path: Path) -> None:
+    source = pyflink_jobs["pyflink-2.3/rocksdb"].savepoint("native")
+    copy = copy_savepoint(source, tmp_path)
+    snapshot = load_snapshot(str(copy), uids=("profile",))
+    handle = snapshot.metadata.operator("profile").subtasks[0].managed_keyed_state
+    assert handle is not None
+    manifest = next(n.handle for n in handle.private if n.local_path.startswith("MANIFEST") and n.handle)
+    damaged = copy / str(manifest.path)
+    data = bytearray(damaged.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    damaged.write_bytes(bytes(data))
+    with pytest.raises(CorruptStateError, match="damaged: RocksDB state of operator") as failure:
+        modify_flink_savepoint(str(copy), str(tmp_path / "out"), remove_operators=["sparse"])
+    assert str(damaged) in str(failure.value) and not (tmp_path / "out").exists()
 
 
 def test_an_output_that_is_not_empty_is_refused_before_any_work(tmp_path: Path) -> None:

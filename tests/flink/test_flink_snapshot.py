@@ -325,5 +325,56 @@ def test_count_entries_refuses_checkpoints_and_reports_damage(flink_golden: Any,
     with pytest.raises(CorruptStateError, match="key-group prefix"):
         count_savepoint_entries(open_flink_snapshot(str(copy)), "running-count")
     state.write_bytes(bytes(data[:5000]))
-    with pytest.raises(CorruptStateError, match="byte offset"):
+    with pytest.raises(CorruptStateError, match=f"5000 bytes, _metadata records {len(data)}"):
         count_savepoint_entries(open_flink_snapshot(str(copy)), "running-count")
+
+
+def test_stream_reads_stay_inside_the_stream(tmp_path: Path, flink_golden: Any) -> None:
+    """Offsets and lengths come from _metadata: a read starts inside the stream and stops at its end,
+    and the file must have the size its handle records."""
+    from statekit.flink.storage import load_snapshot, read_stream_bytes
+
+    copy = tmp_path / "sp"
+    shutil.copytree(flink_golden["hashmap/savepoint"], copy)
+    snapshot = load_snapshot(str(copy))
+    handle = next(s.managed_keyed_state for op in snapshot.metadata.operators for s in op.subtasks
+                  if s.managed_keyed_state is not None and s.managed_keyed_state.delegate is not None)
+    assert handle is not None and handle.delegate is not None
+    stream = handle.delegate
+    assert read_stream_bytes(snapshot, stream, length=2**31 - 1) == (copy / str(stream.path)).read_bytes()
+    for offset, length in ((2**63 - 1, None), (stream.size + 1, 4), (-1, 4), (0, -1)):
+        with pytest.raises(CorruptStateError, match="an offset or length in _metadata is damaged"):
+            read_stream_bytes(snapshot, stream, offset=offset, length=length)
+    with open(copy / str(stream.path), "ab") as out:
+        out.write(b"\0")
+    with pytest.raises(CorruptStateError, match=f"{stream.size + 1} bytes, _metadata records {stream.size}"):
+        read_stream_bytes(snapshot, stream, length=4)
+
+
+@pytest.mark.parametrize("value", [0x7FFFFFFF << 32, 0x7FFFFFFFFFFFFFFF])
+def test_a_huge_key_group_offset_is_bad_input_for_diff_and_rescale(tmp_path: Path, flink_golden: Any,
+                                                                   value: int) -> None:
+    import struct
+
+    from click.testing import CliRunner
+
+    from statekit.cli.main import cli
+    from statekit.flink.storage import load_snapshot
+
+    copy = tmp_path / "sp"
+    shutil.copytree(flink_golden["hashmap/savepoint"], copy)
+    handle = next(s.managed_keyed_state for op in load_snapshot(str(copy)).metadata.operators for s in op.subtasks
+                  if s.managed_keyed_state is not None and any(s.managed_keyed_state.key_group_offsets))
+    assert handle is not None
+    first = next(i for i, o in enumerate(handle.key_group_offsets) if o)
+    at = handle.offset + 1 + 4 + 4 + 8 * first  # type byte, range start, count, then the offsets
+    data = (copy / "_metadata").read_bytes()
+    assert struct.unpack_from(">q", data, at)[0] == handle.key_group_offsets[first]
+    (copy / "_metadata").write_bytes(data[:at] + struct.pack(">q", value) + data[at + 8:])
+    runner = CliRunner()
+    for args in (["diff", str(copy), str(flink_golden["hashmap/savepoint"])],
+                 ["rescale", str(copy), "--max-parallelism", "256", "-o", str(tmp_path / "out")]):
+        result = runner.invoke(cli, args)
+        assert result.exit_code == 2, (args, result.output)
+        assert result.output.count("\n") == 1 and "statekit: error:" in result.output
+    assert not (tmp_path / "out").exists()

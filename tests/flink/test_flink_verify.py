@@ -11,6 +11,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
+import pytest
 from click.testing import CliRunner
 
 from statekit.cli.main import cli
@@ -158,3 +159,67 @@ def test_relocate_auto_refuses_what_it_cannot_map(pyflink_jobs: Any, tmp_path: P
     assert all("moved" not in p["message"] for p in problems)  # not every file is here: no claim of a move
     result = CliRunner().invoke(cli, ["relocate", str(root / job.facts["checkpoint"]), "--auto", "--from", "x"])
     assert result.exit_code == 2 and "either --auto or both" in result.output
+
+
+def _store_files(snapshot_path: Path, uid: str | None = None) -> dict[str, Path]:
+    """{local name: file} of the RocksDB files of a snapshot kept in files (not inlined)."""
+    from statekit.flink.model import StreamHandleKind
+    from statekit.flink.storage import resolve_stream
+
+    snapshot = open_flink_snapshot(str(snapshot_path), uids=UIDS if uid else ())
+    found = {}
+    for op in snapshot.metadata.operators:
+        for sub in op.subtasks:
+            for handle in sub.keyed_handles:
+                if handle.kind is not KeyedHandleKind.INCREMENTAL or (uid and op.label != uid):
+                    continue
+                for named in handle.shared + handle.private:
+                    leaf = next(named.handle.leaves(), named.handle) if named.handle else None
+                    if leaf is not None and leaf.kind is not StreamHandleKind.BYTE_STREAM:
+                        found[named.local_path] = Path(resolve_stream(snapshot, leaf).path)
+    return found
+
+
+def test_a_flipped_byte_in_an_sst_is_corrupt_rocksdb_state(relocated_inline0: Path) -> None:
+    """Flink records sizes only; RocksDB's block checksums, read by verify, name the damaged SST."""
+    from statekit.flink.entries import read_keyed_state
+    from statekit.statefmt.errors import CorruptStateError
+
+    checkpoint = relocated_inline0 / "chk-4"
+    assert verify_json(checkpoint, code=0)["rocksdb_stores"] == 1
+    files = _store_files(checkpoint)
+    sst = max((p for name, p in files.items() if name.endswith(".sst")), key=lambda p: p.stat().st_size)
+    data = bytearray(sst.read_bytes())
+    data[len(data) // 3] ^= 0x01
+    sst.write_bytes(bytes(data))
+    (problem,) = verify_json(checkpoint, code=1)["problems"]
+    assert problem["kind"] == "corrupt" and problem["path"] == str(sst) and problem["subtask"] == 0
+    assert "checksum mismatch" in problem["message"] and str(sst) in problem["message"]
+    snapshot = open_flink_snapshot(str(checkpoint))
+    with pytest.raises(CorruptStateError, match="checksum mismatch") as failure:
+        list(read_keyed_state(snapshot, "running-count", "python-state-count"))
+    assert str(sst) in str(failure.value)
+    result = CliRunner().invoke(cli, ["diff", str(checkpoint), str(checkpoint)])
+    assert result.exit_code == 2 and str(sst) in result.output
+
+
+def test_a_damaged_rocksdb_file_of_a_native_savepoint_is_named(pyflink_jobs: Any, tmp_path: Path) -> None:
+    savepoint = copy(pyflink_jobs["pyflink-2.3/rocksdb"].savepoint("native"), tmp_path)
+    manifest = next(p for name, p in _store_files(savepoint, "profile").items() if name.startswith("MANIFEST"))
+    data = bytearray(manifest.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    manifest.write_bytes(bytes(data))
+    problems = verify_json(savepoint, "--uid", "profile", code=1)["problems"]
+    assert [p["kind"] for p in problems] == ["corrupt"] and str(manifest) in problems[0]["message"]
+    assert problems[0]["operator"] == "profile"
+
+
+def test_without_rocksdict_rocksdb_stores_are_unchecked(relocated_inline0: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "rocksdict" else real(name, *a))
+    (problem,) = verify_json(relocated_inline0 / "chk-4", code=1)["problems"]
+    assert problem["kind"] == "unchecked" and "1 RocksDB stores not checked" in problem["message"]
+    assert "pip install 'statekit[rocksdb]'" in problem["message"]

@@ -256,8 +256,12 @@ def run_child(dirs: RunDirs, args: list[str], *, python_code: str | None = None,
     log = dirs.root / "audit.log"
     tail = ["--python", python_code] if python_code is not None else ["--", *args]
     argv = [PYTHON, "-I", "-B", str(CHILD), str(log), str(ADDRESS_SPACE), str(FILE_SIZE), *tail]
+    # MALLOC_ARENA_MAX: RLIMIT_AS counts address space reserved, not used; glibc reserves 64 MiB
+    # per malloc arena (up to 8 per core), and the threads of pyarrow and RocksDB would take
+    # arenas reserving more than the limit, so a thread fails to start (RocksDB then aborts)
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(dirs.home), "TMPDIR": str(dirs.tmp),
-           "TMP": str(dirs.tmp), "TEMP": str(dirs.tmp), "LC_ALL": "C.UTF-8", "COLUMNS": "200"}
+           "TMP": str(dirs.tmp), "TEMP": str(dirs.tmp), "LC_ALL": "C.UTF-8", "COLUMNS": "200",
+           "MALLOC_ARENA_MAX": "2"}
     out_path, err_path = dirs.root / "stdout", dirs.root / "stderr"
     started = time.monotonic()
     with open(out_path, "wb") as out, open(err_path, "wb") as err:

@@ -100,3 +100,56 @@ def test_skipping_equal_blocks_gives_the_full_diff(before: dict[int, int], edits
     unchanged_groups = sum(s.key_groups_skipped for s in skipping.states)
     if before == after and before:
         assert unchanged_groups > 0 and all(s.key_groups_compared == 0 for s in skipping.states)
+
+
+def _first_block(path: Path, relative: str) -> tuple[Path, Any]:
+    from statekit.statefmt.statefile import StateFileReader
+
+    file = path / relative
+    with open(file, "rb") as stream:
+        return file, StateFileReader(stream, file.stat().st_size, path=str(file)).index[0]
+
+
+@pytest.mark.parametrize("side", ["a", "b"])
+def test_a_damaged_block_is_never_skipped_as_unchanged(tmp_path: Path, side: str) -> None:
+    """A copy whose block bytes were damaged (its index intact): the equal index entries do not make
+    it "unchanged" — the block is read and checked, and the diff fails naming the file and key group."""
+    import shutil
+
+    from click.testing import CliRunner
+
+    from statekit.cli.main import cli
+    from statekit.statefmt.errors import CorruptStateError
+
+    count = StateDescriptor("count", StateKind.VALUE, value_type="int")
+    a = write(tmp_path / "a", {count: [(f"k{i}", i) for i in range(200)]})
+    b = str(tmp_path / "b")
+    shutil.copytree(a, b)
+    damaged, block = _first_block(tmp_path / side, "op/count/00000-of-00002.sks")
+    data = bytearray(damaged.read_bytes())
+    data[block.offset + block.length // 2] ^= 0x01
+    damaged.write_bytes(bytes(data))
+    with pytest.raises(CorruptStateError, match=f"key group {block.key_group}: block checksum mismatch") as failure:
+        write_diff(DiffSpec(a, b))
+    assert str(failure.value).startswith(str(damaged))
+    result = CliRunner().invoke(cli, ["diff", a, b, "--engine", "local"])
+    assert result.exit_code == 2 and str(damaged) in result.output
+
+
+def test_a_damaged_header_is_refused_before_any_block_is_skipped(tmp_path: Path) -> None:
+    """A byte of a file that no block checksum covers (the header's reserved bytes): the file's
+    CRC-32 in _metadata, as its header, index and footer give it, refuses it on open."""
+    import shutil
+
+    from statekit.statefmt.errors import CorruptStateError
+
+    count = StateDescriptor("count", StateKind.VALUE, value_type="int")
+    a = write(tmp_path / "a", {count: [(f"k{i}", i) for i in range(200)]})
+    b = str(tmp_path / "b")
+    shutil.copytree(a, b)
+    damaged = tmp_path / "b" / "op/count/00000-of-00002.sks"
+    data = bytearray(damaged.read_bytes())
+    data[11] ^= 0x01  # a reserved header byte
+    damaged.write_bytes(bytes(data))
+    with pytest.raises(CorruptStateError, match="header, index or footer damaged"):
+        write_diff(DiffSpec(a, b))

@@ -44,3 +44,23 @@ def test_without_isal_zlib_computes_it(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setitem(sys.modules, "isal.isal_zlib", None)  # an import of it raises ImportError
     assert checksum._fastest_crc32() is zlib.crc32
+
+
+@settings(max_examples=300, deadline=None)
+@given(crc1=st.integers(0, 0xFFFFFFFF), crc2=st.integers(0, 0xFFFFFFFF), length=st.integers(0, 1 << 40))
+def test_crc32_combine_is_the_same_with_and_without_isal(crc1: int, crc2: int, length: int) -> None:
+    pytest.importorskip("isal.isal_zlib")
+    fast = crc32_combine(crc1, crc2, length)
+    saved = checksum._combine
+    checksum._combine = None
+    try:
+        assert crc32_combine(crc1, crc2, length) == fast
+    finally:
+        checksum._combine = saved
+
+
+def test_without_isal_combine_falls_back_to_the_arithmetic(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "isal.isal_zlib", None)
+    assert checksum._native_crc32_combine() is None

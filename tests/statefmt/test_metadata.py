@@ -205,6 +205,10 @@ def _set(path: Callable[[dict[str, Any]], dict[str, Any]], key: str, value: Any)
 INVALID: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
     ("missing job id", lambda b: b.pop("job_id"), "metadata.job_id is missing"),
     ("job id not a string", _set(lambda b: b, "job_id", 5), "metadata.job_id has the wrong type"),
+    ("job id a path", _set(lambda b: b, "job_id", "../../x"),
+     "job_id '../../x' is not a job id (32 lower-case hex characters)"),
+    ("job id upper case", _set(lambda b: b, "job_id", "AB" * 16), "is not a job id"),
+    ("job id with a newline", _set(lambda b: b, "job_id", "ab" * 16 + "\n"), "is not a job id"),
     ("checkpoint id bool", _set(lambda b: b, "checkpoint_id", True), "checkpoint_id must be an integer"),
     ("negative checkpoint id", _set(lambda b: b, "checkpoint_id", -1), "checkpoint_id is negative"),
     ("unknown kind", _set(lambda b: b, "kind", "snapshot"), "kind is 'snapshot', expected one of checkpoint, savepoint"),

@@ -78,6 +78,18 @@ def test_invalid_types_raise_bad_input(text: str, cause: str) -> None:
     assert message.startswith(f"invalid value type {text!r}") and cause in message
 
 
+def test_nesting_is_bounded_and_long_types_are_shown_short() -> None:
+    from statekit.statefmt.value_types import MAX_DEPTH
+
+    assert str(parse_value_type("list<" * MAX_DEPTH + "int" + ">" * MAX_DEPTH)).count("list") == MAX_DEPTH
+    for deep in ("list<" * 3000 + "int" + ">" * 3000, "map<int," * 40 + "int" + ">" * 40,
+                 "struct<a:" * 40 + "int" + ">" * 40):
+        with pytest.raises(BadInputError) as info:
+            parse_value_type(deep)
+        message = str(info.value)
+        assert f"nested more than {MAX_DEPTH} levels deep" in message and len(message) < 400
+
+
 @pytest.mark.parametrize(
     ("text", "good", "bad", "reason"),
     [

@@ -226,3 +226,54 @@ def test_progress_covers_the_work(inputs: dict[str, str], tmp_path: Path) -> Non
     (bar,) = bars
     assert bar["description"] == "bootstrapping" and bar["total"] > 0
     assert abs(bar["done"] - bar["total"]) <= 0.02 * bar["total"]
+
+
+def test_a_csv_integer_beyond_64_bits_is_refused_naming_file_column_and_row(tmp_path: Path) -> None:
+    """pyarrow reads such a column as floats: 2**70 would be stored as 1.18e21 (float), unseen."""
+    path = tmp_path / "big.csv"
+    path.write_text(f"k,v\na,1\nb,2.5\nc,{2 ** 70}\n")
+    with pytest.raises(BadInputError) as failure:
+        boot(inputs=[str(path)], output=str(tmp_path / "out"), uid="op", state="s", key_column="k",
+             value_columns=["v"])
+    message = str(failure.value)
+    assert message.startswith(str(path)) and f"row 2: column 'v' holds the integer {2 ** 70}" in message
+    assert "\n" not in message and not (tmp_path / "out").exists()
+
+
+def test_csv_nan_and_null_spellings_stay_values(tmp_path: Path) -> None:
+    """Only an empty field is null: "NaN" is a float NaN, "NA" and "null" are text — none of them
+    becomes a null behind the user's back (pyarrow's default null spellings would)."""
+    import math
+
+    path = tmp_path / "values.csv"
+    path.write_text("k,v,w\na,1.5,NA\nb,NaN,null\nc,,x\n")
+    out = str(tmp_path / "out")
+    boot(inputs=[str(path)], output=out, uid="op", state="s", key_column="k", value_columns=["v", "w"])
+    values = {e.key: e.value for e in SavepointReader.read(out).read_keyed_state("op", "s")}
+    assert values["a"] == {"v": 1.5, "w": "NA"} and values["c"] == {"v": None, "w": "x"}
+    assert math.isnan(values["b"]["v"]) and values["b"]["w"] == "null"
+
+
+def test_values_nested_deeper_than_a_type_can_be_are_refused(tmp_path: Path) -> None:
+    path = tmp_path / "deep.jsonl"
+    path.write_text('{"k": "a", "v": ' + "[" * 5000 + "]" * 5000 + "}\n")
+    for declared in (None, "json"):
+        with pytest.raises(BadInputError, match="column 'v' nests lists or structs more than 32 levels deep"):
+            boot(inputs=[str(path)], output=str(tmp_path / "out"), uid="op", state="s", key_column="k",
+                 value_columns=["v"], value_type=declared)
+    assert not (tmp_path / "out").exists()
+
+
+def test_add_an_operator_to_a_native_checkpoint(native_snapshots: Any, inputs: dict[str, str],
+                                                tmp_path: Path) -> None:
+    from statekit.statefmt.metadata import SnapshotFormat
+
+    out = str(tmp_path / "out")
+    boot(inputs=[inputs["parquet"]], output=out, uid="users", state="n", key_column="user", value_columns=["n"],
+         from_savepoint=str(native_snapshots.checkpoint))
+    assert verify_snapshot(out).ok
+    reader = SavepointReader.read(out)
+    assert reader.metadata.format is SnapshotFormat.CANONICAL
+    truth = SavepointReader.read(str(native_snapshots.canonical))
+    assert ({e.key: e.value for e in reader.read_keyed_state("counter", "count")}
+            == {e.key: e.value for e in truth.read_keyed_state("counter", "count")})

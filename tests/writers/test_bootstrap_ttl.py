@@ -74,10 +74,18 @@ def test_the_reference_time_defaults_to_now(tmp_path: Path) -> None:
 @pytest.mark.parametrize("fields, message", [
     ({"ttl_reference_time_ms": REF}, "--ttl-reference-time is only meaningful with --ttl-ms"),
     ({"ttl_ms": TTL, "ttl_reference_time_ms": -1}, "--ttl-reference-time -1: expected epoch milliseconds >= 0"),
+    ({"ttl_ms": 2 ** 63}, "--ttl-ms 9223372036854775808: entries would expire after the latest time an expiry holds"),
+    ({"ttl_ms": 2 ** 63 - 1 - REF, "ttl_reference_time_ms": REF}, "entries would expire after the latest time"),
 ])
 def test_bad_ttl_options_are_refused(tmp_path: Path, fields: dict[str, Any], message: str) -> None:
     with pytest.raises(BadInputError, match=message):
         _spec(tmp_path, "value", **fields)
+
+
+def test_the_latest_expiry_is_accepted(tmp_path: Path) -> None:
+    spec = _spec(tmp_path, "value", ttl_ms=2 ** 63 - 2 - REF, ttl_reference_time_ms=REF)
+    bootstrap_savepoint(spec)
+    assert {e[2] for e in _entries(spec.output)} == {2 ** 63 - 2}
 
 
 def test_operator_state_gets_no_ttl(tmp_path: Path) -> None:

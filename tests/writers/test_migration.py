@@ -101,6 +101,8 @@ def test_bad_input(savepoint: str, tmp_path: Path) -> None:
         migrate_savepoint(savepoint, str(tmp_path / "o1"), "shop", "nope", "int")
     with pytest.raises(BadInputError, match="invalid value type 'lst<int>'"):
         migrate_savepoint(savepoint, str(tmp_path / "o2"), "shop", "history", "lst<int>")
+    with pytest.raises(BadInputError, match="nested more than 32 levels deep"):
+        migrate_savepoint(savepoint, str(tmp_path / "o2"), "shop", "history", "list<" * 3000 + "int" + ">" * 3000)
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("x")
     with pytest.raises(BadInputError, match="not empty"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -110,3 +111,62 @@ def test_option_parsing() -> None:
             parse_rename(bad)
     with pytest.raises(BadInputError, match="expected UID/STATE"):
         parse_state_ref("state")
+
+
+def test_swapped_subtask_files_are_refused_before_anything_is_written(source: str, tmp_path: Path) -> None:
+    """Subtask 0's metadata names subtask 1's file (with its size and checksum) and the other way
+    round: every copied byte matches its recorded CRC, but the files hold other key groups."""
+    import json
+    import shutil
+    import struct
+    import zlib
+
+    copy = tmp_path / "sp"
+    shutil.copytree(source, copy)
+    data = (copy / "_metadata").read_bytes()
+    header = struct.Struct("<8sIQ")
+    _, version, length = header.unpack_from(data)
+    body = json.loads(data[header.size:header.size + length])
+    counter = next(op for op in body["operators"] if op["uid"] == "counter")
+    first, second = counter["subtasks"]
+    first["files"], second["files"] = second["files"], first["files"]
+    raw = json.dumps(body).encode()
+    (copy / "_metadata").write_bytes(data[:8] + struct.pack("<IQ", version, len(raw)) + raw
+                                     + struct.pack("<I", zlib.crc32(raw)))
+    assert not verify_snapshot(str(copy)).ok
+    with pytest.raises(CorruptStateError, match="block outside the subtask's key-group range"):
+        modify_savepoint(str(copy), str(tmp_path / "out"), remove_operators=["sink"])
+    assert sorted(os.listdir(tmp_path)) == ["sp"]
+
+
+def test_a_damaged_header_byte_is_refused(source: str, tmp_path: Path) -> None:
+    """A byte no block CRC covers (the header's reserved bytes): the whole-file CRC refuses it."""
+    import shutil
+
+    copy = tmp_path / "sp"
+    shutil.copytree(source, copy)
+    file = SavepointReader.read(str(copy)).operator("counter").subtasks[1].file_of("count")
+    assert file is not None
+    full = copy / file.path
+    data = bytearray(full.read_bytes())
+    data[11] ^= 1
+    full.write_bytes(bytes(data))
+    with pytest.raises(CorruptStateError, match=str(full)):
+        modify_savepoint(str(copy), str(tmp_path / "out"), rename_uids=[("counter", "c2")])
+    assert sorted(os.listdir(tmp_path)) == ["sp"]
+
+
+@pytest.mark.parametrize("kind", ["checkpoint", "savepoint"])
+def test_native_operators_are_copied_from_the_canonical_view(native_snapshots: Any, tmp_path: Path,
+                                                            kind: str) -> None:
+    from statekit.statefmt.metadata import SnapshotFormat
+
+    snapshot = getattr(native_snapshots, kind)
+    out = str(tmp_path / "out")
+    modify_savepoint(str(snapshot), out, remove_operators=["source"])
+    assert verify_snapshot(out).ok
+    reader = SavepointReader.read(out)
+    assert reader.metadata.format is SnapshotFormat.CANONICAL
+    expected = SavepointReader.read(str(native_snapshots.canonical))
+    assert ({e.key: e.value for e in reader.read_keyed_state("counter", "count")}
+            == {e.key: e.value for e in expected.read_keyed_state("counter", "count")})

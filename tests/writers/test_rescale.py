@@ -232,6 +232,26 @@ def test_corrupted_source_fails_atomically(tmp_path: Path, options: dict[str, An
     assert sorted(os.listdir(tmp_path)) == ["sp"], "nothing at (or beside) the output"
 
 
+@pytest.mark.parametrize("options", [{"parallelism": 2}, {"max_parallelism": 256}])
+@pytest.mark.parametrize("where", ["header", "footer"])
+def test_damage_no_block_checksum_covers_is_refused(tmp_path: Path, options: dict[str, Any], where: str) -> None:
+    """A reserved header byte, or the footer's CRC of the body: byte-range block copies and the
+    regrouping decode never read them, the whole-file CRC of _metadata does (from the header,
+    index and footer, before a block is copied)."""
+    path = write_source(tmp_path / "sp", parallelism=3)
+    victim = SavepointReader.read(path).operator("enricher").subtasks[1].file_of("count")
+    assert victim is not None
+    full = Path(path, victim.path)
+    data = bytearray(full.read_bytes())
+    data[11 if where == "header" else len(data) - 12] ^= 0x01  # footer: ... | body crc u32 | end magic u64
+    full.write_bytes(bytes(data))
+    assert not verify_snapshot(path).ok
+    with pytest.raises(CorruptStateError, match="header, index or footer damaged") as failure:
+        rescale_savepoint(path, str(tmp_path / "out"), **options)
+    assert str(failure.value).startswith(str(full))
+    assert sorted(os.listdir(tmp_path)) == ["sp"], "nothing at (or beside) the output"
+
+
 def test_a_truncated_file_is_named(tmp_path: Path) -> None:
     path = write_source(tmp_path / "sp", parallelism=2)
     victim = SavepointReader.read(path).operator("enricher").subtasks[0].file_of("history")

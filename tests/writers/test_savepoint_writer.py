@@ -32,7 +32,7 @@ UNION = StateDescriptor("u", StateKind.UNION)
 
 
 def small_writer(parallelism: int = 2) -> SavepointWriter:
-    return (SavepointWriter.new_savepoint(max_parallelism=16, job_id="j" * 32)
+    return (SavepointWriter.new_savepoint(max_parallelism=16, job_id="ab" * 16)
             .with_operator("a", {VALUE: [(i, i) for i in range(20)], UNION: [1, 2]}, parallelism=parallelism)
             .with_operator("b", {VALUE: [(i, -i) for i in range(5)]}, parallelism=1))
 
@@ -208,7 +208,7 @@ def test_written_metadata(tmp_path: Path) -> None:
     assert before <= md.created_at_ms <= int(time.time() * 1000)
     on_disk = parse_metadata((tmp_path / "sp" / "_metadata").read_bytes())
     assert on_disk == md
-    assert md.job_id == "j" * 32 and md.kind.value == "savepoint" and md.format.value == "canonical"
+    assert md.job_id == "ab" * 16 and md.kind.value == "savepoint" and md.format.value == "canonical"
     assert small_writer().write(str(tmp_path / "pinned"), created_at_ms=42).created_at_ms == 42
     b = md.operator("b")
     assert b.max_parallelism == 16 and b.key_serializer == "msgpack"
