@@ -89,11 +89,16 @@ class NativeSnapshots:
 
 
 def _launch(*args: str) -> None:
+    import os
     import subprocess
     import sys
+    import tempfile
 
-    command = [sys.executable, "-m", "statekit.runtime.launcher", "-p", "2", "--state-backend", "rocksdb", *args]
-    done = subprocess.run(command, cwd=_ROOT, capture_output=True, text=True, timeout=120)
+    command = [sys.executable, "-m", "statekit.cli.main", "run", "-p", "2", "--executor", "threads",
+               "--state-backend", "rocksdb", *args]
+    with tempfile.TemporaryDirectory(prefix="statekit-home-") as home:
+        done = subprocess.run(command, cwd=_ROOT, capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "STATEKIT_HOME": home})
     assert done.returncode == 0, done.stderr[-2000:]
 
 
