@@ -373,6 +373,8 @@ class FlinkInspection:
                 for st in op.keyed_states
             ],
             "keyed_state_problem": op.keyed_state_problem,
+            "source_splits": [split.to_json() for split in op.splits],
+            "source_splits_problem": op.splits_problem,
             "subtasks": [
                 {
                     "index": sub.index,

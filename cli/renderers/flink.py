@@ -73,7 +73,7 @@ def flink_inspection(console: Console, result: FlinkInspection) -> None:
                     _bytes(op.file_bytes), _bytes(op.shared_bytes))
     console.print(ops)
     for index, op in enumerate(s.operators):
-        if op.bytes or op.keyed_states or op.keyed_state_problem:
+        if op.bytes or op.keyed_states or op.keyed_state_problem or op.splits_problem:
             _operator_detail(console, result, index)
 
 
@@ -95,6 +95,16 @@ def _operator_detail(console: Console, result: FlinkInspection, index: int) -> N
         console.print(states)
     if op.keyed_state_problem:
         console.print(f"[yellow]{title}: keyed state names: {escape(op.keyed_state_problem)}[/]")
+    if op.splits:
+        splits = Table(title=f"{title}: source splits", title_justify="left")
+        for column in ("subtask", "connector", "split", "position"):
+            splits.add_column(column)
+        for split in op.splits:
+            splits.add_row(str(split.subtask), escape(split.connector), escape(split.split_id or "-"),
+                           escape(split.describe))
+        console.print(splits)
+    if op.splits_problem:
+        console.print(f"[yellow]{title}: {escape(op.splits_problem)}[/]")
     operator_states = result.operator_states(index)
     subtasks = Table(title=f"{title}: subtasks", title_justify="left")
     for column in ("subtask", "key groups", "handle", "bytes", "inline", "files", "shared", "operator state"):

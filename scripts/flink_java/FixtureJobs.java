@@ -106,7 +106,7 @@ public class FixtureJobs {
         public double radius;
     }
 
-    /** Not registered: written with its class name. */
+    /** Registered too (a second tag). */
     public static class Square extends Shape {
         public int side;
     }
@@ -151,7 +151,7 @@ public class FixtureJobs {
         conf.setString("rest.bind-address", "127.0.0.1");
         conf.setString("rest.address", "127.0.0.1");
         conf.setString("pipeline.serialization-config",
-                "[FixtureJobs$Circle: {type: pojo}, FixtureJobs$Reading: {type: kryo}]");
+                "[FixtureJobs$Circle: {type: pojo}, FixtureJobs$Square: {type: pojo}, FixtureJobs$Reading: {type: kryo}]");
         return conf;
     }
 
