@@ -212,7 +212,8 @@ class _Rescale:
             key_groups = compute_key_group_range_for_operator_index(self.max_parallelism, op.parallelism, index)
             name = str(uuid.uuid4())
             with io.open_output(posixpath.join(directory, name)) as out:
-                offsets, size = write_stream(out, streams.header, key_groups, regrouper.groups(key_groups))
+                offsets, size = write_stream(out, streams.header, key_groups, regrouper.groups(key_groups),
+                                             compressed=streams.meta.compressed)
             self.bytes_written += size
             handle = encode_savepoint_key_groups_handle(key_groups, offsets, encode_relative_file_handle(name, size))
             span = existing.get(index)

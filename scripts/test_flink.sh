@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Run the tests that restore savepoints statekit rewrote in real Apache Flink (pytest -m flink:
-# tests/flink/test_flink_rewrite_restore.py, 7 Flink jobs, 6 to 21 minutes on 2 cores by load). PyFlink is installed
+# tests/flink/test_flink_rewrite_restore.py, 7 Flink jobs, 6 to 21 minutes on 2 cores by load;
+# tests/flink/test_flink_java_restore.py, Tuple-keyed Java savepoints, one JVM, about 40 s). PyFlink is installed
 # into .venv-flink first when it is missing (scripts/install_pyflink.sh; Java 17 on the PATH),
 # never into statekit's .venv. Extra arguments go to pytest.
 #
