@@ -337,6 +337,7 @@ class FlinkInspection:
             "inline_bytes": s.inline_bytes,
             "file_bytes": s.file_bytes,
             "shared_bytes": s.shared_bytes,
+            "moved": s.moved,
             "operators": [self._operator_json(i) for i in range(len(s.operators))],
         }
 
@@ -443,6 +444,7 @@ class FlinkVerifyReport:
     bytes: int = 0
     inline_bytes: int = 0
     problems: list[FlinkProblem] = field(default_factory=list)
+    moved: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -454,15 +456,16 @@ class FlinkVerifyReport:
         return {"engine": "flink", "path": self.path, "metadata_path": self.metadata_path,
                 "checkpoint_id": self.checkpoint_id, "ok": self.ok, "files": self.files,
                 "bytes": self.bytes, "inline_bytes": self.inline_bytes,
-                "problems": [asdict(p) for p in self.problems]}
+                "problems": [asdict(p) for p in self.problems], "moved": self.moved}
 
 
 def _verify_flink(url: str, on_file: Progress | None, uids: tuple[str, ...]) -> FlinkVerifyReport:
-    from statekit.flink.storage import load_snapshot, referenced_files
+    from statekit.flink.storage import load_snapshot, moved_note, referenced_files
     from statekit.flink.verify import verify_snapshot
 
-    snapshot = load_snapshot(url, uids=uids)
-    report = FlinkVerifyReport(snapshot.path, snapshot.metadata_path, snapshot.checkpoint_id)
+    snapshot = load_snapshot(url, uids=uids, in_place=True)
+    report = FlinkVerifyReport(snapshot.path, snapshot.metadata_path, snapshot.checkpoint_id,
+                               moved=moved_note(snapshot))
     report.problems = verify_snapshot(snapshot)
     seen: set[object] = set()
     for ref in referenced_files(snapshot):

@@ -42,6 +42,7 @@ from statekit.flink.state_meta import (
     TUPLE_SNAPSHOT,
     SerializerNode,
 )
+from statekit.statefmt.errors import BadInputError
 
 __all__ = ["java_serializer", "JAVA_SIMPLE", "POJO_NULL", "POJO_EXACT_CLASS", "POJO_SUBCLASS", "POJO_TAGGED_SUBCLASS",
            "EITHER_CLASS", "decimal_text"]
@@ -247,8 +248,9 @@ def _pojo(node: SerializerNode, fields: list[FlinkSerializer], build: Build) -> 
     def subclass(cur: ByteCursor, cls: str, at: int) -> dict[str, Any] | None:
         sub = subs.get(cls)
         if sub is None:
-            raise cur.error(f"POJO {node.text} value of subclass {cls}, whose serializer the snapshot does not "
-                            "record; not decoded", at=at)
+            raise BadInputError(f"POJO {node.text} value of subclass {cls}, whose serializer the snapshot does not "
+                                f"record (not registered, met after the snapshot's serializer was taken): not "
+                                f"decoded (entry at byte offset {at})", path=cur.source)
         return widen(sub.read(cur), cls)
 
     def read(cur: ByteCursor) -> dict[str, Any] | None:

@@ -24,7 +24,7 @@ from statekit.flink.model import (
 )
 from statekit.flink.source_splits import SourceSplit, source_splits
 from statekit.flink.state_meta import FlinkStateMeta, read_keyed_backend_meta
-from statekit.flink.storage import FlinkSnapshot, read_stream_bytes
+from statekit.flink.storage import FlinkSnapshot, moved_note, read_stream_bytes
 from statekit.statefmt.errors import StatekitError
 
 __all__ = [
@@ -115,6 +115,7 @@ class FlinkSnapshotSummary:
     inline_bytes: int
     file_bytes: int
     shared_bytes: int
+    moved: str | None = None
 
 
 def _sizes(sub: FlinkSubtaskState) -> tuple[int, int, int]:
@@ -244,4 +245,5 @@ def summarize_snapshot(snapshot: FlinkSnapshot, *, read_state_meta: bool = True)
         inline_bytes=sum(o.inline_bytes for o in operators),
         file_bytes=sum(o.file_bytes for o in operators),
         shared_bytes=sum(o.shared_bytes for o in operators),
+        moved=moved_note(snapshot),
     )

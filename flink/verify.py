@@ -30,7 +30,8 @@ from statekit.flink.layout import SHARED_DIR, TASKOWNED_DIR
 from statekit.flink.model import FlinkOperatorState, KeyedHandleKind, StreamHandle, StreamHandleKind
 from statekit.flink.storage import FlinkFileRef, FlinkSnapshot, referenced_files
 
-__all__ = ["FlinkProblem", "verify_snapshot", "moved_job_dir", "job_counterpart", "key_group_offset_problem"]
+__all__ = ["FlinkProblem", "verify_snapshot", "moved_job_dir", "job_counterpart", "counterpart_path",
+           "key_group_offset_problem", "JOB_FILE"]
 
 # A non-empty key group holds at least a state id (2 bytes); the offset of one points
 # before the last 2 bytes of the stream.
@@ -172,6 +173,12 @@ def job_counterpart(snapshot: FlinkSnapshot, location: str) -> str | None:
     ``<old job>/shared/<name>`` (and ``taskowned/``) maps to this job's ``shared/<name>``,
     ``<old job>/chk-N/<name>`` to this snapshot's ``<name>`` when this is ``chk-N``.
     """
+    path = counterpart_path(snapshot, location)
+    return None if path is None or snapshot.job_dir is None else snapshot.job_dir.io.url(path)
+
+
+def counterpart_path(snapshot: FlinkSnapshot, location: str) -> str | None:
+    """:func:`job_counterpart` as a path of the job directory's filesystem."""
     job = snapshot.job_dir
     match = JOB_FILE.match(location)
     if job is None or match is None:
@@ -183,7 +190,7 @@ def job_counterpart(snapshot: FlinkSnapshot, location: str) -> str | None:
         path = posixpath.join(snapshot.directory.path, name)
     else:
         path = posixpath.join(job.path, folder, name)
-    return job.io.url(path) if job.io.isfile(path) else None
+    return path if job.io.isfile(path) else None
 
 
 def moved_job_dir(snapshot: FlinkSnapshot, locations: list[str]) -> tuple[str, str] | None:

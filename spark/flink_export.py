@@ -227,7 +227,13 @@ def export_flink(spec: ExportSpec, progress: ProgressFactory | None = None, *, u
     tables = [ExportTable(uid, name, kind, functools.partial(
         flink_state_frame, snapshot=snapshot, uid=uid, state=name, schema=schema,
         value_type=state_value_types(value_types, name))) for uid, name, kind, schema, _ in plan.states]
-    return export_tables(spec, snapshot.path, tables + offsets, progress, plan.skipped)
+    from dataclasses import replace
+
+    from statekit.flink.storage import moved_note
+
+    result = export_tables(spec, snapshot.path, tables + offsets, progress, plan.skipped)
+    note = moved_note(snapshot)
+    return replace(result, notes=(note,)) if note else result
 
 
 OFFSETS_TABLE = "offsets"

@@ -57,6 +57,8 @@ def flink_inspection(console: Console, result: FlinkInspection) -> None:
         f"{len(s.operators)} operators  {human_bytes(s.bytes)}: inline {human_bytes(s.inline_bytes)}, "
         f"files {human_bytes(s.file_bytes)}, shared {human_bytes(s.shared_bytes)}"
     )
+    if s.moved:
+        console.print(f"[yellow]{escape(s.moved)}[/]")
     ops = Table(title="Operators", title_justify="left")
     for column in ("uid / id", "name", "parallelism", "max parallelism", "key groups", "states",
                    "bytes", "inline", "files", "shared"):
@@ -125,6 +127,8 @@ def _operator_detail(console: Console, result: FlinkInspection, index: int) -> N
 
 
 def flink_verify_report(console: Console, r: FlinkVerifyReport) -> None:
+    if r.moved:
+        console.print(f"[yellow]{escape(r.moved)}[/]")
     if r.ok:
         console.print(f"[green]OK[/] {escape(r.path)}: {_count(r.files, 'file')}, {human_bytes(r.bytes)} present with "
                       f"their recorded sizes (+ {human_bytes(r.inline_bytes)} inline); "
