@@ -16,9 +16,10 @@ if TYPE_CHECKING:
     from statekit.flink.key_group_lookup import KeyGroupLookup
     from statekit.flink.relocation import FlinkRelocation
     from statekit.flink.summary import FlinkOperatorSummary
+    from statekit.flink.upgrade import FlinkUpgradeReport
 
 __all__ = ["snapshot_list", "flink_inspection", "flink_verify_report", "flink_disposal", "flink_relocation",
-           "key_group_lookup"]
+           "key_group_lookup", "flink_upgrade_report"]
 
 _STATUS_STYLES = {"complete": "green", "incomplete": "yellow", "damaged": "red"}
 
@@ -182,3 +183,13 @@ def key_group_lookup(console: Console, r: KeyGroupLookup) -> None:
     if r.subtask is not None and r.subtask_key_groups is not None:  # set together
         start, end = r.subtask_key_groups
         console.print(f"subtask {r.subtask} of {r.parallelism} (key groups {start}-{end})")
+
+
+def flink_upgrade_report(console: Console, r: FlinkUpgradeReport) -> None:
+    verdict = "[green]RESTORES[/]" if r.compatible else "[red]WILL NOT RESTORE[/]"
+    console.print(f"{verdict} on Flink {escape(r.target)}: {escape(r.path)} (metadata v{r.metadata_version}, "
+                  f"written by {r.written_by}; {_count(r.states_checked, 'state')} checked)", soft_wrap=True)
+    for f in r.findings:
+        label = "[yellow]unknown[/]" if not f.blocking else f"[red]{escape(f.kind)}[/]"
+        console.print(f"  {label} {escape(f.operator)}/{escape(f.state)}: {escape(f.reason)}", soft_wrap=True)
+        console.print(f"    way out: {escape(f.way_out)}", soft_wrap=True)

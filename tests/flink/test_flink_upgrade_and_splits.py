@@ -1,0 +1,153 @@
+"""``check --target-flink``, source splits (Kafka golden bytes), Snappy framing and Java value layouts."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from statekit.cli.main import cli
+from statekit.flink.compression import STREAM_IDENTIFIER, compress_framed, decompress_framed
+from statekit.flink.cursor import ByteCursor, encode_modified_utf8
+from statekit.flink.java_types import decimal_text, java_serializer
+from statekit.flink.serializers import flink_serializer
+from statekit.flink.source_splits import decode_split
+from statekit.flink.state_meta import (
+    ENUM_SNAPSHOT,
+    KRYO_SNAPSHOTS,
+    SCALA_CASE_CLASS_SNAPSHOT,
+    FlinkStateMeta,
+    SerializerInfo,
+    SerializerNode,
+)
+from statekit.flink.upgrade import LEGACY_OPERATOR_STATES, _state_findings
+from statekit.statefmt.errors import CorruptStateError
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
+KRYO = next(iter(sorted(KRYO_SNAPSHOTS)))
+_BASE = "org.apache.flink.api.common.typeutils.base."
+
+
+def utf(text: str) -> bytes:
+    raw = encode_modified_utf8(text)
+    return struct.pack(">H", len(raw)) + raw
+
+
+# ----------------------------------------------------------------------------- check --target-flink
+
+
+def _state(*nodes: SerializerNode, problem: str | None = None) -> FlinkStateMeta:
+    return FlinkStateMeta("s", "value", "key-value", {}, tuple(SerializerInfo("VALUE_SERIALIZER", n.snapshot_class,
+                                                                              (), n) for n in nodes), problem)
+
+
+def test_kryo_inside_a_pojo_of_a_flink_1_snapshot_is_named() -> None:
+    kryo = SerializerNode(KRYO, text="com.acme.Opaque")
+    pojo = SerializerNode("org.apache.flink.api.java.typeutils.runtime.PojoSerializerSnapshot",
+                          (SerializerNode(_BASE + "LongSerializer$LongSerializerSnapshot"), kryo), ("id", "blob"),
+                          "com.acme.Event")
+    (finding,) = _state_findings("op", _state(pojo), flink1=True)
+    assert finding.kind == "kryo2" and "com.acme.Opaque" in finding.reason and finding.blocking
+    assert "Kryo 5" in finding.reason and finding.way_out
+    assert _state_findings("op", _state(pojo), flink1=False) == []  # Flink 2 wrote it with Kryo 5
+
+
+def test_scala_and_legacy_snapshots_are_named() -> None:
+    scala = SerializerNode(SCALA_CASE_CLASS_SNAPSHOT, text="com.acme.Point")
+    (finding,) = _state_findings("op", _state(scala), flink1=True)
+    assert finding.kind == "scala" and SCALA_CASE_CLASS_SNAPSHOT in finding.reason
+    legacy = SerializerNode("com.acme.MySerializer$MyConfigSnapshot")
+    (finding,) = _state_findings("op", _state(legacy), flink1=False)
+    assert finding.kind == "legacy-snapshot" and "1.19 or 1.20" in finding.way_out
+    (finding,) = _state_findings("op", _state(problem="cannot skip serializer snapshot com.x.Y"), flink1=False)
+    assert finding.kind == "unknown" and not finding.blocking
+
+
+def test_legacy_connector_states_have_a_way_out() -> None:
+    assert "KafkaSource" in LEGACY_OPERATOR_STATES["topic-partition-offset-states"][1]
+    assert "FileSink" in LEGACY_OPERATOR_STATES["bucket-states"][1]
+
+
+@pytest.mark.parametrize("path", [
+    "flink-java-2.3/kryo/savepoints/savepoint-0666bd-53ddf97175a2",  # Kryo 5 state of Flink 2.3: restores
+    "pyflink-1.20/rocksdb/savepoints/savepoint-4a37e5-754b98d40435",  # Flink 1.20, no Kryo: restores
+])
+def test_real_snapshots_that_restore_on_flink_2(path: str) -> None:
+    result = CliRunner().invoke(cli, ["check", "--target-flink", "2.3", "--json", str(GOLDEN / path)])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["compatible"] is True and report["findings"] == [] and report["states_checked"] > 5
+
+
+def test_target_before_flink_2_is_bad_input() -> None:
+    path = GOLDEN / "flink-java-2.3/kryo/savepoints/savepoint-0666bd-53ddf97175a2"
+    result = CliRunner().invoke(cli, ["check", "--target-flink", "1.20", str(path)])
+    assert result.exit_code == 2 and "Flink 2 release" in result.output
+
+
+# ----------------------------------------------------------------------------- source splits
+
+
+def test_kafka_split_from_the_connectors_serializer_test() -> None:
+    """KafkaPartitionSplitSerializerTest: topic "topic", partition 1, starting offset 0, each stopping offset."""
+    for stopping, expected in ((-3, -3), (0, 0), (1, 1), (-(1 << 63), None)):
+        payload = utf("topic") + struct.pack(">iqq", 1, 0, stopping)  # KafkaPartitionSplitSerializer v0
+        split = decode_split(0, payload, source="test")
+        assert split == {"connector": "kafka", "split_id": "topic-1", "topic": "topic", "partition": 1,
+                         "starting_offset": 0, "stopping_offset": expected}
+
+
+def test_a_split_that_fits_no_shape_is_unknown_not_guessed() -> None:
+    assert decode_split(0, utf("topic") + b"\x00", source="t")["connector"] == "unknown"
+    assert decode_split(7, b"", source="t")["connector"] == "unknown"
+    number = utf("1") + struct.pack(">qq", 5, 9)
+    assert decode_split(1, number, source="t") == {"connector": "number-sequence", "split_id": "1",
+                                                   "next_number": 5, "last_number": 9}
+
+
+# ----------------------------------------------------------------------------- Snappy framing
+
+
+def test_framed_round_trip_and_damage() -> None:
+    data = b"state " * 1000
+    framed = compress_framed(data)
+    assert framed.startswith(STREAM_IDENTIFIER)
+    assert decompress_framed(framed + framed, source="s", what="kg") == data + data  # one stream per heap state
+    broken = bytearray(framed)
+    broken[-1] ^= 0xFF
+    with pytest.raises(CorruptStateError, match="key group 7"):
+        decompress_framed(bytes(broken), source="s", what="key group 7")
+    with pytest.raises(CorruptStateError, match="stream identifier"):
+        decompress_framed(data[:20], source="s", what="key group 7")
+
+
+# ----------------------------------------------------------------------------- Java value layouts
+
+
+def _read(node: SerializerNode, data: bytes) -> object:
+    serializer = java_serializer(node, flink_serializer)
+    assert serializer is not None
+    cur = ByteCursor(data, source="t", error=CorruptStateError)
+    value = serializer.read(cur)
+    assert not cur.remaining
+    return value
+
+
+def test_enum_big_decimal_and_time_values() -> None:
+    color = SerializerNode(ENUM_SNAPSHOT, names=("RED", "GREEN"), text="com.acme.Color")
+    assert _read(color, struct.pack(">i", 1)) == "GREEN"
+    with pytest.raises(CorruptStateError, match="ordinal 2"):
+        _read(color, struct.pack(">i", 2))
+    big = SerializerNode(_BASE + "BigDecSerializer$BigDecSerializerSnapshot")
+    assert _read(big, struct.pack(">i", 6) + (-12345).to_bytes(2, "big", signed=True) + struct.pack(">i", 3)) \
+        == "-12.345"
+    assert _read(big, struct.pack(">i", 0)) is None
+    assert decimal_text(5, -2) == "500"
+    date = SerializerNode(_BASE + "LocalDateSerializer$LocalDateSerializerSnapshot")
+    assert str(_read(date, struct.pack(">ibb", 2024, 2, 29))) == "2024-02-29"
+    assert _read(date, struct.pack(">ibb", -(1 << 31), 0, 0)) is None
+    time = SerializerNode(_BASE + "LocalTimeSerializer$LocalTimeSerializerSnapshot")
+    assert _read(time, struct.pack(">bbbi", 13, 5, 7, 500_000_000)) == "13:05:07.5"
