@@ -151,3 +151,33 @@ def test_enum_big_decimal_and_time_values() -> None:
     assert _read(date, struct.pack(">ibb", -(1 << 31), 0, 0)) is None
     time = SerializerNode(_BASE + "LocalTimeSerializer$LocalTimeSerializerSnapshot")
     assert _read(time, struct.pack(">bbbi", 13, 5, 7, 500_000_000)) == "13:05:07.5"
+
+
+def test_avro_logical_types_unions_and_named_references_through_fastavro() -> None:
+    from statekit.flink.avro import avro_serializer
+
+    schema = {"type": "record", "name": "Event", "namespace": "com.acme", "fields": [
+        {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+        {"name": "day", "type": {"type": "int", "logicalType": "date"}},
+        {"name": "price", "type": {"type": "bytes", "logicalType": "decimal", "precision": 9, "scale": 2}},
+        {"name": "either", "type": ["null", "int", "string"]},
+        {"name": "next", "type": ["null", {"type": "record", "name": "Link", "fields": [
+            {"name": "id", "type": "long"}]}]},
+        {"name": "again", "type": ["null", "Link"]}]}
+    serializer = avro_serializer(json.dumps(schema))
+    assert serializer.spark_type == ("struct<at:timestamp,day:date,price:string,either:struct<int:int,string:string>,"
+                                     "next:struct<id:bigint>,again:struct<id:bigint>>")
+    price = (12345).to_bytes(2, "big")
+    value = (struct.pack(">q", 1700000000123) + struct.pack(">i", 19000) + struct.pack(">i", 2) + price
+             + struct.pack(">i", 2) + struct.pack(">i", 2) + b"hi"  # either: branch 2, a string
+             + struct.pack(">i", 1) + struct.pack(">q", 7)  # next: a Link
+             + struct.pack(">i", 0))  # again: null
+    cur = ByteCursor(value, source="t", error=CorruptStateError)
+    assert serializer.read(cur) == {"at": 1700000000123, "day": __import__("datetime").date(2022, 1, 8),
+                                    "price": "123.45", "either": {"int": None, "string": "hi"},
+                                    "next": {"id": 7}, "again": None}
+    assert not cur.remaining
+    with pytest.raises(CorruptStateError, match="union branch 5"):
+        serializer.read(ByteCursor(value[:12] + struct.pack(">i", 2) + price + struct.pack(">i", 5), source="t",
+                                   error=CorruptStateError))
+    assert avro_serializer("{not json") is None
