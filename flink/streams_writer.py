@@ -220,6 +220,7 @@ def open_inputs(snapshot: FlinkSnapshot, streams: OperatorStreams) -> Iterator[l
         inputs = []
         for source, state_ids in zip(streams.sources, streams.state_ids):
             handle = source.handle
+            stream: IO[bytes]
             if source.meta.compressed:
                 stream = stack.enter_context(tempfile.TemporaryFile(prefix="statekit-flink-kg-"))
                 offsets = _uncompressed(snapshot, source, stream)
