@@ -152,3 +152,26 @@ def test_inspect_json_lists_the_splits() -> None:
     (source,) = [op for op in report["operators"] if op["uid"] == "numbers"]
     (split,) = source["source_splits"]
     assert split["connector"] == "number-sequence" and split["split_id"] == "1"
+
+
+def test_verify_checks_the_snappy_checksums_of_compressed_key_groups(tmp_path: Path) -> None:
+    import shutil
+
+    checkpoint = GOLDEN / "tuple-compressed" / str(_facts("tuple-compressed")["checkpoint"])
+    copy = tmp_path / checkpoint.parent.name / checkpoint.name
+    shutil.copytree(checkpoint, copy)
+    code, report = statekit("verify", str(copy))
+    assert (code, report["ok"]) == (0, True)
+    snapshot = load_snapshot(str(copy))
+    handle = next(sub.managed_keyed_state for op in snapshot.metadata.operators for sub in op.subtasks
+                  if sub.managed_keyed_state is not None and sub.managed_keyed_state.delegate is not None)
+    assert handle.delegate is not None and handle.delegate.path is not None
+    state_file = copy / Path(handle.delegate.path).name
+    first = min(o for o in handle.key_group_offsets if o)
+    data = bytearray(state_file.read_bytes())
+    data[first + 40] ^= 0x55  # inside the first key group's compressed chunk: same size, bad CRC
+    state_file.write_bytes(bytes(data))
+    code, report = statekit("verify", str(copy))
+    assert code == 1
+    (problem,) = report["problems"]
+    assert problem["kind"] == "bad-compression" and "key group" in problem["message"]
