@@ -37,7 +37,8 @@ from statekit.flink.serializers import read_java_string
 from statekit.flink.storage import FlinkSnapshot, read_stream_bytes
 from statekit.statefmt.errors import CorruptStateError, StatekitError
 
-__all__ = ["SourceSplit", "source_splits", "decode_split", "SOURCE_READER_STATE", "KAFKA_OFFSETS"]
+__all__ = ["SourceSplit", "source_splits", "decode_split", "snapshot_splits", "savepoint_get_kafka_offsets",
+           "SOURCE_READER_STATE", "KAFKA_OFFSETS"]
 
 SOURCE_READER_STATE = "SourceReaderState"
 OPERATOR_STATE_VERSION_BYTES = 4  # OperatorBackendSerializationProxy: version int, then compression boolean
@@ -212,3 +213,27 @@ def snapshot_splits(snapshot: FlinkSnapshot) -> tuple[list[SourceSplit], list[st
         except (StatekitError, OSError) as exc:
             problems.append(f"{op.label}: {exc}")
     return splits, problems
+
+
+def savepoint_get_kafka_offsets(path: str, *, uid: str | None = None,
+                                storage_options: dict[str, Any] | None = None) -> dict[tuple[str, int], int]:
+    """The offset every Kafka partition's reader resumes at, offline: ``{(topic, partition): offset}``.
+
+    Special offsets stay as Kafka's markers (-2 earliest, -1 latest, -3 committed).
+
+    Args:
+        path: A Flink savepoint or checkpoint.
+        uid: Only the source operator with this uid (or id); default every source.
+        storage_options: fsspec options.
+
+    Raises:
+        StatekitError: The snapshot cannot be opened, or its split state is damaged.
+    """
+    from statekit.flink.snapshot import open_flink_snapshot
+
+    snapshot = open_flink_snapshot(path, storage_options=storage_options)
+    ops = [snapshot.metadata.operator(uid)] if uid else list(snapshot.metadata.operators)
+    return {(split.topic, split.partition): split.starting_offset
+            for op in ops for split in source_splits(snapshot, op)
+            if split.connector == "kafka" and split.topic is not None and split.partition is not None
+            and split.starting_offset is not None}

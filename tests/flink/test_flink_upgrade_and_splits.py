@@ -181,3 +181,42 @@ def test_avro_logical_types_unions_and_named_references_through_fastavro() -> No
         serializer.read(ByteCursor(value[:12] + struct.pack(">i", 2) + price + struct.pack(">i", 5), source="t",
                                    error=CorruptStateError))
     assert avro_serializer("{not json") is None
+
+
+def test_scala_case_class_fields_in_order() -> None:
+    """``ScalaCaseClassSerializerSnapshot`` (Flink 1.x): outer snapshot = the class name; fields without null flags."""
+    from statekit.flink.state_meta import read_keyed_backend_meta
+
+    nested = struct.pack(">ii", 1333245, 1) + struct.pack(">i", 2)
+    nested += utf(_BASE + "StringSerializer$StringSerializerSnapshot") + struct.pack(">i", 3)
+    nested += utf(_BASE + "IntSerializer$IntSerializerSnapshot") + struct.pack(">i", 3)
+    case = utf(SCALA_CASE_CLASS_SNAPSHOT) + struct.pack(">iii", 3, 911108, 1) + utf("com.acme.Point") + nested
+    state = utf("s") + struct.pack(">ii", 0, 1) + utf("KEYED_STATE_TYPE") + utf("VALUE") + struct.pack(">i", 1)
+    state += utf("VALUE_SERIALIZER") + struct.pack(">i", 2) + case
+    key = utf(_BASE + "StringSerializer$StringSerializerSnapshot") + struct.pack(">i", 3)
+    meta = read_keyed_backend_meta(struct.pack(">i?i", 6, False, 2) + key + struct.pack(">h", 1) + state,
+                                   source="m")
+    node = meta.states[0].serializers[0].tree
+    assert node is not None and node.text == "com.acme.Point"
+    point = flink_serializer(node)
+    assert point is not None and point.spark_type == "struct<f0:string,f1:int>"
+    assert point.read(ByteCursor(b"\x03ab" + struct.pack(">i", 7), source="t")) == {"f0": "ab", "f1": 7}
+
+
+def test_kryo_strings_ascii_utf8_and_null() -> None:
+    from statekit.flink.kryo import read_kryo_string
+
+    def read(data: bytes) -> object:
+        return read_kryo_string(ByteCursor(data, source="t", error=CorruptStateError))
+
+    assert read(b"ab" + bytes([ord("c") | 0x80])) == "abc"
+    assert read(b"\x80") is None and read(b"\x81") == ""
+    text = "Grüße"
+    assert read(bytes([0x80 | (len(text) + 1)]) + text.encode("utf-8")) == text
+
+
+def test_kafka_offsets_of_a_savepoint_without_kafka_is_empty() -> None:
+    from statekit.flink.source_splits import savepoint_get_kafka_offsets
+
+    path = GOLDEN / "flink-java-2.3/tuple/savepoints/savepoint-e453ed-5f89df1201ba"
+    assert savepoint_get_kafka_offsets(str(path)) == {}
