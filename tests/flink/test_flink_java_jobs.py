@@ -175,3 +175,33 @@ def test_verify_checks_the_snappy_checksums_of_compressed_key_groups(tmp_path: P
     assert code == 1
     (problem,) = report["problems"]
     assert problem["kind"] == "bad-compression" and "key group" in problem["message"]
+
+
+@pytest.mark.parametrize("variant", ["tuple", "tuple-compressed", "tuple-compressed-rocksdb"])
+def test_rescale_of_tuple_keys_keeps_every_entry_and_the_compression(variant: str, tmp_path: Path) -> None:
+    from statekit.flink.key_hash import key_hasher
+    from statekit.flink.sources import keyed_sources
+
+    out = tmp_path / "rescaled"
+    code, report = statekit("rescale", str(savepoint(variant)), "--max-parallelism", "512", "-o", str(out))
+    assert code == 0, report
+    snapshot = load_snapshot(str(out))
+    op = snapshot.metadata.operator("tuple-state")
+    assert op.max_parallelism == 512
+    sources = list(keyed_sources(snapshot, op))
+    assert {s.meta.compressed for s in sources} == {variant != "tuple"}
+    for state, rows in expected(variant)["states"].items():
+        assert _canonical(decoded(out, "tuple-state", state)) == _canonical(rows), state
+    hasher = key_hasher(sources[0].meta.key_serializer.tree if sources[0].meta.key_serializer else None)
+    assert hasher is not None and hasher.name == "Tuple2<String,Integer>"
+    for source in sources:  # every key where Flink looks for it: murmur(Tuple2.hashCode) % 512
+        for kg, key, _, where in source.entries(snapshot, "stats", 2, None):
+            assert hasher.key_group(key, 2, 512, where=where) == kg
+
+
+def test_rescale_of_pojo_keys_is_refused_naming_the_serializer(tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["rescale", str(savepoint("pojo")), "--max-parallelism", "256", "-o",
+                                      str(tmp_path / "out")])
+    assert result.exit_code == 2
+    assert "PojoSerializerSnapshot" in result.output and "user code" in result.output
+    assert not (tmp_path / "out").exists()
