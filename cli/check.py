@@ -21,6 +21,8 @@ __all__ = ["check"]
               help="Snapshot state of operators the job lacks is skipped, not a reason to refuse.")
 @click.option("--uid", "uids", multiple=True, metavar="UID",
               help="Apache Flink snapshot: a uid of the new Flink job (repeatable; instead of JOB.py).")
+@click.option("--target-flink", metavar="VERSION",
+              help="Apache Flink snapshot: name every state Flink VERSION (2.x) will not restore, with the way out.")
 @click.argument("snapshot", metavar="SNAPSHOT")
 @click.argument("job_file", metavar="[JOB.py]", required=False)
 @click.argument("job_args", nargs=-1, type=click.UNPROCESSED, metavar="[JOB ARGS]...")
@@ -28,7 +30,8 @@ __all__ = ["check"]
 @common_options
 @catch_exception
 def check(snapshot: str, job_file: str | None, job_args: tuple[str, ...], parallelism: int | None,
-          max_parallelism: int | None, allow_non_restored_state: bool, uids: tuple[str, ...], **_: Any) -> None:
+          max_parallelism: int | None, allow_non_restored_state: bool, uids: tuple[str, ...],
+          target_flink: str | None, **_: Any) -> None:
     """Whether JOB.py restores from SNAPSHOT, checked offline; options go before SNAPSHOT.
 
     \b
@@ -38,9 +41,21 @@ def check(snapshot: str, job_file: str | None, job_args: tuple[str, ...], parall
     incompatible: kind, serializer, declared type, TTL), with parallelism vs max
     parallelism and the redistribution a restore does. statekit run -s runs the same check.
     An Apache Flink snapshot is checked against the new Flink job's uids (--uid, no JOB.py):
-    operators mapped / new / dropped, parallelism vs max parallelism.
+    operators mapped / new / dropped, parallelism vs max parallelism. With --target-flink 2.3
+    it names every state Flink 2 will not restore (Kryo 2 state of a Flink 1.x snapshot, Scala
+    API serializers, legacy serializer snapshots, SourceFunction-era connector state).
     Exit 0 compatible, 1 incompatible (one line per reason), 2 bad input.
     """
+    if target_flink is not None:
+        from statekit.flink.upgrade import check_flink_upgrade
+
+        if job_file is not None:
+            raise click.UsageError("--target-flink checks an Apache Flink snapshot alone (no JOB.py)")
+        upgrade = check_flink_upgrade(snapshot, target_flink, uids=uids)
+        get_output().show(upgrade)
+        if not upgrade.compatible:
+            sys.exit(1)
+        return
     from statekit.runtime.dataflow.run_options import RunOptions
     from statekit.runtime.jobmaster.compatibility import check_any
 

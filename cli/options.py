@@ -36,11 +36,12 @@ def uid_option(func: F) -> F:
 
 
 def value_type_option(func: F) -> F:
-    """``--value-type [STATE=]TYPE`` (repeatable): decode PyFlink state values by a declared type."""
+    """``--value-type [STATE=]TYPE`` (repeatable): decode PyFlink state values, or Kryo classes' fields, by a declared type."""
     return click.option(
         "--value-type", "value_types", multiple=True, metavar="[STATE=]TYPE",
         help="Apache Flink: decode a PyFlink state's values (python-state-*) as TYPE, e.g. count=int, "
-             "names=list<string>, totals=map<string,int> (repeatable; bare TYPE with --state). See docs/FLINK.md.")(func)
+             "names=list<string>, totals=map<string,int>, or the fields of a Kryo class, e.g. "
+             "reading=struct<sensor:string,count:int> (repeatable; bare TYPE with --state). See docs/FLINK.md.")(func)
 
 
 def storage_option(func: F) -> F:

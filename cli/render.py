@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from statekit.flink.relocation import FlinkRelocation
     from statekit.flink.rewrite_report import FlinkModifyReport, FlinkRescaleReport
     from statekit.flink.savepoint_bootstrap import FlinkBootstrapReport
+    from statekit.flink.upgrade import FlinkUpgradeReport
     from statekit.readers.diff import SavepointDiff
     from statekit.readers.inspection import SnapshotInspection
     from statekit.readers.listing import CheckpointList
@@ -59,7 +60,7 @@ if TYPE_CHECKING:
         | FlinkBootstrapReport | ConvertReport
         | RunResult | JobList | SavepointResult | CancelResult
         | CheckpointResult | SavepointTrigger | SavepointStatus | CheckpointHistory
-        | CompatibilityReport | MigrationReport | ReportResult
+        | CompatibilityReport | MigrationReport | ReportResult | FlinkUpgradeReport
     )
 
 # Result is a name for annotations only (defined under TYPE_CHECKING)
@@ -80,6 +81,7 @@ RENDERERS: dict[str, str] = {
     "statekit.flink.dispatch.SnapshotList": "flink.snapshot_list",
     "statekit.flink.dispatch.FlinkInspection": "flink.flink_inspection",
     "statekit.flink.dispatch.FlinkVerifyReport": "flink.flink_verify_report",
+    "statekit.flink.upgrade.FlinkUpgradeReport": "flink.flink_upgrade_report",
     "statekit.flink.dispatch.FlinkDisposal": "flink.flink_disposal",
     "statekit.flink.relocation.FlinkRelocation": "flink.flink_relocation",
     "statekit.flink.key_group_lookup.KeyGroupLookup": "flink.key_group_lookup",

@@ -33,7 +33,7 @@ from statekit.flink.serializers import (
     read_list_delimited,
     unsupported_class,
 )
-from statekit.flink.state_meta import FlinkStateMeta, KeyedBackendMeta, SerializerNode
+from statekit.flink.state_meta import KRYO_SNAPSHOTS, FlinkStateMeta, KeyedBackendMeta, SerializerNode
 from statekit.statefmt.errors import BadInputError, CorruptStateError, StateNotFoundError
 
 __all__ = ["FlinkKeyedEntry", "FlinkStateDecoder", "flink_state_decoder", "decode_entry", "read_heap_state",
@@ -177,6 +177,8 @@ def flink_state_decoder(meta: KeyedBackendMeta, state: str, *, source: str,
         raise BadInputError(f"state {state!r}: {found.problem}", path=source)
     if found.kind == "timers":
         decoder = _timers_decoder(meta, found, source)
+    elif value_type is not None and _kryo_value(found) is not None:
+        return _declared_kryo_decoder(meta, found, value_type, source)
     else:
         decoder = _keyed_decoder(meta, found, source)
     if value_type is None:
@@ -186,12 +188,38 @@ def flink_state_decoder(meta: KeyedBackendMeta, state: str, *, source: str,
                              decoder.user_key, decoder.element, decoder.ambiguous_key, declared)
 
 
-def _keyed_decoder(meta: KeyedBackendMeta, found: FlinkStateMeta, source: str) -> FlinkStateDecoder:
+def _kryo_value(found: FlinkStateMeta) -> SerializerNode | None:
+    """The Kryo serializer of a state's values (of a list's elements, a map's values), if Kryo."""
+    tree = _tree(found, "VALUE_SERIALIZER")
+    if tree is not None and found.kind in ("list", "map") and tree.children:
+        tree = tree.children[-1]
+    return tree if tree is not None and tree.snapshot_class in KRYO_SNAPSHOTS else None
+
+
+def _declared_kryo_decoder(meta: KeyedBackendMeta, found: FlinkStateMeta, value_type: str,
+                           source: str) -> FlinkStateDecoder:
+    """A state whose Kryo values are decoded by the fields ``value_type`` declares."""
+    from statekit.flink.kryo import kryo_serializer
+
+    node = _kryo_value(found)
+    assert node is not None
+    declared = kryo_serializer(node, value_type)
+    if declared is None:
+        raise BadInputError(f"state {found.name!r}: Kryo class {node.text}: {value_type} does not declare "
+                            "its fields", path=source)
+    return _keyed_decoder(meta, found, source, kryo=declared)
+
+
+def _keyed_decoder(meta: KeyedBackendMeta, found: FlinkStateMeta, source: str,
+                   kryo: FlinkSerializer | None = None) -> FlinkStateDecoder:
     state = found.name
     key = _part(meta.key_serializer.tree if meta.key_serializer else None, "key", state, source)
     namespace = _part(_tree(found, "NAMESPACE_SERIALIZER"), "namespace", state, source)
     value_tree = _tree(found, "VALUE_SERIALIZER")
-    value = _part(value_tree, "value", state, source)
+    if kryo is not None and found.kind not in ("list", "map"):
+        value = kryo
+    else:
+        value = _part(value_tree, "value", state, source) if kryo is None else kryo
     assert value_tree is not None  # else _part raised
     user_key = element = None
     if found.kind in ("map", "list"):
@@ -201,6 +229,8 @@ def _keyed_decoder(meta: KeyedBackendMeta, found: FlinkStateMeta, source: str) -
                                 f"{value_tree.snapshot_class}, not {container}", path=source)
         # the container decoded, so its children do: map = (user key, value), list = (element,)
         children = [_part(child, found.kind, state, source) for child in value_tree.children]
+        if kryo is not None:
+            children[-1] = kryo
         if found.kind == "map":
             user_key, value = children
         else:

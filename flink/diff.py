@@ -32,7 +32,7 @@ from statekit.flink.entries import (
     state_value_types,
 )
 from statekit.flink.model import FlinkOperatorState
-from statekit.flink.storage import FlinkSnapshot, load_snapshot
+from statekit.flink.storage import FlinkSnapshot, load_snapshot, moved_note
 from statekit.flink.uids import operator_id_for_uid, unmatched_uids
 from statekit.readers.diff import KeyDifference, SavepointDiff, StateDiff, StructuralChange
 from statekit.statefmt.errors import BadInputError, StateNotFoundError
@@ -159,7 +159,7 @@ class _Side:
 
 
 def _open(path: str, uids: tuple[str, ...], storage_options: dict[str, Any] | None) -> _Side:
-    snapshot = load_snapshot(path, storage_options=storage_options, uids=uids, strict_uids=False)
+    snapshot = load_snapshot(path, storage_options=storage_options, uids=uids, strict_uids=False, in_place=True)
     return _Side(snapshot, {op.label: op for op in snapshot.metadata.operators})
 
 
@@ -269,4 +269,5 @@ def diff_flink_snapshots(a: str, b: str, request: FlinkDiffRequest | None = None
         states += _operator(sa, sb, label, request, changes)
     if request.state is not None and not states:
         raise StateNotFoundError(f"no keyed state named {request.state!r} in either snapshot", path=sa.snapshot.path)
-    return SavepointDiff(sa.snapshot.path, sb.snapshot.path, "local", tuple(changes), tuple(states))
+    notes = tuple(note for note in (moved_note(sa.snapshot), moved_note(sb.snapshot)) if note)
+    return SavepointDiff(sa.snapshot.path, sb.snapshot.path, "local", tuple(changes), tuple(states), notes=notes)

@@ -338,6 +338,7 @@ class FlinkInspection:
             "inline_bytes": s.inline_bytes,
             "file_bytes": s.file_bytes,
             "shared_bytes": s.shared_bytes,
+            "moved": s.moved,
             "operators": [self._operator_json(i) for i in range(len(s.operators))],
         }
 
@@ -374,6 +375,8 @@ class FlinkInspection:
                 for st in op.keyed_states
             ],
             "keyed_state_problem": op.keyed_state_problem,
+            "source_splits": [split.to_json() for split in op.splits],
+            "source_splits_problem": op.splits_problem,
             "subtasks": [
                 {
                     "index": sub.index,
@@ -444,6 +447,7 @@ class FlinkVerifyReport:
     inline_bytes: int = 0
     rocksdb_stores: int = 0
     problems: list[FlinkProblem] = field(default_factory=list)
+    moved: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -455,15 +459,16 @@ class FlinkVerifyReport:
         return {"engine": "flink", "path": self.path, "metadata_path": self.metadata_path,
                 "checkpoint_id": self.checkpoint_id, "ok": self.ok, "files": self.files,
                 "bytes": self.bytes, "inline_bytes": self.inline_bytes, "rocksdb_stores": self.rocksdb_stores,
-                "problems": [asdict(p) for p in self.problems]}
+                "problems": [asdict(p) for p in self.problems], "moved": self.moved}
 
 
 def _verify_flink(url: str, on_file: Progress | None, uids: tuple[str, ...]) -> FlinkVerifyReport:
-    from statekit.flink.storage import load_snapshot, referenced_files
+    from statekit.flink.storage import load_snapshot, moved_note, referenced_files
     from statekit.flink.verify import rocksdb_stores, verify_snapshot
 
-    snapshot = load_snapshot(url, uids=uids)
-    report = FlinkVerifyReport(snapshot.path, snapshot.metadata_path, snapshot.checkpoint_id)
+    snapshot = load_snapshot(url, uids=uids, in_place=True)
+    report = FlinkVerifyReport(snapshot.path, snapshot.metadata_path, snapshot.checkpoint_id,
+                               moved=moved_note(snapshot))
     report.problems = verify_snapshot(snapshot)
     report.rocksdb_stores = len(rocksdb_stores(snapshot))
     seen: set[object] = set()

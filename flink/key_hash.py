@@ -13,6 +13,9 @@ serializer the keyed backend recorded, without building Python values:
     Integer / Short / Byte      the value; Character: the code unit
     Boolean                     1231 / 1237; Float: ``floatToIntBits``
     Row (``RowSerializer``)     ``31 * kind + a``, ``a = 1``, per field ``a = 31 * a + d(field)``
+    Tuple1..25 (``Tuple``)      ``h = f0.hashCode()``, then per field ``h = 31 * h + f.hashCode()``
+                                (no null fields: ``TupleSerializer`` writes none); fields of the
+                                types above, or tuples
     ==========================  =============================================================
 
 ``d`` is Flink's ``RowUtils.deepHashCodeInternal``: 0 for null, ``31 + hashCode`` for a
@@ -24,7 +27,8 @@ scalar or a nested row (``Arrays.deepHashCode`` of a one-element array; for ``by
 Invariant: for every key the serializer wrote, :meth:`KeyHasher.java_hash` equals the Java
 ``hashCode`` of the key object Flink deserializes from the same bytes (checked against a JVM
 and against the key groups of real PyFlink savepoints in the tests). Keys of any other
-serializer (POJOs, tuples, Kryo, Avro: user-defined or identity hash codes) have no hasher.
+serializer (POJOs, Kryo, Avro, Scala case classes: user-defined or identity hash codes) have
+no hasher.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from dataclasses import dataclass
 
 from statekit.flink.keygroups import flink_murmur_hash
 from statekit.flink.serializers import BYTES_CLASS, LIST_CLASS, MAP_CLASS, ROW_CLASS
-from statekit.flink.state_meta import SerializerNode
+from statekit.flink.state_meta import TUPLE_SNAPSHOT, SerializerNode
 from statekit.statefmt.errors import CorruptStateError
 
 __all__ = ["KeyHasher", "key_hasher", "unhashable_class"]
@@ -213,6 +217,23 @@ def _row(field_nodes: tuple[SerializerNode, ...]) -> Read | None:
     return read
 
 
+def _tuple(field_nodes: tuple[SerializerNode, ...]) -> Read | None:
+    """``Tuple2.hashCode`` and its siblings: ``31 * h + hashCode`` over the fields, from ``f0``'s."""
+    fields = [_hash(node) for node in field_nodes]
+    if not fields or any(f is None for f in fields):
+        return None
+    readers = [f for f in fields if f is not None]
+
+    def read(data: bytes, pos: int) -> tuple[int, int]:
+        h, pos = readers[0](data, pos)
+        for field in readers[1:]:
+            f, pos = field(data, pos)
+            h = (31 * h + f) & _M
+        return h, pos
+
+    return read
+
+
 def _hash(node: SerializerNode) -> Read | None:
     """The ``hashCode`` of a value that Flink accepts as a key, or ``None``."""
     scalar = _SCALAR_CLASSES.get(node.snapshot_class)
@@ -220,6 +241,8 @@ def _hash(node: SerializerNode) -> Read | None:
         return scalar[1]
     if node.snapshot_class == ROW_CLASS:
         return _row(node.children)
+    if node.snapshot_class == TUPLE_SNAPSHOT:
+        return _tuple(node.children)
     return None
 
 
@@ -227,8 +250,10 @@ def _name(node: SerializerNode) -> str:
     scalar = _SCALAR_CLASSES.get(node.snapshot_class)
     if scalar is not None:
         return scalar[0]
-    return f"Row<{','.join(_name(child) for child in node.children)}>" if node.snapshot_class == ROW_CLASS \
-        else node.snapshot_class.rsplit(".", 1)[-1]
+    if node.snapshot_class in (ROW_CLASS, TUPLE_SNAPSHOT):
+        kind = "Row" if node.snapshot_class == ROW_CLASS else f"Tuple{len(node.children)}"
+        return f"{kind}<{','.join(_name(child) for child in node.children)}>"
+    return node.snapshot_class.rsplit(".", 1)[-1]
 
 
 @dataclass(frozen=True)
@@ -282,5 +307,9 @@ def unhashable_class(node: SerializerNode | None) -> str:
     if node.snapshot_class in (LIST_CLASS, MAP_CLASS):
         for child in node.children:
             if _deep(child) is None:
+                return unhashable_class(child)
+    if node.snapshot_class == TUPLE_SNAPSHOT and node.children:
+        for child in node.children:
+            if _hash(child) is None:
                 return unhashable_class(child)
     return node.snapshot_class

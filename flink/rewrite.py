@@ -307,7 +307,8 @@ def regroup_locally(spill_dir: str | None, memory_budget: int, advance: Advance)
                 key_groups = compute_key_group_range_for_operator_index(max_parallelism, target.op.parallelism, index)
                 name = str(uuid.uuid4())
                 with io.open_output(posixpath.join(directory, name)) as out:
-                    offsets, size = write_stream(out, streams.header, key_groups, regrouper.groups(key_groups))
+                    offsets, size = write_stream(out, streams.header, key_groups, regrouper.groups(key_groups),
+                                                 compressed=streams.meta.compressed)
                 written.append(WrittenStream(index, key_groups, tuple(offsets), name, size))
         return RegroupResult(written, regrouper.tally, regrouper.bytes_read, regrouper.spilled_bytes)
 

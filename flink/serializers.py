@@ -19,8 +19,10 @@ Supported (snapshot class → Python value, Spark SQL type)::
     TtlSerializer                TtlValue  (value's)  last-access timestamp long, then the value
     TimerSerializer              FlinkTimer struct<timestamp,key,namespace>  timestamp long with
                                                     its sign bit flipped, key, namespace
-    PojoSerializer               dict      struct<field:..>  flags byte (1 null, 2 exact class),
-                                                    then per field a null boolean and the value
+    Java types (Tuple, POJO, Either, enums, java.time, java.sql, BigInteger/BigDecimal, Scala
+    case classes): see :mod:`statekit.flink.java_types`
+    KryoSerializer               Kryo 5 (Flink 2.x) value types and declared classes:
+                                                    see :mod:`statekit.flink.kryo`
     AvroSerializer               (schema)  (schema)  Avro data written by Flink's DataOutputEncoder
                                                     (see :mod:`statekit.flink.avro`)
 
@@ -37,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from statekit.flink.cursor import ByteCursor
-from statekit.flink.state_meta import AVRO_SNAPSHOT, BYTE_ARRAY_WRAPPER_SNAPSHOT, POJO_SNAPSHOT, SerializerNode
+from statekit.flink.state_meta import AVRO_SNAPSHOT, BYTE_ARRAY_WRAPPER_SNAPSHOT, KRYO_SNAPSHOTS, SerializerNode
 
 __all__ = ["FlinkSerializer", "TtlValue", "FlinkTimer", "flink_serializer", "read_java_string",
            "read_list_delimited", "unsupported_class"]
@@ -144,7 +146,6 @@ TIME_WINDOW_CLASS = (
 )
 TTL_CLASS = "org.apache.flink.runtime.state.ttl.TtlStateFactory$TtlSerializerSnapshot"
 TIMER_CLASS = "org.apache.flink.streaming.api.operators.TimerSerializerSnapshot"
-POJO_NULL, POJO_EXACT_CLASS = 1, 2
 FLIPPED_SIGN = -(1 << 63)  # Long.MIN_VALUE: xor flips the sign bit of a signed long
 
 
@@ -212,23 +213,6 @@ def _timer(key: FlinkSerializer, namespace: FlinkSerializer) -> FlinkSerializer:
     return FlinkSerializer(f"Timer<{key.name},{namespace.name}>", spark, None, read)
 
 
-def _pojo(node: SerializerNode, fields: list[FlinkSerializer]) -> FlinkSerializer:
-    names = node.names
-
-    def read(cur: ByteCursor) -> dict[str, Any] | None:
-        at = cur.pos
-        flags = cur.u8("POJO flags")
-        if flags & POJO_NULL:
-            return None
-        if flags != POJO_EXACT_CLASS:
-            raise cur.error(f"POJO {node.text} value is a subclass (flags {flags:#x}); not decoded", at=at)
-        return {name: None if cur.boolean(f"POJO field {name} null flag") else field.read(cur)
-                for name, field in zip(names, fields)}
-
-    struct_type = ",".join(f"{name}:{field.spark_type}" for name, field in zip(names, fields))
-    return FlinkSerializer(f"Pojo<{node.text}>", f"struct<{struct_type}>", None, read)
-
-
 def flink_serializer(node: SerializerNode | None) -> FlinkSerializer | None:
     """The decoder of a serializer snapshot tree, or ``None`` when a class is unsupported."""
     if node is None:
@@ -249,6 +233,15 @@ def flink_serializer(node: SerializerNode | None) -> FlinkSerializer | None:
 
         avro: FlinkSerializer | None = avro_serializer(node.text)
         return avro
+    if cls in KRYO_SNAPSHOTS:
+        from statekit.flink.kryo import kryo_serializer
+
+        return kryo_serializer(node)
+    from statekit.flink.java_types import java_serializer
+
+    java = java_serializer(node, flink_serializer)
+    if java is not None:
+        return java
     children = [flink_serializer(child) for child in node.children]
     if any(child is None for child in children):
         return None
@@ -263,8 +256,6 @@ def flink_serializer(node: SerializerNode | None) -> FlinkSerializer | None:
         return _ttl(nested[1])
     if cls == TIMER_CLASS and len(nested) == 2:
         return _timer(nested[0], nested[1])
-    if cls == POJO_SNAPSHOT and len(nested) == len(node.names) and node.names:
-        return _pojo(node, nested)
     return None
 
 
@@ -272,6 +263,11 @@ def unsupported_class(node: SerializerNode | None) -> str:
     """The first class of ``node`` (depth first) that :func:`flink_serializer` cannot decode."""
     if node is None:
         return "<unknown>"
+    if node.snapshot_class in KRYO_SNAPSHOTS:
+        return f"{node.snapshot_class} (Kryo, class {node.text}: its fields are not known)"
+    for _, sub in node.subclasses:
+        if flink_serializer(sub) is None:
+            return unsupported_class(sub)
     for child in node.children:
         if flink_serializer(child) is None:
             return unsupported_class(child)

@@ -42,7 +42,8 @@ StorageOptions = dict[str, Any] | None
 Uids = Sequence[str]
 
 
-def open_flink_snapshot(path: str, *, storage_options: StorageOptions = None, uids: Uids = ()) -> FlinkSnapshot:
+def open_flink_snapshot(path: str, *, storage_options: StorageOptions = None, uids: Uids = (),
+                        in_place: bool = True) -> FlinkSnapshot:
     """Open a Flink checkpoint/savepoint directory or its ``_metadata`` file.
 
     Args:
@@ -50,6 +51,8 @@ def open_flink_snapshot(path: str, *, storage_options: StorageOptions = None, ui
         storage_options: fsspec options.
         uids: Operator uids the user knows (metadata v3/v4 records none): every operator
             whose id is Flink's hash of one of them is labelled with it.
+        in_place: Read a moved checkpoint's files from its own job directory (see
+            :mod:`statekit.flink.storage`); :attr:`FlinkSnapshot.moved` then says from where.
 
     Raises:
         BadInputError: A uid that names no operator of the snapshot.
@@ -58,7 +61,7 @@ def open_flink_snapshot(path: str, *, storage_options: StorageOptions = None, ui
         NotACheckpointError: Not a Flink snapshot (no ``_metadata``, or not Flink's).
         MetadataError: A damaged ``_metadata``; the message names the byte offset.
     """
-    return load_snapshot(path, storage_options=storage_options, uids=uids)
+    return load_snapshot(path, storage_options=storage_options, uids=uids, in_place=in_place)
 
 
 def list_flink_checkpoints(
@@ -72,7 +75,7 @@ def inspect_flink_snapshot(
     path: str, *, storage_options: StorageOptions = None, read_state_meta: bool = True, uids: Uids = ()
 ) -> FlinkSnapshotSummary:
     """Open a snapshot and summarize it (operators, key groups, sizes, state names)."""
-    snapshot = load_snapshot(path, storage_options=storage_options, uids=uids)
+    snapshot = load_snapshot(path, storage_options=storage_options, uids=uids, in_place=True)
     return summarize_snapshot(snapshot, read_state_meta=read_state_meta)
 
 
@@ -89,7 +92,7 @@ def verify_flink_snapshot(path: str, *, storage_options: StorageOptions = None,
     a snapshot at all raises (``NotACheckpointError``, ``PathNotFoundError``).
     """
     try:
-        snapshot = load_snapshot(path, storage_options=storage_options, uids=uids)
+        snapshot = load_snapshot(path, storage_options=storage_options, uids=uids, in_place=True)
     except MetadataError as exc:
         return [FlinkProblem("metadata", exc.path or path, str(exc))]
     return list(verify_snapshot(snapshot))

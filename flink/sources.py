@@ -27,6 +27,11 @@ state of one subtask, in key-group order, restricted to wanted key groups:
   The entries of a state carry no lengths, so every state of the operator must decode
   for any of them to be read.
 
+With snapshot compression (the header's flag) each key group is a Snappy framed stream
+(:mod:`statekit.flink.compression`): the whole key group in a full snapshot, each state's
+part after the key group id in a heap checkpoint. :meth:`StreamSource.key_groups` yields
+the key groups uncompressed, so byte offsets in messages count inside the key group.
+
 Every source yields decoded entries (:meth:`KeyedSource.decoded`).
 """
 
@@ -35,6 +40,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from statekit.flink.compression import decompress_framed
 from statekit.flink.cursor import ByteCursor
 from statekit.flink.decoding import (
     FlinkKeyedEntry,
@@ -153,7 +159,12 @@ class StreamSource(KeyedSource):
                  for i, (offset, kg) in enumerate(starts) if wanted is None or kg in wanted]
         data = read_stream_ranges(snapshot, self.delegate, [(offset, length) for _, offset, length in spans])
         for (key_group, offset, _), chunk in zip(spans, data):
-            yield key_group, offset, chunk
+            yield key_group, offset, self._uncompressed(chunk, key_group)
+
+    def _uncompressed(self, chunk: bytes, key_group: int) -> bytes:
+        if not self.meta.compressed:
+            return chunk
+        return decompress_framed(chunk, source=self.source, what=f"key group {key_group}")
 
     def entries(self, snapshot: FlinkSnapshot, state: str, prefix: int,
                 wanted: set[int] | None) -> Iterator[RawEntry]:
@@ -195,6 +206,11 @@ class RocksDBSource(KeyedSource):
 class HeapSource(StreamSource):
     """A heap (hashmap) checkpoint's key-group stream."""
 
+    def _uncompressed(self, chunk: bytes, key_group: int) -> bytes:
+        if not self.meta.compressed:
+            return chunk  # the key group id, then one framed stream per state:
+        return chunk[:4] + decompress_framed(chunk[4:], source=self.source, what=f"key group {key_group}")
+
     def decoded(self, snapshot: FlinkSnapshot, decoder: FlinkStateDecoder, prefix: int,
                 wanted: set[int] | None) -> Iterator[FlinkKeyedEntry]:
         decoders = {}
@@ -232,8 +248,6 @@ def _is_heap(snapshot: FlinkSnapshot, handle: KeyedStateHandle) -> bool:
 def _meta(snapshot: FlinkSnapshot, stream: StreamHandle, length: int | None) -> tuple[KeyedBackendMeta, str]:
     source = _source_name(stream)
     meta = read_keyed_backend_meta(read_stream_bytes(snapshot, stream, length=length), source=source)
-    if meta.compressed:
-        raise BadInputError("compressed (snappy) key groups are not supported", path=source)
     if not meta.states:
         raise CorruptStateError(meta.problem or "no state meta information", path=source)
     return meta, source

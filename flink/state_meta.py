@@ -30,7 +30,8 @@ from statekit.statefmt.errors import CorruptStateError
 
 __all__ = [
     "SerializerNode", "SerializerInfo", "FlinkStateMeta", "KeyedBackendMeta", "read_keyed_backend_meta",
-    "BYTE_ARRAY_WRAPPER_SNAPSHOT", "POJO_SNAPSHOT", "AVRO_SNAPSHOT", "KRYO_SNAPSHOTS",
+    "BYTE_ARRAY_WRAPPER_SNAPSHOT", "POJO_SNAPSHOT", "AVRO_SNAPSHOT", "KRYO_SNAPSHOTS", "TUPLE_SNAPSHOT",
+    "ENUM_SNAPSHOT", "SCALA_CASE_CLASS_SNAPSHOT",
 ]
 
 PROXY_VERSION = 6
@@ -82,6 +83,11 @@ SIMPLE_SNAPSHOTS = frozenset(
     ]
 )
 ROW_SNAPSHOT = "org.apache.flink.api.java.typeutils.runtime.RowSerializer$RowSerializerSnapshot"
+TUPLE_SNAPSHOT = "org.apache.flink.api.java.typeutils.runtime.TupleSerializerSnapshot"
+ENUM_SNAPSHOT = _BASE + "EnumSerializer$EnumSerializerSnapshot"
+SCALA_CASE_CLASS_SNAPSHOT = "org.apache.flink.api.scala.typeutils.ScalaCaseClassSerializerSnapshot"
+# composite snapshots whose outer snapshot is the class name (utf): the tuple or case class
+CLASS_NAMED_OUTER = frozenset({TUPLE_SNAPSHOT, SCALA_CASE_CLASS_SNAPSHOT})
 
 
 class _Unskippable(Exception):
@@ -92,14 +98,19 @@ class _Unskippable(Exception):
 class SerializerNode:
     """A serializer snapshot class and its nested snapshots (a composite's fields, in order).
 
-    ``names`` are the field names of a POJO (one per child); ``text`` is what else the
-    snapshot says that decoding needs: the class of a POJO, the schema of an Avro type.
+    ``names`` are the field names of a POJO (one per child), the symbols of an enum or the
+    classes a Kryo serializer registered (in registration order); ``text`` is what else the
+    snapshot says that decoding needs: the class of a POJO, tuple, enum, case class or Kryo
+    type, the schema of an Avro type. ``subclasses`` are a POJO's subclass serializers by
+    class name: the ``registered`` first ones in tag order, then those met at run time.
     """
 
     snapshot_class: str
     children: tuple[SerializerNode, ...] = ()
     names: tuple[str, ...] = ()
     text: str | None = None
+    subclasses: tuple[tuple[str, SerializerNode], ...] = ()
+    registered: int = 0
 
     def descendants(self) -> tuple[str, ...]:
         """The classes of every nested snapshot, depth first."""
@@ -170,13 +181,17 @@ class KeyedBackendMeta:
     problem: str | None = None
 
 
-def _skip_outer(cur: ByteCursor, class_name: str, outer_version: int) -> None:
+def _skip_outer(cur: ByteCursor, class_name: str, outer_version: int) -> str | None:
+    """Read a composite snapshot's outer snapshot; the class it names, if any."""
     if class_name == ROW_SNAPSHOT:
         if outer_version >= 4:
             cur.u8("row serializer supportsRowKind")
-        return
+        return None
+    if class_name in CLASS_NAMED_OUTER:
+        return cur.utf("composite snapshot class name")
     if cur.peek_i32() != NESTED_MAGIC:
         raise _Unskippable(f"composite snapshot {class_name} has an unknown outer snapshot")
+    return None
 
 
 def _versioned_snapshot(cur: ByteCursor, depth: int) -> SerializerNode:
@@ -193,50 +208,77 @@ def _versioned_snapshot(cur: ByteCursor, depth: int) -> SerializerNode:
     special = _SPECIAL.get(class_name)
     if special is not None:
         return special(cur, class_name, version, depth)
-    if class_name in KRYO_SNAPSHOTS:
-        raise _Unskippable(f"values of class {cur.utf('Kryo type class')} are serialized by Kryo "
-                           "(Flink's generic fallback), which statekit does not decode")
     if version >= 3 and cur.peek_i32() == COMPOSITE_MAGIC:
         cur.i32("composite snapshot magic")
-        _skip_outer(cur, class_name, cur.i32("outer snapshot version"))
-        return SerializerNode(class_name, _nested_snapshots(cur, depth))
+        named = _skip_outer(cur, class_name, cur.i32("outer snapshot version"))
+        return SerializerNode(class_name, _nested_snapshots(cur, depth), text=named)
     raise _Unskippable(f"cannot skip serializer snapshot {class_name} (version {version})")
 
 
-def _pojo(cur: ByteCursor, class_name: str, version: int, depth: int) -> SerializerNode:
-    """``PojoSerializerSnapshot`` v2: class name, then three optional maps (fields, subclasses).
+def _optional_map(cur: ByteCursor, which: str, depth: int,
+                  value: bool = True) -> list[tuple[str, SerializerNode | None]]:
+    """A ``LinkedOptionalMapSerializer`` map of names to framed serializer snapshots.
 
-    Optional map: header long, size int, each: name utf | [has key: framed key] | [has value:
-    framed versioned snapshot]; a frame is an int length and the bytes.
+    Header long, size int, each: name utf | [has key: framed key] | [has value: framed
+    value]; a frame is an int length and the bytes. With ``value`` the frames are versioned
+    serializer snapshots (an unknown one becomes a node named by its problem); else skipped.
     """
-    if version != 2:
-        raise _Unskippable(f"{class_name} snapshot version {version}")
-    pojo_class = cur.utf("POJO class name")
-    names: list[str] = []
-    fields: list[SerializerNode | None] = []
-    for which in ("POJO fields", "registered subclasses", "non-registered subclasses"):
-        at = cur.pos
-        if cur.i64(f"{which} header") != OPTIONAL_MAP_HEADER:
-            raise cur.error(f"wrong {which} header in a POJO serializer snapshot", at=at)
-        for _ in range(cur.count(f"number of {which}", min_item_size=4)):
-            name = cur.utf(f"{which} name")
-            if cur.boolean(f"{which} key flag"):
-                cur.skip(cur.count(f"{which} key length"), f"{which} key")
-            node = None
-            if cur.boolean(f"{which} snapshot flag"):
-                frame = cur.take(cur.count(f"{which} snapshot length"), f"{which} snapshot")
+    at = cur.pos
+    if cur.i64(f"{which} header") != OPTIONAL_MAP_HEADER:
+        raise cur.error(f"wrong {which} header in a serializer snapshot", at=at)
+    out: list[tuple[str, SerializerNode | None]] = []
+    for _ in range(cur.count(f"number of {which}", min_item_size=4)):
+        name = cur.utf(f"{which} name")
+        if cur.boolean(f"{which} key flag"):
+            cur.skip(cur.count(f"{which} key length"), f"{which} key")
+        node = None
+        if cur.boolean(f"{which} value flag"):
+            frame = cur.take(cur.count(f"{which} value length"), f"{which} value")
+            if value:
                 try:  # framed: an unknown snapshot leaves the rest readable
                     node = _versioned_snapshot(ByteCursor(frame, source=cur.source, error=cur.error_class), depth + 1)
                 except _Unskippable as exc:
                     node = SerializerNode(str(exc))
-            if which == "POJO fields":
-                names.append(name)
-                fields.append(node)
-            elif node is not None:
-                raise _Unskippable(f"POJO {pojo_class} has subclass {name}, which statekit does not decode")
-    if any(node is None for node in fields):
+        out.append((name, node))
+    return out
+
+
+def _pojo(cur: ByteCursor, class_name: str, version: int, depth: int) -> SerializerNode:
+    """``PojoSerializerSnapshot`` v2: class name, then three optional maps: fields, registered
+    subclasses (in tag order), subclasses met at run time (written with their class name)."""
+    if version != 2:
+        raise _Unskippable(f"{class_name} snapshot version {version}")
+    pojo_class = cur.utf("POJO class name")
+    fields = _optional_map(cur, "POJO fields", depth)
+    registered = _optional_map(cur, "registered subclasses", depth)
+    others = _optional_map(cur, "non-registered subclasses", depth)
+    if any(node is None for _, node in fields):
         raise _Unskippable(f"POJO {pojo_class}: a field serializer snapshot is missing")
-    return SerializerNode(class_name, tuple(f for f in fields if f is not None), tuple(names), pojo_class)
+    subclasses = tuple((name, node) for name, node in registered + others if node is not None)
+    return SerializerNode(class_name, tuple(node for _, node in fields if node is not None),
+                          tuple(name for name, _ in fields), pojo_class, subclasses, len(registered))
+
+
+def _enum(cur: ByteCursor, class_name: str, version: int, depth: int) -> SerializerNode:
+    """``EnumSerializerSnapshot`` v3: enum class, then its symbols in ordinal order."""
+    if version != 3:
+        raise _Unskippable(f"{class_name} snapshot version {version}")
+    enum_class = cur.utf("enum class name")
+    symbols = tuple(cur.utf("enum symbol") for _ in range(cur.count("number of enum symbols", min_item_size=2)))
+    return SerializerNode(class_name, names=symbols, text=enum_class)
+
+
+def _kryo(cur: ByteCursor, class_name: str, version: int, depth: int) -> SerializerNode:
+    """``KryoSerializerSnapshot`` v2: the type class, then three optional maps: the Kryo
+    registrations (class name → registration, in registration order), default serializers
+    and default serializer classes (skipped)."""
+    if version != 2:
+        raise _Unskippable(f"{class_name} snapshot version {version}")
+    type_class = cur.utf("Kryo type class")
+    registrations = _optional_map(cur, "Kryo registrations", depth, value=False)
+    _optional_map(cur, "Kryo default serializers", depth, value=False)
+    _optional_map(cur, "Kryo default serializer classes", depth, value=False)
+    return SerializerNode(class_name, names=tuple(name for name, _ in registrations), text=type_class)
 
 
 def _avro(cur: ByteCursor, class_name: str, version: int, depth: int) -> SerializerNode:
@@ -249,7 +291,8 @@ def _avro(cur: ByteCursor, class_name: str, version: int, depth: int) -> Seriali
     raise _Unskippable(f"{class_name} snapshot version {version}")
 
 
-_SPECIAL = {POJO_SNAPSHOT: _pojo, AVRO_SNAPSHOT: _avro}
+_SPECIAL = {POJO_SNAPSHOT: _pojo, AVRO_SNAPSHOT: _avro, ENUM_SNAPSHOT: _enum,
+            **dict.fromkeys(KRYO_SNAPSHOTS, _kryo)}
 
 
 def _nested_snapshots(cur: ByteCursor, depth: int) -> tuple[SerializerNode, ...]:

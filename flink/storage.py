@@ -7,6 +7,13 @@ Resolution rules (Flink's filesystem checkpoint storage):
     * a file is *exclusive* when it lies inside the snapshot directory, *shared* when it lies
       in the job's ``shared/`` directory (``<job-dir>/shared``, for ``chk-N`` snapshots), and
       *external* otherwise.
+
+A checkpoint copied to another place still names its files by their old absolute paths.
+Opened for reading *in place* (``in_place=True``: inspect, verify, export, diff, report), an
+absolute path ``<old job dir>/{shared,taskowned,chk-N}/<name>`` whose file is missing where
+it says is read from the same place of this checkpoint's job directory when a file is there
+(never outside it); the snapshot's :attr:`FlinkSnapshot.moved` names both directories so
+that the command says so once. Writing a fixed ``_metadata`` stays ``relocate --auto``'s.
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ __all__ = [
     "read_stream_bytes",
     "read_stream_ranges",
     "resolve_stream",
+    "moved_note",
 ]
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):(.*)$")
@@ -74,6 +82,8 @@ class FlinkSnapshot:
         storage_options: fsspec options used to open it (reused for same-scheme files).
         uids: Operator uids the user named (``--uid``); operators whose id is the hash of one
             carry it as their uid (see :mod:`statekit.flink.uids`).
+        in_place: Read the files of a moved checkpoint from its own job directory.
+        moved: ``(old job directory as written, this job directory)`` when files are read in place.
     """
 
     path: str
@@ -82,6 +92,8 @@ class FlinkSnapshot:
     directory: FileLocation = field(repr=False, compare=False)
     storage_options: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     uids: tuple[str, ...] = ()
+    in_place: bool = False
+    moved: tuple[str, str] | None = None
 
     @property
     def job_dir(self) -> FileLocation | None:
@@ -114,6 +126,7 @@ class FlinkFileRef:
         subtask: The subtask index (``None`` for coordinator state).
         resolved: The resolved location, or ``None`` when it cannot be resolved.
         problem: Why it cannot be resolved (unsafe relative path, unknown filesystem).
+        moved_from: The path as written, when the file is read in place from this job directory.
     """
 
     location: str
@@ -126,6 +139,7 @@ class FlinkFileRef:
     subtask: int | None
     resolved: FileLocation | None = field(default=None, compare=False, repr=False)
     problem: str | None = None
+    moved_from: str | None = None
 
     @property
     def key(self) -> tuple[str, str] | None:
@@ -138,7 +152,7 @@ def _protocol(io: FileIO) -> str:
 
 
 def load_snapshot(path: str, *, storage_options: dict[str, Any] | None = None, uids: Iterable[str] = (),
-                  strict_uids: bool = True) -> FlinkSnapshot:
+                  strict_uids: bool = True, in_place: bool = False) -> FlinkSnapshot:
     """Open a snapshot directory or its ``_metadata`` file and parse the metadata.
 
     Args:
@@ -146,6 +160,7 @@ def load_snapshot(path: str, *, storage_options: dict[str, Any] | None = None, u
         storage_options: fsspec options.
         uids: Operator uids to label operators with (metadata v3/v4 records none).
         strict_uids: Refuse a uid that names no operator of the snapshot.
+        in_place: Read a moved checkpoint's files from its own job directory (read-only commands).
 
     Raises:
         BadInputError: With ``strict_uids``, a uid that names no operator.
@@ -186,7 +201,35 @@ def load_snapshot(path: str, *, storage_options: dict[str, Any] | None = None, u
                                 "names no operator of this snapshot", path=io.url(directory))
         metadata = label_operators(metadata, names)
     location = FileLocation(io, _protocol(io), directory)
-    return FlinkSnapshot(io.url(directory), io.url(meta_path), metadata, location, options, names)
+    snapshot = FlinkSnapshot(io.url(directory), io.url(meta_path), metadata, location, options, names, in_place)
+    if in_place:
+        from dataclasses import replace
+
+        snapshot = replace(snapshot, moved=_moved_job(snapshot))
+    return snapshot
+
+
+def moved_note(snapshot: FlinkSnapshot) -> str | None:
+    """The one line a read-only command prints when it reads a moved checkpoint in place."""
+    if snapshot.moved is None:
+        return None
+    old, new = snapshot.moved
+    return (f"moved checkpoint: its _metadata names files under {old}; read from the same places in {new} "
+            "(`statekit relocate --auto` writes a _metadata that names them)")
+
+
+def _moved_job(snapshot: FlinkSnapshot) -> tuple[str, str] | None:
+    """``(old job dir, this job dir)`` when some external file of a ``chk-N`` is read in place."""
+    if snapshot.job_dir is None:
+        return None
+    for ref in referenced_files(snapshot):
+        if ref.moved_from is not None:
+            from statekit.flink.verify import JOB_FILE
+
+            match = JOB_FILE.match(ref.moved_from)
+            if match is not None:
+                return match.group("job"), snapshot.job_dir.url
+    return None
 
 
 def _flink_path_parts(path: str) -> tuple[str | None, str]:
@@ -247,12 +290,36 @@ def _ref(snapshot: FlinkSnapshot, handle: StreamHandle, role: str, operator: str
         else:
             location = resolve_absolute(snapshot, path)
         scope = _scope(snapshot, location)
+        moved_from = None
+        if scope == "external" and not relative and snapshot.in_place:
+            here = _in_place(snapshot, path, location)
+            if here is not None:
+                location, scope, moved_from = here, _scope(snapshot, here), path
         _check_links(snapshot, location, scope)
     except (UnsafePathError, BadInputError) as exc:
         return FlinkFileRef(path, path, handle.size, relative, "external", role, operator,
                             subtask, None, str(exc))
     return FlinkFileRef(path, location.url, handle.size, relative, scope,
-                        role, operator, subtask, location)
+                        role, operator, subtask, location, moved_from=moved_from)
+
+
+def _in_place(snapshot: FlinkSnapshot, path: str, location: FileLocation) -> FileLocation | None:
+    """The file of a moved checkpoint at the same place of its own job directory, if it is there
+    and the file where ``path`` says is not."""
+    from statekit.flink.verify import counterpart_path
+
+    try:
+        if location.io.isfile(location.path):
+            return None
+    except OSError:
+        pass
+    found = counterpart_path(snapshot, path)
+    job = snapshot.job_dir
+    if found is None or job is None:
+        return None
+    candidate = FileLocation(job.io, job.protocol, found)
+    job.io.check_inside(candidate.path, job.path)
+    return candidate
 
 
 def _check_links(snapshot: FlinkSnapshot, location: FileLocation, scope: str) -> None:

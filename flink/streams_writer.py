@@ -13,8 +13,12 @@ as they are — and writes the regrouped entries (:mod:`statekit.flink.regroup`)
 The offset of each key group (of its first state id) goes into the subtask's
 ``KeyGroupsSavepointStateHandle``; an empty key group keeps offset 0, as Flink writes it.
 
+With snapshot compression (the header's flag) every key group of a source stream is read
+through Snappy, and every key group written is one Snappy framed stream again, so the
+rewrite keeps the compression (:mod:`statekit.flink.compression`).
+
 Refused, with one line naming the operator, subtask or state and the reason: keyed handles
-other than canonical savepoint ones, raw keyed state, compressed key groups, headers whose
+other than canonical savepoint ones, raw keyed state, headers whose
 serializer snapshots statekit cannot read, keys whose Java ``hashCode`` statekit cannot
 compute, and subtasks that registered different serializers for the same state.
 """
@@ -22,11 +26,13 @@ compute, and subtasks that registered different serializers for the same state.
 from __future__ import annotations
 
 import io
+import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import IO
 
+from statekit.flink.compression import compress_framed
 from statekit.flink.key_hash import KeyHasher, key_hasher, unhashable_class
 from statekit.flink.model import FlinkOperatorState, KeyedHandleKind, StreamHandle, StreamHandleKind
 from statekit.flink.regroup import StreamInput
@@ -40,7 +46,8 @@ from statekit.statefmt.keygroups import KeyGroupRange
 __all__ = ["OperatorStreams", "operator_streams", "open_inputs", "write_stream", "has_keyed_state"]
 
 END_OF_KEY_GROUP = b"\xff\xff"
-SUPPORTED_KEYS = "String, Long, Integer, Short, Byte, Boolean, Character, Double, Float and Rows of these"
+SUPPORTED_KEYS = ("String, Long, Integer, Short, Byte, Boolean, Character, Double, Float, and Rows and Tuples of these; "
+                  "a POJO, Kryo, Avro or case class key hashes by user code")
 
 
 @dataclass(frozen=True)
@@ -189,28 +196,56 @@ def _open(snapshot: FlinkSnapshot, handle: StreamHandle) -> IO[bytes]:
     return location.io.open_input(location.path)
 
 
+def _uncompressed(snapshot: FlinkSnapshot, source: StreamSource,
+                  spill: IO[bytes]) -> tuple[tuple[int, int], ...]:
+    """Write the key groups of a compressed stream uncompressed to ``spill``: their new offsets.
+
+    One key group at a time, so memory holds the largest key group, not the stream.
+    """
+    offsets = []
+    for key_group, _, data in source.key_groups(snapshot):
+        offsets.append((key_group, spill.tell()))
+        spill.write(data)
+    spill.seek(0)
+    return tuple(offsets)
+
+
 @contextmanager
 def open_inputs(snapshot: FlinkSnapshot, streams: OperatorStreams) -> Iterator[list[StreamInput]]:
-    """The operator's streams, opened, as regrouper inputs (closed when the block exits)."""
+    """The operator's streams, opened, as regrouper inputs (closed when the block exits).
+
+    Compressed streams are read through a temporary file of their uncompressed key groups.
+    """
     with ExitStack() as stack:
         inputs = []
         for source, state_ids in zip(streams.sources, streams.state_ids):
             handle = source.handle
-            offsets = tuple(sorted(((kg, offset) for kg, offset in zip(handle.key_group_range,
-                                                                     handle.key_group_offsets) if offset),
-                                   key=lambda pair: pair[1]))
-            stream = stack.enter_context(_open(snapshot, source.delegate))
+            stream: IO[bytes]
+            if source.meta.compressed:
+                stream = stack.enter_context(tempfile.TemporaryFile(prefix="statekit-flink-kg-"))
+                offsets = _uncompressed(snapshot, source, stream)
+            else:
+                offsets = tuple(sorted(((kg, offset) for kg, offset in zip(handle.key_group_range,
+                                                                         handle.key_group_offsets) if offset),
+                                       key=lambda pair: pair[1]))
+                stream = stack.enter_context(_open(snapshot, source.delegate))
             inputs.append(StreamInput(stream, source.source, offsets, state_ids, streams.timers))
         yield inputs
 
 
 def write_stream(out: IO[bytes], header: bytes, key_groups: KeyGroupRange,
-                 groups: Iterable[tuple[int, int, Iterator[bytes]]]) -> tuple[list[int], int]:
+                 groups: Iterable[tuple[int, int, Iterator[bytes]]], *,
+                 compressed: bool = False) -> tuple[list[int], int]:
     """Write one subtask's stream: ``header``, then ``groups`` (ascending, inside ``key_groups``).
+
+    With ``compressed`` each key group is written as one Snappy framed stream (the header
+    then says so already: it is the source's, byte for byte).
 
     Returns:
         The offset of every key group of ``key_groups`` (0 when empty) and the stream's size.
     """
+    if compressed:
+        return _write_compressed(out, header, key_groups, groups)
     out.write(header)
     position = len(header)
     offsets = [0] * len(key_groups)
@@ -231,3 +266,35 @@ def write_stream(out: IO[bytes], header: bytes, key_groups: KeyGroupRange,
         out.write(END_OF_KEY_GROUP)
         position += 2
     return offsets, position
+
+
+def _write_compressed(out: IO[bytes], header: bytes, key_groups: KeyGroupRange,
+                      groups: Iterable[tuple[int, int, Iterator[bytes]]]) -> tuple[list[int], int]:
+    """:func:`write_stream` with every key group compressed on its own (as Flink's full snapshot writes it)."""
+    out.write(header)
+    position = len(header)
+    offsets = [0] * len(key_groups)
+    current: int | None = None
+    pending = bytearray()
+
+    def flush() -> None:
+        nonlocal position
+        if current is None:
+            return
+        pending.extend(END_OF_KEY_GROUP)
+        data = compress_framed(bytes(pending))
+        offsets[current - key_groups.start] = position
+        out.write(data)
+        position += len(data)
+        pending.clear()
+
+    for key_group, state, chunks in groups:
+        if key_group != current:
+            flush()
+            current = key_group
+        pending.extend(state.to_bytes(2, "big"))
+        for chunk in chunks:
+            pending.extend(chunk)
+    flush()
+    return offsets, position
+

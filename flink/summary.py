@@ -6,7 +6,8 @@ handles); ``shared`` bytes are files of a RocksDB incremental handle's shared li
 channel state). ``bytes`` is their sum.
 
 Keyed state names come from the keyed backend meta information of the first subtask that
-has keyed state (all subtasks register the same states).
+has keyed state (all subtasks register the same states). Source operators list the splits
+their readers held (:mod:`statekit.flink.source_splits`).
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from statekit.flink.model import (
     KeyGroupRange,
     StreamHandle,
 )
+from statekit.flink.source_splits import SourceSplit, source_splits
 from statekit.flink.state_meta import FlinkStateMeta, read_keyed_backend_meta
-from statekit.flink.storage import FlinkSnapshot, read_stream_bytes
+from statekit.flink.storage import FlinkSnapshot, moved_note, read_stream_bytes
 from statekit.statefmt.errors import StatekitError
 
 __all__ = [
@@ -81,6 +83,8 @@ class FlinkOperatorSummary:
     inline_bytes: int
     file_bytes: int
     shared_bytes: int
+    splits: tuple[SourceSplit, ...] = ()
+    splits_problem: str | None = None
 
     @property
     def label(self) -> str:
@@ -111,6 +115,7 @@ class FlinkSnapshotSummary:
     inline_bytes: int
     file_bytes: int
     shared_bytes: int
+    moved: str | None = None
 
 
 def _sizes(sub: FlinkSubtaskState) -> tuple[int, int, int]:
@@ -185,6 +190,13 @@ def keyed_state_meta(
 def _operator(snapshot: FlinkSnapshot, op: FlinkOperatorState, read_meta: bool) -> FlinkOperatorSummary:
     subtasks = tuple(_subtask(sub) for sub in op.subtasks)
     states, problem = keyed_state_meta(snapshot, op) if read_meta else ((), None)
+    splits: list[SourceSplit] = []
+    splits_problem = None
+    if read_meta:
+        try:
+            splits = source_splits(snapshot, op)
+        except (StatekitError, OSError) as exc:
+            splits_problem = f"cannot read the source splits: {exc}"
     coordinator = op.coordinator_state.size if op.coordinator_state else 0
     inline = sum(s.inline_bytes for s in subtasks) + coordinator
     file = sum(s.file_bytes for s in subtasks)
@@ -204,6 +216,8 @@ def _operator(snapshot: FlinkSnapshot, op: FlinkOperatorState, read_meta: bool) 
         inline_bytes=inline,
         file_bytes=file,
         shared_bytes=shared,
+        splits=tuple(splits),
+        splits_problem=splits_problem,
     )
 
 
@@ -231,4 +245,5 @@ def summarize_snapshot(snapshot: FlinkSnapshot, *, read_state_meta: bool = True)
         inline_bytes=sum(o.inline_bytes for o in operators),
         file_bytes=sum(o.file_bytes for o in operators),
         shared_bytes=sum(o.shared_bytes for o in operators),
+        moved=moved_note(snapshot),
     )

@@ -220,6 +220,7 @@ class SavepointDiff:
     structural: tuple[StructuralChange, ...]
     states: tuple[StateDiff, ...]
     output: str | None = None
+    notes: tuple[str, ...] = ()
 
     @property
     def equal(self) -> bool:
@@ -232,7 +233,7 @@ class SavepointDiff:
         return {
             "a": self.a, "b": self.b, "engine": self.engine, "equal": self.equal, "totals": self.totals(),
             "structural": [c.to_json() for c in self.structural],
-            "states": [s.to_json() for s in self.states], "output": self.output,
+            "states": [s.to_json() for s in self.states], "output": self.output, "notes": list(self.notes),
         }
 
 

@@ -2,7 +2,8 @@
 # Run the tests that restore savepoints statekit rewrote or wrote in real Apache Flink (pytest -m flink:
 # tests/flink/test_flink_rewrite_restore.py, 7 Flink jobs, 6 to 21 minutes on 2 cores by load;
 # tests/flink/test_flink_write_restore.py, 7 jobs in one PyFlink process and one JVM (javac), about
-# 4.5 minutes at load 10 to 17). PyFlink is installed
+# 4.5 minutes at load 10 to 17; tests/flink/test_flink_java_restore.py, Tuple-keyed Java savepoints, one
+# JVM, about 40 s). PyFlink is installed
 # into .venv-flink first when it is missing (scripts/install_pyflink.sh; Java 17 on the PATH),
 # never into statekit's .venv. Extra arguments go to pytest.
 #

@@ -126,6 +126,7 @@ class ExportResult:
     states: tuple[ExportedState, ...]
     seconds: float
     skipped: tuple[tuple[str, str, str], ...] = ()
+    notes: tuple[str, ...] = ()
 
     @property
     def rows(self) -> int | None:
@@ -135,7 +136,8 @@ class ExportResult:
     def to_json(self) -> dict[str, Any]:
         return {"source": self.source, "output": self.output, "format": self.format, "master": self.master,
                 "rows": self.rows, "seconds": round(self.seconds, 3), "states": [s.to_json() for s in self.states],
-                "skipped": [{"operator_uid": uid, "state_name": name, "reason": why} for uid, name, why in self.skipped]}
+                "skipped": [{"operator_uid": uid, "state_name": name, "reason": why} for uid, name, why in self.skipped],
+                "notes": list(self.notes)}
 
 
 def selected_states(reader: SavepointReader, operator: str | None, state: str | None) -> list[tuple[str, str, str]]:

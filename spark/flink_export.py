@@ -45,7 +45,7 @@ class FlinkExportPlan:
 
 
 def plan_flink_export(snapshot: FlinkSnapshot, operator: str | None, state: str | None,
-                      value_types: dict[str, str] | None = None) -> FlinkExportPlan:
+                      value_types: dict[str, str] | None = None, *, allow_empty: bool = False) -> FlinkExportPlan:
     """Choose the decodable keyed states (driver side: reads only ``_metadata`` and headers).
 
     ``value_types`` declares the types of PyFlink ``byte[]`` values by state name.
@@ -79,10 +79,10 @@ def plan_flink_export(snapshot: FlinkSnapshot, operator: str | None, state: str 
                 skipped.append((label, support.name, support.reason or "cannot be decoded"))
                 continue
             chosen.append((label, support.name, support.kind, support.decoder.spark_schema, op.max_parallelism))
-    if state and not chosen:
+    if state and not chosen and not allow_empty:
         where = f"operator {operator!r}" if operator else "any operator"
         raise StateNotFoundError(f"no keyed state named {state!r} in {where}", path=snapshot.path)
-    if not chosen:
+    if not chosen and not allow_empty:
         reasons = "; ".join(f"{uid}/{name}: {why}" for uid, name, why in skipped) or "no keyed state"
         raise BadInputError(f"nothing to export from this Flink savepoint ({reasons})", path=snapshot.path)
     return FlinkExportPlan(tuple(chosen), tuple(skipped))
@@ -219,11 +219,57 @@ def export_flink(spec: ExportSpec, progress: ProgressFactory | None = None, *, u
     from statekit.flink.snapshot import open_flink_snapshot
 
     snapshot = open_flink_snapshot(spec.path, storage_options=spec.storage_options, uids=uids)
-    plan = plan_flink_export(snapshot, spec.operator, spec.state, value_types)
+    offsets = offsets_tables(snapshot, spec.operator, spec.state)
+    plan = plan_flink_export(snapshot, spec.operator, None if spec.state == OFFSETS_TABLE else spec.state,
+                             value_types, allow_empty=bool(offsets))
+    if spec.state == OFFSETS_TABLE:
+        plan = FlinkExportPlan((), plan.skipped)
     tables = [ExportTable(uid, name, kind, functools.partial(
         flink_state_frame, snapshot=snapshot, uid=uid, state=name, schema=schema,
         value_type=state_value_types(value_types, name))) for uid, name, kind, schema, _ in plan.states]
-    return export_tables(spec, snapshot.path, tables, progress, plan.skipped)
+    from dataclasses import replace
+
+    from statekit.flink.storage import moved_note
+
+    result = export_tables(spec, snapshot.path, tables + offsets, progress, plan.skipped)
+    note = moved_note(snapshot)
+    return replace(result, notes=(note,)) if note else result
+
+
+OFFSETS_TABLE = "offsets"
+OFFSETS_SCHEMA = ("subtask int, connector string, version int, split_id string, topic string, partition int, "
+                  "starting_offset bigint, stopping_offset bigint, path string, offset bigint, length bigint, "
+                  "position bigint, records_to_skip bigint, next_number bigint, last_number bigint, raw string")
+
+
+def offsets_tables(snapshot: FlinkSnapshot, operator: str | None, state: str | None) -> list[ExportTable]:
+    """The ``offsets`` table of every source operator whose readers held splits.
+
+    Exported as ``OUT/operator_uid=<uid>/state_name=offsets/``, one row per split (the
+    source positions of :mod:`statekit.flink.source_splits`); only with no ``--state`` or
+    ``--state offsets``.
+    """
+    from statekit.flink.source_splits import source_splits
+
+    if state not in (None, OFFSETS_TABLE):
+        return []
+    ops = [snapshot.metadata.operator(operator)] if operator else list(snapshot.metadata.operators)
+    tables = []
+    columns = [part.split()[0] for part in OFFSETS_SCHEMA.split(", ")]
+    for op in ops:
+        splits = source_splits(snapshot, op)
+        if not splits:
+            continue
+        rows = [tuple(getattr(split, column) for column in columns) for split in splits]
+        tables.append(ExportTable(op.uid or op.label, OFFSETS_TABLE, "offsets", functools.partial(_offsets_frame,
+                                                                                                  rows=rows)))
+    if state == OFFSETS_TABLE and not tables:
+        raise StateNotFoundError("no source operator with splits (nothing for --state offsets)", path=snapshot.path)
+    return tables
+
+
+def _offsets_frame(spark: SparkSession, *, rows: list[tuple[Any, ...]]) -> DataFrame:
+    return spark.createDataFrame(rows, OFFSETS_SCHEMA)
 
 
 def export_flink_options(spec: ExportSpec, progress: ProgressFactory | None = None, *, uids: tuple[str, ...] = (),

@@ -19,6 +19,8 @@ __all__ = ["savepoint_diff"]
 def savepoint_diff(console: Console, r: SavepointDiff) -> None:
     verdict = "[green]EQUAL[/]" if r.equal else "[red]DIFFERENT[/]"
     console.print(f"{verdict} (engine {_e(r.engine)})\nA: {_e(r.a)}\nB: {_e(r.b)}", soft_wrap=True)
+    for note in r.notes:
+        console.print(f"[yellow]{_e(note)}[/]", soft_wrap=True)
     if r.structural:
         table = Table(title="Structure", title_justify="left")
         for column in ("change", "operator", "state", "field", "A", "B"):

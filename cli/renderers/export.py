@@ -26,5 +26,7 @@ def export_result(console: Console, r: ExportResult) -> None:
         table.add_row(_e(s.operator_uid), _e(s.state_name), _e(s.kind), "?" if s.rows is None else f"{s.rows:,}",
                       "?" if s.files is None else str(s.files), _e(s.path))
     console.print(table)
+    for note in r.notes:
+        console.print(f"[yellow]{_e(note)}[/]", soft_wrap=True)
     for uid, name, why in r.skipped:
         console.print(f"[yellow]skipped[/] {_e(uid)}/{_e(name)}: {_e(why)}", soft_wrap=True)

@@ -16,9 +16,10 @@ if TYPE_CHECKING:
     from statekit.flink.key_group_lookup import KeyGroupLookup
     from statekit.flink.relocation import FlinkRelocation
     from statekit.flink.summary import FlinkOperatorSummary
+    from statekit.flink.upgrade import FlinkUpgradeReport
 
 __all__ = ["snapshot_list", "flink_inspection", "flink_verify_report", "flink_disposal", "flink_relocation",
-           "key_group_lookup"]
+           "key_group_lookup", "flink_upgrade_report"]
 
 _STATUS_STYLES = {"complete": "green", "incomplete": "yellow", "damaged": "red"}
 
@@ -57,6 +58,8 @@ def flink_inspection(console: Console, result: FlinkInspection) -> None:
         f"{len(s.operators)} operators  {human_bytes(s.bytes)}: inline {human_bytes(s.inline_bytes)}, "
         f"files {human_bytes(s.file_bytes)}, shared {human_bytes(s.shared_bytes)}"
     )
+    if s.moved:
+        console.print(f"[yellow]{escape(s.moved)}[/]")
     ops = Table(title="Operators", title_justify="left")
     for column in ("uid / id", "name", "parallelism", "max parallelism", "key groups", "states",
                    "bytes", "inline", "files", "shared"):
@@ -73,7 +76,7 @@ def flink_inspection(console: Console, result: FlinkInspection) -> None:
                     _bytes(op.file_bytes), _bytes(op.shared_bytes))
     console.print(ops)
     for index, op in enumerate(s.operators):
-        if op.bytes or op.keyed_states or op.keyed_state_problem:
+        if op.bytes or op.keyed_states or op.keyed_state_problem or op.splits_problem:
             _operator_detail(console, result, index)
 
 
@@ -95,6 +98,16 @@ def _operator_detail(console: Console, result: FlinkInspection, index: int) -> N
         console.print(states)
     if op.keyed_state_problem:
         console.print(f"[yellow]{title}: keyed state names: {escape(op.keyed_state_problem)}[/]")
+    if op.splits:
+        splits = Table(title=f"{title}: source splits", title_justify="left")
+        for column in ("subtask", "connector", "split", "position"):
+            splits.add_column(column)
+        for split in op.splits:
+            splits.add_row(str(split.subtask), escape(split.connector), escape(split.split_id or "-"),
+                           escape(split.describe))
+        console.print(splits)
+    if op.splits_problem:
+        console.print(f"[yellow]{title}: {escape(op.splits_problem)}[/]")
     operator_states = result.operator_states(index)
     subtasks = Table(title=f"{title}: subtasks", title_justify="left")
     for column in ("subtask", "key groups", "handle", "bytes", "inline", "files", "shared", "operator state"):
@@ -115,6 +128,8 @@ def _operator_detail(console: Console, result: FlinkInspection, index: int) -> N
 
 
 def flink_verify_report(console: Console, r: FlinkVerifyReport) -> None:
+    if r.moved:
+        console.print(f"[yellow]{escape(r.moved)}[/]")
     if r.ok:
         blocks = (f"; the block checksums of {_count(r.rocksdb_stores, 'RocksDB store')} match" if r.rocksdb_stores
                   else "")
@@ -170,3 +185,13 @@ def key_group_lookup(console: Console, r: KeyGroupLookup) -> None:
     if r.subtask is not None and r.subtask_key_groups is not None:  # set together
         start, end = r.subtask_key_groups
         console.print(f"subtask {r.subtask} of {r.parallelism} (key groups {start}-{end})")
+
+
+def flink_upgrade_report(console: Console, r: FlinkUpgradeReport) -> None:
+    verdict = "[green]RESTORES[/]" if r.compatible else "[red]WILL NOT RESTORE[/]"
+    console.print(f"{verdict} on Flink {escape(r.target)}: {escape(r.path)} (metadata v{r.metadata_version}, "
+                  f"written by {r.written_by}; {_count(r.states_checked, 'state')} checked)", soft_wrap=True)
+    for f in r.findings:
+        label = "[yellow]unknown[/]" if not f.blocking else f"[red]{escape(f.kind)}[/]"
+        console.print(f"  {label} {escape(f.operator)}/{escape(f.state)}: {escape(f.reason)}", soft_wrap=True)
+        console.print(f"    way out: {escape(f.way_out)}", soft_wrap=True)

@@ -222,8 +222,11 @@ def test_verify_passes(name: str) -> None:
     assert result.exit_code == 0 and result.output.startswith("OK ")
 
 
-def test_verify_reports_missing_absolute_files_by_name() -> None:
-    path = snapshot("rocksdb-incremental-inline0/chk-4")
+def test_verify_reports_missing_absolute_files_by_name(tmp_path: Path) -> None:
+    """Without the job's shared/ beside it (a moved checkpoint reads them from there), the files are missing."""
+    original = snapshot("rocksdb-incremental-inline0/chk-4")
+    path = tmp_path / original.parent.name / original.name
+    shutil.copytree(original, path)
     data = run_json("verify", str(path), code=1)
     assert data["ok"] is False and data["files"] == 8
     shared = f"{INLINE0_OLD_PREFIX}/{JOBS['rocksdb-incremental-inline0']}/shared/".replace("file:", "")
@@ -233,7 +236,9 @@ def test_verify_reports_missing_absolute_files_by_name() -> None:
     assert result.exit_code == 1
     text = result.output.replace("\n", "")
     assert "DAMAGED" in text and all(name in text for name in INLINE0_SHARED)
-    (problem,) = run_json("verify", str(snapshot("rocksdb-incremental/chk-4")), code=1)["problems"]
+    alone = tmp_path / "b" / "chk-4"
+    shutil.copytree(snapshot("rocksdb-incremental/chk-4"), alone)
+    (problem,) = run_json("verify", str(alone), code=1)["problems"]
     assert problem["path"].endswith("/shared/13f5b204-570b-4228-8880-eddf4f28fc7a")
 
 

@@ -127,7 +127,7 @@ def inline0_root(tmp_path: Path) -> Path:
 
 def test_relocate_then_verify_passes(inline0_root: Path) -> None:
     chk = inline0_root / INLINE0_JOB / "chk-4"
-    assert run("verify", str(chk)).exit_code == 1
+    assert "moved checkpoint" in run_json("verify", str(chk))["moved"]  # read in place
     original = (chk / "_metadata").read_bytes()
     data = run_json("relocate", str(chk), "--from", INLINE0_OLD_PREFIX, "--to", f"file:{inline0_root}",
                     "-o", str(chk / "_metadata"), "--force")
@@ -136,6 +136,7 @@ def test_relocate_then_verify_passes(inline0_root: Path) -> None:
     assert data["examples"][0]["new"].startswith(f"file:{inline0_root}/{INLINE0_JOB}/shared/")
     assert len((chk / "_metadata").read_bytes()) == len(original) + 7 * (
         len(f"file:{inline0_root}") - len(INLINE0_OLD_PREFIX))
+    assert run_json("verify", str(chk)) | {"moved": None} == run_json("verify", str(chk))
     assert run_json("verify", str(chk))["ok"] is True
     assert run("verify", str(chk)).exit_code == 0
 

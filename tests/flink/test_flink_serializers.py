@@ -117,7 +117,7 @@ def test_unsupported_classes_are_named() -> None:
     kryo = SerializerNode("org.apache.flink.api.java.typeutils.runtime.kryo.KryoSerializerSnapshot")
     row = SerializerNode(ROW_CLASS, (simple("String"), kryo))
     assert flink_serializer(row) is None
-    assert unsupported_class(row) == kryo.snapshot_class
+    assert unsupported_class(row).startswith(kryo.snapshot_class)
     assert flink_serializer(None) is None
 
 

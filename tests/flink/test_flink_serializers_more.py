@@ -94,14 +94,20 @@ def test_pojo_fields_come_from_the_snapshot() -> None:
     parsed = read_keyed_backend_meta(meta, source="meta")
     decoder = flink_state_decoder(parsed, "s", source="meta")
     assert decoder.value.spark_type == "struct<id:bigint,label:string>"
-    with pytest.raises(CorruptStateError, match="is a subclass"):
+    with pytest.raises(BadInputError, match="subclass com.acme.Sub, whose serializer the snapshot does not record"):
         decode(meta, b"\x04" + utf("com.acme.Sub"))
 
 
-def test_pojo_with_a_subclass_is_named_and_the_next_state_still_reads() -> None:
-    meta = read_keyed_backend_meta(header(pojo([("id", simple(LONG))], [("com.acme.Sub", simple(LONG))])),
-                                   source="meta")
-    assert "subclass com.acme.Sub" in str(meta.states[0].problem)
+def test_pojo_subclasses_decode_by_their_serializer_from_the_snapshot() -> None:
+    """A registered subclass is written with its tag (flags 8), another one with its name (flags 4)."""
+    sub = pojo([("id", simple(LONG)), ("weight", simple(LONG))])
+    meta = header(pojo([("id", simple(LONG))], [("com.acme.Sub", sub)]))
+    tagged = decode(meta, b"\x08\x00" + b"\x02" + b"\x00" + struct.pack(">q", 1) + b"\x00" + struct.pack(">q", 9))
+    assert tagged.value == {"id": 1, "weight": 9, "_class": "com.acme.Sub"}  # type: ignore[attr-defined]
+    exact = decode(meta, b"\x02" + b"\x00" + struct.pack(">q", 2))
+    assert exact.value == {"id": 2, "weight": None, "_class": "com.acme.Reading"}  # type: ignore[attr-defined]
+    with pytest.raises(CorruptStateError, match="subclass tag 3"):
+        decode(meta, b"\x08\x03")
 
 
 def test_avro_values_follow_the_schema_in_the_snapshot() -> None:
@@ -121,13 +127,31 @@ def test_avro_values_follow_the_schema_in_the_snapshot() -> None:
                                         "attrs:map<string,int>>")
 
 
+def kryo_snapshot(type_class: str, registrations: list[str]) -> bytes:
+    """``KryoSerializerSnapshot`` v2: the class, registrations (name, no key, a framed value), two empty maps."""
+    out = utf(KRYO) + struct.pack(">i", 2) + utf(type_class) + struct.pack(">qi", OPTIONAL_MAP_HEADER, len(registrations))
+    for name in registrations:
+        out += utf(name) + b"\x00" + b"\x01" + struct.pack(">i", 3) + b"reg"
+    return out + struct.pack(">qi", OPTIONAL_MAP_HEADER, 0) + struct.pack(">qi", OPTIONAL_MAP_HEADER, 0)
+
+
 def test_kryo_is_refused_with_one_line_naming_the_class() -> None:
-    kryo = utf(KRYO) + struct.pack(">i", 2) + utf("com.acme.Opaque") + b"\x00\x00\x00\x00rest-of-kryo-config"
-    meta = read_keyed_backend_meta(header(kryo), source="meta")
-    problem = str(meta.states[0].problem)
-    assert "com.acme.Opaque" in problem and "Kryo" in problem and "\n" not in problem
-    with pytest.raises(BadInputError, match="com.acme.Opaque"):
+    meta = read_keyed_backend_meta(header(kryo_snapshot("com.acme.Opaque", ["com.acme.Opaque"])), source="meta")
+    assert meta.states[0].problem is None
+    with pytest.raises(BadInputError, match="com.acme.Opaque") as caught:
         flink_state_decoder(meta, "s", source="meta")
+    assert "\n" not in str(caught.value) and "Kryo" in str(caught.value)
+
+
+def test_kryo_declared_fields_decode_in_kryos_order() -> None:
+    """FieldSerializer: fields sorted by name, ints and longs zig-zag varints, strings after a reference mark."""
+    meta = read_keyed_backend_meta(header(kryo_snapshot("com.acme.Opaque", ["com.acme.Opaque"])), source="meta")
+    decoder = flink_state_decoder(meta, "s", source="meta", value_type="struct<name:string,count:int>")
+    value = bytes([85 + 2, 1]) + bytes([2 * 7]) + bytes([1]) + b"ab" + bytes([ord("c") | 0x80])
+    entry = decode_entry(decoder, 0, b"\x00" + java_string("k") + b"\x00", value, 1, "where", 0)
+    assert entry.value == {"count": 7, "name": "abc"}
+    with pytest.raises(CorruptStateError, match="registration id 90"):
+        decode_entry(decoder, 0, b"\x00" + java_string("k") + b"\x00", bytes([92, 1]), 1, "where", 0)
 
 
 def test_ttl_timer_and_byte_array_wrapper() -> None:

@@ -136,8 +136,15 @@ def test_verify_passes_on_self_contained_snapshots(flink_golden: Any, name: str)
     assert verify_flink_snapshot(str(flink_golden[name])) == []
 
 
-def test_verify_reports_missing_absolute_files_by_name(flink_golden: Any) -> None:
-    problems = verify_flink_snapshot(str(flink_golden["rocksdb-incremental-inline0/chk-4"]))
+def _alone(checkpoint: Path, tmp_path: Path) -> Path:
+    """A copy of ``checkpoint`` in a job directory of its own, without the job's shared files."""
+    copy = tmp_path / checkpoint.parent.name / checkpoint.name
+    shutil.copytree(checkpoint, copy)
+    return copy
+
+
+def test_verify_reports_missing_absolute_files_by_name(flink_golden: Any, tmp_path: Path) -> None:
+    problems = verify_flink_snapshot(str(_alone(flink_golden["rocksdb-incremental-inline0/chk-4"], tmp_path / "a")))
     assert {p.kind for p in problems} == {"missing"}
     prefix = f"{flink_golden.inline0_old_prefix}/{flink_golden.jobs['rocksdb-incremental-inline0']}/shared/"
     prefix = prefix.replace("file:", "")
@@ -146,9 +153,29 @@ def test_verify_reports_missing_absolute_files_by_name(flink_golden: Any) -> Non
     by_name = {Path(p.path).name: p.message for p in problems}
     assert "(5131 bytes, outside the snapshot directory)" in by_name["f9d21e4d-b186-4302-a801-d7767358b9fe"]
 
-    problems = verify_flink_snapshot(str(flink_golden["rocksdb-incremental/chk-4"]))
+    problems = verify_flink_snapshot(str(_alone(flink_golden["rocksdb-incremental/chk-4"], tmp_path / "b")))
     assert [(p.kind, Path(p.path).name) for p in problems] == [
         ("missing", "13f5b204-570b-4228-8880-eddf4f28fc7a")]
+
+
+def test_a_moved_checkpoint_is_read_in_place(flink_golden: Any) -> None:
+    """Its shared files sit in its own job directory: read-only commands read them there and say so."""
+    checkpoint = flink_golden["rocksdb-incremental-inline0/chk-4"]
+    assert verify_flink_snapshot(str(checkpoint)) == []
+    summary = inspect_flink_snapshot(str(checkpoint))
+    assert summary.moved is not None and flink_golden.inline0_old_prefix in summary.moved
+    assert str(checkpoint.parent) in summary.moved and "relocate --auto" in summary.moved
+    refs = flink_referenced_files(str(checkpoint))
+    assert {r.scope for r in refs if not r.relative} == {"external"}  # the plain listing says where they were
+    from statekit.flink.entries import read_keyed_state
+    from statekit.flink.snapshot import open_flink_snapshot
+
+    entries = list(read_keyed_state(open_flink_snapshot(str(checkpoint)), "running-count", "python-state-count"))
+    assert len(entries) == 1000
+    with pytest.raises(Exception, match="relocate --auto"):  # opened for writing: nothing is mapped
+        from statekit.flink.storage import load_snapshot
+
+        list(read_keyed_state(load_snapshot(str(checkpoint)), "running-count", "python-state-count"))
 
 
 def test_verify_after_relocation_passes(relocated_inline0: Path) -> None:
