@@ -190,7 +190,8 @@ STATEKIT_COMMANDS: tuple[Command, ...] = (
 FLINK_COMMANDS: tuple[Command, ...] = (
     Command("inspect", lambda d: ["inspect", _p(d.snap)]),
     Command("inspect-json", lambda d: ["--json", "inspect", _p(d.snap)], json=True),
-    Command("verify", lambda d: ["verify", _p(d.snap)]),
+    # verify opens RocksDB stores in scratch space under TMPDIR (which must end empty)
+    Command("verify", lambda d: ["verify", _p(d.snap)], writes=("tmp",)),
     Command("checkpoints-list", lambda d: ["checkpoints", "list", _p(d.parent)], reads=("parent",)),
     # a Flink checkpoint's dispose looks for sibling chk-N that may still use shared files
     Command("dispose-dry-run", lambda d: ["dispose", "--dry-run", _p(d.snap)], lists=("parent",)),
