@@ -85,13 +85,14 @@ def _refuse_checkpoint(snapshot: FlinkSnapshot, what: str) -> None:
                             path=snapshot.path)
 
 
-def _output_url(output: str | None, options: dict[str, Any] | None, dry_run: bool, source: str) -> str | None:
+def _output_url(output: str | None, options: dict[str, Any] | None, dry_run: bool,
+                snapshot: FlinkSnapshot) -> str | None:
     if output is None:
         if not dry_run:
-            raise BadInputError("give the output directory (-o OUT)", path=source)
+            raise BadInputError("give the output directory (-o OUT)", path=snapshot.path)
         return None
     io, path = FileIO.for_path(output, options)
-    check_output_dir(io, path)
+    check_output_dir(io, path, [snapshot.path], snapshot.storage_options)
     return io.url(path)
 
 
@@ -294,7 +295,7 @@ def rescale_flink_savepoint(
     spans = _spans(data, snapshot)
     targets = _targets(snapshot, spans, max_parallelism)
     report = FlinkRescaleReport(snapshot.path, None, dry_run, snapshot.metadata.version)
-    report.output = _output_url(output, output_storage_options, dry_run, snapshot.path)
+    report.output = _output_url(output, output_storage_options, dry_run, snapshot)
     work = sum(t.streams.bytes for t in targets if t.streams is not None)
     factory = progress or no_progress
     if dry_run:
@@ -304,7 +305,8 @@ def rescale_flink_savepoint(
         return report
     assert output is not None
     with factory("rescaling", total=work) as advance, \
-            staged_output_dir(output, output_storage_options) as (io, directory), \
+            staged_output_dir(output, output_storage_options, inputs=[snapshot.path],
+                              input_storage_options=snapshot.storage_options) as (io, directory), \
             tempfile.TemporaryDirectory(prefix="statekit-flink-rescale-", dir=spill_dir) as scratch:
         job = _Rescale(snapshot, data, spans, max_parallelism, memory_budget, advance)
         files = CarriedFiles(snapshot)
@@ -435,7 +437,7 @@ def modify_flink_savepoint(
     removed, renamed = _modifications(snapshot, remove, renames)
     ops = snapshot.metadata.operators
     report = FlinkModifyReport(snapshot.path, None, dry_run, snapshot.metadata.version)
-    report.output = _output_url(output, output_storage_options, dry_run, snapshot.path)
+    report.output = _output_url(output, output_storage_options, dry_run, snapshot)
     report.removed = [(ops[i].label, ops[i].operator_id) for i in sorted(removed)]
     report.renamed = [(ops[i].label, new, operator_id_for_uid(new)) for i, new in sorted(renamed.items())]
     report.operators = [_summary(op, renamed.get(i)) for i, op in enumerate(ops) if i not in removed]
@@ -448,7 +450,8 @@ def modify_flink_savepoint(
     if not dry_run:
         assert output is not None
         with (progress or no_progress)("copying", total=files.bytes) as advance, \
-                staged_output_dir(output, output_storage_options) as (io, directory):
+                staged_output_dir(output, output_storage_options, inputs=[snapshot.path],
+                              input_storage_options=snapshot.storage_options) as (io, directory):
             report.bytes_written = files.copy_to(io, directory, advance)
             edits = _modify_edits(snapshot, spans, removed, renamed) + files.edits
             report.bytes_written += _publish(io, directory, data, edits, snapshot.metadata_path)

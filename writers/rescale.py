@@ -485,12 +485,14 @@ def rescale_savepoint(
     started = time.monotonic()
     progress = progress or no_progress
     # a native snapshot is rescaled from its canonical view: the output is canonical
-    reader = SavepointReader.read(source, storage_options=storage_options).canonical()
+    opened = SavepointReader.read(source, storage_options=storage_options)
+    inputs = [source, opened.path]
+    reader = opened.canonical()
     targets = _targets(reader, parallelism, operator_parallelism or {}, max_parallelism)
     report = RescaleReport(source=reader.path, output=None, dry_run=dry_run)
     if output is not None:
         out_io, out_path = FileIO.for_path(output, output_storage_options)
-        check_output_dir(out_io, out_path)
+        check_output_dir(out_io, out_path, inputs, storage_options)
         report.output = out_io.url(out_path)
     elif not dry_run:
         raise BadInputError("give the output directory (-o OUT)", path=reader.path)
@@ -506,7 +508,8 @@ def rescale_savepoint(
     assert output is not None
     work = sum(t.op.total_bytes + (_keyed_bytes(t.op) if t.action == REGROUP else 0) for t in targets)
     with progress("rescaling", total=work) as advance, \
-            staged_output_dir(output, output_storage_options) as (io, directory):
+            staged_output_dir(output, output_storage_options, inputs=inputs,
+                              input_storage_options=storage_options) as (io, directory):
         job = _Job(reader, report, spill_dir, memory_budget, advance)
         operators = tuple(job.operator(io, directory, target) for target in targets)
         header = SnapshotMetadataBuilder.continuing(reader.metadata, {"statekit.rescaled-from": reader.path})

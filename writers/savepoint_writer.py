@@ -71,6 +71,8 @@ class SavepointWriter:
         self.job_id = job_id or new_job_id()
         self.job_name = job_name
         self._operators: dict[str, _NewOperator | _CopiedOperator] = {}
+        self._inputs: list[str] = []  # what the output must lie outside of (an existing savepoint)
+        self._input_options: dict[str, Any] | None = None
 
     @classmethod
     def new_savepoint(cls, max_parallelism: int = 128, *, job_id: str | None = None, job_name: str = "") -> SavepointWriter:
@@ -84,6 +86,8 @@ class SavepointWriter:
         md = reader.metadata
         max_p = max((op.max_parallelism for op in md.operators), default=128)
         writer = cls(max_p, job_id=md.job_id, job_name=md.job_name)
+        writer._inputs = [path, reader.path]
+        writer._input_options = storage_options
         for op in md.operators:
             writer._operators[op.uid] = _CopiedOperator(op, reader)
         return writer
@@ -170,7 +174,8 @@ class SavepointWriter:
         savepoint (progress display); copies verify size and checksum on the way.
         ``created_at_ms`` pins the timestamp (reproducible output); default: now.
         """
-        with staged_output_dir(path, storage_options) as (io, directory):
+        with staged_output_dir(path, storage_options, inputs=self._inputs,
+                               input_storage_options=self._input_options) as (io, directory):
             operators = tuple(
                 self._write_operator(io, directory, entry, on_file) for entry in self._operators.values()
             )
