@@ -244,6 +244,7 @@ class JobMaster:
         status: JobStatus = JobStatus.FAILED
         failure: str | None = "the job master stopped unexpectedly"
         try:
+            self.storage.hold_job_lock()  # dispose refuses this job's checkpoints while it runs
             status, failure = self._attempts()
         except BaseException as exc:  # noqa: BLE001 - the master never dies silently
             self.error = exc
@@ -251,6 +252,7 @@ class JobMaster:
         finally:
             _fast_switching(False)
             self.coordinator.close()  # waits for snapshot threads: nothing changes after the end
+            self.storage.release_job_lock()
             if status is JobStatus.CANCELED:
                 self._cleanup_cancelled()
             self._temp_dirs.remove_all()
