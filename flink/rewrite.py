@@ -83,6 +83,13 @@ def _refuse_checkpoint(snapshot: FlinkSnapshot, what: str) -> None:
         raise BadInputError(f"is a checkpoint; {what} rewrites savepoints (a checkpoint's files belong to its job "
                             "and its shared/ directory): take a savepoint of the job and rewrite that",
                             path=snapshot.path)
+    # a _metadata that records no kind (v3-v4) but holds in-flight data is an unaligned checkpoint
+    channels = sum(len(st.input_channel_state) + len(st.output_channel_state)
+                   for op in snapshot.metadata.operators for st in op.subtasks)
+    if channels:
+        raise BadInputError(f"holds in-flight data ({channels} channel state handle(s)) of an unaligned checkpoint, "
+                            f"which {what} cannot carry over; take a savepoint of the job (always aligned) and "
+                            "rewrite that", path=snapshot.path)
 
 
 def _output_url(output: str | None, options: dict[str, Any] | None, dry_run: bool,

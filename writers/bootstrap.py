@@ -135,7 +135,8 @@ def read_from_savepoint(spec: BootstrapSpec) -> SavepointReader | None:
     """
     if not spec.from_savepoint:
         return None
-    source = SavepointReader.read(spec.from_savepoint, storage_options=spec.storage_options)
+    # native keyed state is copied as canonical files (its canonical view): the output is canonical
+    source = SavepointReader.read(spec.from_savepoint, storage_options=spec.storage_options).canonical()
     uids = [op.uid for op in source.operators]
     if spec.uid in uids:
         raise BadInputError(
