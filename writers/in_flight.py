@@ -73,8 +73,9 @@ class ParallelismChange:
     max_parallelism: tuple[int, int]
 
 
-def _read_channel_file(reader: SavepointReader, file: ChannelStateFile) -> tuple[bytes, str]:
-    """The bytes of a channel-state file, their size and checksum checked against ``_metadata``."""
+def _read_channel_file(reader: SavepointReader, file: ChannelStateFile) -> tuple[bytes, list[ChannelSection]]:
+    """The bytes and sections of a channel-state file, checked against ``_metadata`` (size,
+    checksum, record count) and in themselves (structure, section CRCs)."""
     snapshot = reader.snapshot
     path = snapshot.file_path(file.path)
     shown = snapshot.io.url(path)
@@ -86,18 +87,22 @@ def _read_channel_file(reader: SavepointReader, file: ChannelStateFile) -> tuple
     if checksum != file.checksum:
         raise CorruptStateError(f"channel-state file checksum {checksum} differs from the recorded {file.checksum}",
                                 path=shown)
-    return data, shown
+    sections = decode_channel_state(data, path=shown)
+    records = sum(len(s.records) for s in sections)
+    if records != file.records:
+        raise CorruptStateError(f"channel-state file holds {records} in-flight records, _metadata records "
+                                f"{file.records}", path=shown)
+    return data, sections
 
 
 def copy_channel_file(reader: SavepointReader, op: OperatorMetadata, st: SubtaskState, io: FileIO,
                       directory: str) -> ChannelStateFile | None:
     """Copy subtask ``st``'s channel-state file (if any) into ``directory``, checked on the way
-    (size, checksum, structure); its new path is the canonical one of ``op``'s uid."""
+    (size, checksum, structure, record count); its new path is the canonical one of ``op``'s uid."""
     file = st.channel_state
     if file is None:
         return None
-    data, shown = _read_channel_file(reader, file)
-    decode_channel_state(data, path=shown)
+    data, _ = _read_channel_file(reader, file)
     relative = channel_state_path(op.uid, st.index, op.parallelism)
     io.write_atomic(posixpath.join(directory, relative), data)
     return replace(file, path=relative)
@@ -122,9 +127,8 @@ class InFlightRecords:
             for st in op.subtasks:
                 if st.channel_state is None:
                     continue
-                data, shown = _read_channel_file(reader, st.channel_state)
-                found += [StoredSection(op.uid, st.index, op.parallelism, s)
-                          for s in decode_channel_state(data, path=shown)]
+                _, sections = _read_channel_file(reader, st.channel_state)
+                found += [StoredSection(op.uid, st.index, op.parallelism, s) for s in sections]
         return cls(found, reader.path)
 
     def __bool__(self) -> bool:
