@@ -72,7 +72,8 @@ def verify(path: str, uids: tuple[str, ...], **_: Any) -> None:
 @click.option("--dry-run", is_flag=True, help="List exactly the files a real run would delete; delete nothing.")
 @click.option("--force", is_flag=True,
               help="Also dispose a staging folder that changed in the last 10 minutes (only when no savepoint "
-                   "or command is still writing it).")
+                   "or command is still writing it), or a checkpoint of a running job (its shared files are "
+                   "kept).")
 @storage_option
 @common_options
 @catch_exception
@@ -87,17 +88,22 @@ def dispose(path: str, dry_run: bool, force: bool, **_: Any) -> None:
     Deleted: _metadata first, then the files it names inside the directory and the engine's
     own temp files (statekit .NAME.HEX.tmp, Flink ._metadata.inprogress.UUID), then the
     folders left empty, one by one (never a recursive delete). Without _metadata only statekit
-    state and temp files qualify. A Flink checkpoint's files in the job's shared/ go only when
-    no other checkpoint of the job references them (statekit's shared/ files are kept); files
-    outside the snapshot and shared/ are never deleted.
+    state and temp files qualify. A checkpoint's files in the job's shared/ go only when no
+    other checkpoint of the job references them, and no newer checkpoint of it is still being
+    taken; files outside the snapshot and shared/ are never deleted, nor anything reached
+    through a symbolic link (a shared/ linked elsewhere is refused).
 
     Refused with exit 2, deleting nothing: a directory holding any other file (the message
-    names the first and the count), a symbolic link or special file inside it, or a PATH that
-    is a symbolic link (give the real path).
+    names the first and the count), a symbolic link or special file inside it, a PATH that
+    is a symbolic link (give the real path), or a shared file reached through a link.
 
-    A staging folder that changed in the last 10 minutes may still be written by a running
-    savepoint or command: it is refused unless --force.
+    A checkpoint of a statekit job that is running (its lock file in the job directory, or
+    the job registry, says so) is refused unless --force; with --force its shared files are
+    kept (the job builds its next checkpoints on them). A staging folder that changed in the
+    last 10 minutes may still be written by a running savepoint or command: it is refused
+    unless --force.
     """
     from statekit.flink.dispatch import dispose_any
+    from statekit.runtime.registry import running_job_of
 
-    get_output().show(dispose_any(path, dry_run=dry_run, force=force))
+    get_output().show(dispose_any(path, dry_run=dry_run, force=force, running=running_job_of))

@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from statekit.readers.progress import ProgressFactory
     from statekit.readers.verification import VerifyReport
     from statekit.statefmt.keygroups import KeyGroupRange
-    from statekit.writers.disposal import DisposalPlan
+    from statekit.writers.disposal import DisposalPlan, RunningJobProbe
     from statekit.writers.rescale import RescaleReport
     from statekit.writers.savepoint_modification import ModifyReport
 
@@ -549,7 +549,8 @@ class FlinkDisposal:
         }
 
 
-def dispose_any(url: str, *, dry_run: bool = False, force: bool = False) -> DisposalPlan | FlinkDisposal:
+def dispose_any(url: str, *, dry_run: bool = False, force: bool = False,
+                running: RunningJobProbe | None = None) -> DisposalPlan | FlinkDisposal:
     """Dispose of a statekit or Flink snapshot (only the directory or ``_metadata`` named).
 
     Nothing is opened before the path is checked: a snapshot path that is itself a
@@ -559,7 +560,9 @@ def dispose_any(url: str, *, dry_run: bool = False, force: bool = False) -> Disp
         url: A snapshot directory, its ``_metadata``, or a statekit staging folder.
         dry_run: Only report what would be deleted: exactly what a real run deletes.
         force: Dispose a statekit staging folder (``.<name>.inprogress-<hex>``) even though it
-            changed within the last 10 minutes; Flink snapshots are never staged.
+            changed within the last 10 minutes, or a checkpoint of a running statekit job
+            (keeping its shared files); Flink snapshots are never staged.
+        running: Who runs a statekit job (``(job id, job directory)``), besides its lock file.
 
     Raises:
         BadInputError: A symbolic link, or a file the snapshot cannot account for: nothing
@@ -575,7 +578,7 @@ def dispose_any(url: str, *, dry_run: bool = False, force: bool = False) -> Disp
     if flink is None:
         from statekit.writers.disposal import dispose_snapshot
 
-        return dispose_snapshot(url, dry_run=dry_run, force=force)
+        return dispose_snapshot(url, dry_run=dry_run, force=force, running=running)
     from statekit.flink import dispose_flink_snapshot
 
     result = dispose_flink_snapshot(flink, dry_run)

@@ -16,6 +16,9 @@ Rules:
       sibling's ``_metadata`` cannot be read, no shared file is deleted.
     * Files outside the snapshot directory and the job's ``shared/`` (external) are never
       deleted, nor are files inside the snapshot that another checkpoint references.
+    * A shared file to delete that is reached through a symbolic link below the job directory
+      (``shared/`` linked to a user's folder) makes :func:`plan_dispose` refuse; deletions open
+      every directory below the job directory without following links.
     * A dry run reports exactly the files a real run deletes.
 """
 
@@ -32,6 +35,7 @@ from statekit.readers.inventory import (
     SnapshotInventory,
     foreign_files_error,
     refuse_linked_path,
+    refuse_links_below,
     take_inventory,
 )
 from statekit.statefmt.errors import StatekitError
@@ -182,6 +186,8 @@ def plan_dispose(snapshot: FlinkSnapshot) -> FlinkDisposePlan:
         elif keep_all_shared or ref.key in others:
             keep_shared[location.path] = tuple(others.get((location.protocol, location.path), []))
         elif location.path not in delete_shared:
+            assert snapshot.job_dir is not None  # a shared file belongs to a chk-N of a job directory
+            refuse_links_below(location.io, snapshot.job_dir.path, location.path, "the shared file")
             delete_shared.append(location.path)
     freed = sum(f.size for f in deleted) + sum(_size(snapshot, p) for p in delete_shared)
     return FlinkDisposePlan(
@@ -220,6 +226,9 @@ def execute_dispose(
         return FlinkDisposeResult(plan, True, ())
     io, directory = snapshot.directory.io, snapshot.directory.path
     files = [FileIO.for_path(url, snapshot.storage_options)[1] for url in plan.delete_files + plan.delete_shared]
-    removal = remove_files(io, take_inventory(io, directory), files, remove_root=plan.remove_directory)
+    # shared files are deleted from the job directory down, never through a link on the way
+    beneath = snapshot.job_dir.path if plan.delete_shared and snapshot.job_dir is not None else directory
+    removal = remove_files(io, take_inventory(io, directory), files, remove_root=plan.remove_directory,
+                           beneath=beneath)
     deleted = removal.deleted + ((snapshot.path,) if removal.removed_root else ())
     return FlinkDisposeResult(plan, False, deleted, removal.failed)

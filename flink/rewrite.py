@@ -90,15 +90,23 @@ def _refuse_checkpoint(snapshot: FlinkSnapshot, what: str) -> None:
         raise BadInputError(f"is a checkpoint; {what} rewrites savepoints (a checkpoint's files belong to its job "
                             "and its shared/ directory): take a savepoint of the job and rewrite that",
                             path=snapshot.path)
+    # a _metadata that records no kind (v3-v4) but holds in-flight data is an unaligned checkpoint
+    channels = sum(len(st.input_channel_state) + len(st.output_channel_state)
+                   for op in snapshot.metadata.operators for st in op.subtasks)
+    if channels:
+        raise BadInputError(f"holds in-flight data ({channels} channel state handle(s)) of an unaligned checkpoint, "
+                            f"which {what} cannot carry over; take a savepoint of the job (always aligned) and "
+                            "rewrite that", path=snapshot.path)
 
 
-def _output_url(output: str | None, options: dict[str, Any] | None, dry_run: bool, source: str) -> str | None:
+def _output_url(output: str | None, options: dict[str, Any] | None, dry_run: bool,
+                snapshot: FlinkSnapshot) -> str | None:
     if output is None:
         if not dry_run:
-            raise BadInputError("give the output directory (-o OUT)", path=source)
+            raise BadInputError("give the output directory (-o OUT)", path=snapshot.path)
         return None
     io, path = FileIO.for_path(output, options)
-    check_output_dir(io, path)
+    check_output_dir(io, path, [snapshot.path], snapshot.storage_options)
     return io.url(path)
 
 
@@ -431,7 +439,7 @@ def rescale_flink_savepoint(
     spans = _spans(data, snapshot)
     targets = _targets(snapshot, spans, max_parallelism)
     report = FlinkRescaleReport(snapshot.path, None, dry_run, snapshot.metadata.version, execution=execution)
-    report.output = _output_url(output, output_storage_options, dry_run, snapshot.path)
+    report.output = _output_url(output, output_storage_options, dry_run, snapshot)
     work = sum(t.streams.bytes for t in targets if t.streams is not None)
     factory = progress or no_progress
     if dry_run:
@@ -443,7 +451,8 @@ def rescale_flink_savepoint(
     assert output is not None
     _refuse_damaged(snapshot, snapshot.metadata.operators)
     with factory("rescaling", total=work) as advance, \
-            staged_output_dir(output, output_storage_options) as (io, directory), \
+            staged_output_dir(output, output_storage_options, inputs=[snapshot.path],
+                              input_storage_options=snapshot.storage_options) as (io, directory), \
             tempfile.TemporaryDirectory(prefix="statekit-flink-rescale-", dir=spill_dir) as scratch:
         job = _Rescale(snapshot, data, spans, max_parallelism, regroup or regroup_locally(scratch, memory_budget,
                                                                                           advance))
@@ -573,7 +582,7 @@ def modify_flink_savepoint(
     removed, renamed = _modifications(snapshot, remove, renames)
     ops = snapshot.metadata.operators
     report = FlinkModifyReport(snapshot.path, None, dry_run, snapshot.metadata.version)
-    report.output = _output_url(output, output_storage_options, dry_run, snapshot.path)
+    report.output = _output_url(output, output_storage_options, dry_run, snapshot)
     report.removed = [(ops[i].label, ops[i].operator_id) for i in sorted(removed)]
     report.renamed = [(ops[i].label, new, operator_id_for_uid(new)) for i, new in sorted(renamed.items())]
     report.operators = [_summary(op, renamed.get(i)) for i, op in enumerate(ops) if i not in removed]
@@ -587,7 +596,8 @@ def modify_flink_savepoint(
         assert output is not None
         _refuse_damaged(snapshot, [op for index, op in enumerate(ops) if index not in removed])
         with (progress or no_progress)("copying", total=files.bytes) as advance, \
-                staged_output_dir(output, output_storage_options) as (io, directory):
+                staged_output_dir(output, output_storage_options, inputs=[snapshot.path],
+                              input_storage_options=snapshot.storage_options) as (io, directory):
             report.bytes_written = files.copy_to(io, directory, advance)
             edits = _modify_edits(snapshot, spans, removed, renamed) + files.edits
             report.bytes_written += _publish(io, directory, data, edits, snapshot.metadata_path)

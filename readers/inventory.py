@@ -37,6 +37,7 @@ __all__ = [
     "is_in_progress_dir",
     "is_in_progress_savepoint",
     "refuse_linked_path",
+    "refuse_links_below",
     "take_inventory",
     "foreign_files_error",
 ]
@@ -131,6 +132,36 @@ def refuse_linked_path(io: FileIO, path: str) -> None:
             "through links: give the real path if that is what you mean to delete",
             path=io.url(path),
         )
+
+
+def refuse_links_below(io: FileIO, root: str, path: str, what: str) -> None:
+    """Refuse a local ``path`` below ``root`` reached through a symbolic link, or leading outside.
+
+    Every directory from ``root`` (exclusive) down to ``path`` is looked at with ``lstat``: a
+    link among them (a ``shared/`` that is a link to a user's folder) would make a deletion
+    remove files outside the job directory. ``root`` itself is resolved like any path.
+
+    Args:
+        io: The filesystem (object stores have no links: nothing to check).
+        root: The directory that must contain ``path`` (a job directory).
+        path: A file to delete, below ``root``.
+        what: How the message names the file's role, e.g. ``the shared file``.
+
+    Raises:
+        BadInputError: A link on the way, or ``path`` outside ``root``; names the link and its target.
+    """
+    if not io.is_local:
+        return
+    relative = os.path.relpath(path, root)
+    if relative == os.curdir or relative.startswith(os.pardir + os.sep) or relative == os.pardir:
+        raise BadInputError(f"{what} {path} lies outside {root}; refusing to delete it", path=io.url(root))
+    current = root
+    for part in relative.split(os.sep)[:-1]:
+        current = os.path.join(current, part)
+        if os.path.islink(current):
+            raise BadInputError(
+                f"{what} {path} is reached through the symbolic link {current} (to {os.path.realpath(current)}); "
+                "refusing to delete through links: nothing was deleted", path=io.url(root))
 
 
 def take_inventory(io: FileIO, root: str) -> SnapshotInventory:

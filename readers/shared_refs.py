@@ -23,7 +23,8 @@ from statekit.statefmt.metadata import CheckpointMetadata
 from statekit.statefmt.native_state import SHARED_FILE_PATTERN
 from statekit.statefmt.paths import SHARED_PREFIX
 
-__all__ = ["SharedReferences", "shared_files_of", "shared_references", "complete_checkpoints", "unreferenced_files"]
+__all__ = ["SharedReferences", "shared_files_of", "shared_references", "complete_checkpoints",
+           "incomplete_checkpoints", "unreferenced_files"]
 
 
 @dataclass
@@ -55,6 +56,20 @@ def complete_checkpoints(io: FileIO, job_dir: str) -> list[tuple[int, str]]:
     for entry in io.list_dir(job_dir):
         checkpoint_id = layout.parse_checkpoint_dir_name(entry.name)
         if entry.is_dir and checkpoint_id is not None and io.isfile(posixpath.join(entry.path, layout.METADATA_FILE)):
+            found.append((checkpoint_id, entry.path))
+    return sorted(found)
+
+
+def incomplete_checkpoints(io: FileIO, job_dir: str) -> list[tuple[int, str]]:
+    """(id, directory) of every ``chk-N`` without a ``_metadata`` directly under ``job_dir``, by
+    id: in progress, or left by a job killed while taking it (what they reference is unknown)."""
+    if not io.isdir(job_dir):
+        return []
+    found = []
+    for entry in io.list_dir(job_dir):
+        checkpoint_id = layout.parse_checkpoint_dir_name(entry.name)
+        if entry.is_dir and checkpoint_id is not None and not io.isfile(posixpath.join(entry.path,
+                                                                                      layout.METADATA_FILE)):
             found.append((checkpoint_id, entry.path))
     return sorted(found)
 

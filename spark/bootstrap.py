@@ -78,7 +78,8 @@ def bootstrap_with_spark(spec: BootstrapSpec, spark: SparkSettings | None = None
         frame = _read(session, fmt, list(spec.inputs))
         plan = plan_bootstrap(spec, _arrow_schema(frame), max_parallelism)
         report = BootstrapReport.start(plan, input_format=fmt, inputs=list(spec.inputs), source=source, engine="spark")
-        with staged_output_dir(spec.output, spec.output_storage_options) as (io, directory):
+        with staged_output_dir(spec.output, spec.output_storage_options, inputs=spec.sources,
+                               input_storage_options=spec.storage_options) as (io, directory):
             copied = [copy_operator(source, op, io, directory) for op in source.operators] if source else []
             results = _write_subtasks(frame, plan, io.url(directory), spec.output_storage_options, memory_budget)
             files = [StateFile(spec.state, relative, size, checksum, entries)

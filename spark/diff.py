@@ -47,7 +47,7 @@ def diff_on_spark(spec: DiffSpec, settings: SparkSettings, progress: ProgressFac
     is written by Spark (Parquet, the local engine's columns)."""
     inputs = DiffInputs.open(spec)
     spark = settings.session()
-    target = OutputDir.for_url(spark, spec.output) if spec.output else None
+    target = OutputDir.for_url(spark, spec.output, [spec.a, spec.b]) if spec.output else None
     job = _SparkDiff(spark, inputs, target)
     results: list[StateDiff] = []
     total = len(inputs.plan.pairs)

@@ -249,7 +249,7 @@ def export_tables(spec: ExportSpec, source: str, tables: Sequence[ExportTable], 
     (:mod:`statekit.spark.progress`)."""
     started = time.monotonic()
     spark = spark_start_progress(spec.spark, progress)
-    target = OutputDir.for_url(spark, spec.output)
+    target = OutputDir.for_url(spark, spec.output, [source])
     exported: list[ExportedState] = []
     with spark_errors(spec.spark.verbose), target.staged() as staging:
         for table in tables:

@@ -420,20 +420,22 @@ class OutputDir:
     publishes it as the output on a clean exit; a failure removes it and leaves nothing.
     """
 
-    def __init__(self, url: str, spark: SparkSession | None = None) -> None:
+    def __init__(self, url: str, spark: SparkSession | None = None, inputs: Sequence[str] = ()) -> None:
         self.url = url
         self._spark = spark
+        self.inputs = tuple(inputs)
 
     @classmethod
-    def for_url(cls, spark: SparkSession, url: str) -> OutputDir:
+    def for_url(cls, spark: SparkSession, url: str, inputs: Sequence[str] = ()) -> OutputDir:
+        """The output at ``url``; it must lie outside every one of ``inputs`` (what the job reads)."""
         if not url:
             raise BadInputError("empty output path")
         if "://" not in url or url.startswith("file://"):
-            return _LocalOutputDir(os.path.abspath(url.removeprefix("file://")))
+            return _LocalOutputDir(os.path.abspath(url.removeprefix("file://")), spark, inputs)
         if is_connect(spark):
             raise BadInputError("over Spark Connect the output must be a local path shared with the server "
                                 "(Hadoop's FileSystem is not reachable from a Connect client)", path=url)
-        return _HadoopOutputDir(url.rstrip("/"), spark)
+        return _HadoopOutputDir(url.rstrip("/"), spark, inputs)
 
     def join(self, directory: str, relative: str) -> str:
         return f"{directory.rstrip('/')}/{relative}"
@@ -453,13 +455,18 @@ class _LocalOutputDir(OutputDir):
     def staged(self) -> Iterator[str]:
         from statekit.writers.staging import staged_output_dir
 
-        with staged_output_dir(self.url, parent_must_exist=True) as (_, staging):
+        with staged_output_dir(self.url, parent_must_exist=True, inputs=self.inputs) as (_, staging):
             yield staging
 
     def count(self, staging: str, relative: str, fmt: str) -> tuple[int | None, int | None]:
         from statekit.spark.formats import count_rows
 
         return count_rows(os.path.join(staging, relative), fmt)
+
+
+def _appeared(url: str) -> BadInputError:
+    return BadInputError("something appeared at the output while this job ran; it was left as it is and this "
+                         "result was discarded: choose a new path", path=url)
 
 
 class _HadoopOutputDir(OutputDir):
@@ -485,17 +492,33 @@ class _HadoopOutputDir(OutputDir):
         return path.getFileSystem(self._spark.sparkContext._jsc.hadoopConfiguration()), path
 
     def check(self) -> None:
+        for source in self.inputs:
+            inside = source.rstrip("/")
+            if self.url == inside or self.url.startswith(inside + "/"):
+                raise BadInputError(f"the output lies inside the input {source}; write it elsewhere", path=self.url)
         with spark_errors():
             fs, path = self._fs_path(self.url)
-            if fs.exists(path) and (not fs.getFileStatus(path).isDirectory() or fs.listStatus(path)):
-                raise BadInputError("output exists and is not an empty directory; choose a new path", path=self.url)
+            if fs.exists(path):
+                raise BadInputError("output exists; choose a new path", path=self.url)
 
     def publish(self, staging: str) -> None:
+        """Rename ``staging`` to the output, never over something that appeared there meanwhile.
+
+        Hadoop's ``rename`` moves a directory *into* an existing one: the output is checked
+        absent first, and a staging directory that landed inside one that appeared in between
+        is moved back out and the publication refused (HDFS renames atomically; on object
+        stores Hadoop copies, so two jobs writing one output at once are not detected).
+        """
         fs, path = self._fs_path(self.url)
+        source = self._fs_path(staging)[1]
         if fs.exists(path):
-            fs.delete(path, True)
-        if not fs.rename(self._fs_path(staging)[1], path):
+            raise _appeared(self.url)
+        if not fs.rename(source, path):
             raise BadInputError("cannot publish the export (rename failed)", path=self.url)
+        landed = self._fs_path(f"{self.url}/{staging.rsplit('/', 1)[1]}")[1]
+        if fs.exists(landed):
+            fs.rename(landed, source)
+            raise _appeared(self.url)
 
     def remove(self, path: str) -> None:
         try:

@@ -33,6 +33,7 @@ __all__ = [
     "SAVEPOINT_DIR_PREFIX",
     "SHARED_DIR",
     "TASKOWNED_DIR",
+    "JOB_LOCK_FILE",
     "STAGING_DIR_PATTERN",
     "checkpoint_dir_name",
     "parse_checkpoint_dir_name",
@@ -87,6 +88,9 @@ CHECKPOINT_DIR_PATTERN = re.compile(r"^chk-(\d+)$")
 SAVEPOINT_DIR_PREFIX = "savepoint-"
 SHARED_DIR = "shared"
 TASKOWNED_DIR = "taskowned"
+# <checkpoint-dir>/<job-id>/_running.lock: held (flock) by the job while it runs, on local
+# disks (statekit.statefmt.job_lock); dispose asks it before touching a chk-N of the job.
+JOB_LOCK_FILE = "_running.lock"
 
 # An output being built: a hidden sibling ``.<name>.inprogress-<12 hex>`` of the directory it
 # becomes by one rename (snapshots, exports, diff outputs; statekit's own, never Flink's).

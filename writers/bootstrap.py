@@ -135,7 +135,7 @@ def read_from_savepoint(spec: BootstrapSpec) -> SavepointReader | None:
     """
     if not spec.from_savepoint:
         return None
-    # a native snapshot's operators are copied from its canonical view
+    # native keyed state is copied as canonical files (its canonical view): the output is canonical
     source = SavepointReader.read(spec.from_savepoint, storage_options=spec.storage_options).canonical()
     uids = [op.uid for op in source.operators]
     if spec.uid in uids:
@@ -198,7 +198,8 @@ def bootstrap_savepoint(
     operators = source.operators if source else []
     work = input_bytes * (2 if spec.kind.keyed else 1) + sum(op.total_bytes for op in operators)
     with (progress or no_progress)("bootstrapping", total=work) as advance, \
-            staged_output_dir(spec.output, spec.output_storage_options) as (out, directory):
+            staged_output_dir(spec.output, spec.output_storage_options, inputs=spec.sources,
+                              input_storage_options=spec.storage_options) as (out, directory):
         copied = [copy_operator(source, op, out, directory, on_bytes=advance) for op in operators] if source else []
         batches = _counting(_iter_batches(dataset, io, files, fmt, spec.columns, batch_size, advance), report)
         if spec.kind.keyed:

@@ -139,6 +139,11 @@ class BootstrapSpec:
         self._check_encoding()
         self._check_operator()
 
+    @property
+    def sources(self) -> tuple[str, ...]:
+        """Everything the bootstrap reads: the inputs and ``from_savepoint`` (the output lies outside them)."""
+        return (*self.inputs, *([self.from_savepoint] if self.from_savepoint else []))
+
     def _check_names(self) -> None:
         if not self.inputs:
             raise BadInputError("give --input (a file or a directory of Parquet, CSV or JSON-lines files)")

@@ -14,7 +14,7 @@ differences gets no directory; the parent of a local OUT must exist (a typo is n
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from types import TracebackType
@@ -43,16 +43,18 @@ def write_diff(spec: DiffSpec, progress: ProgressFactory | None = None) -> Savep
     inputs = DiffInputs.open(spec)
     if spec.output is None:
         return diff_locally(inputs, progress=progress)
-    with open_diff_output(spec.output, spec.storage_options) as out:
+    with open_diff_output(spec.output, spec.storage_options, [spec.a, spec.b]) as out:
         result = diff_locally(inputs, out, progress)
     return replace(result, output=out.url)
 
 
 @contextmanager
-def open_diff_output(url: str, storage_options: dict[str, Any] | None = None) -> Iterator[DiffOutput]:
-    """The staged ``-o`` directory: published at ``url`` on a clean exit, removed on failure."""
+def open_diff_output(url: str, storage_options: dict[str, Any] | None = None,
+                     inputs: Sequence[str] = ()) -> Iterator[DiffOutput]:
+    """The staged ``-o`` directory: published at ``url`` on a clean exit, removed on failure;
+    it must lie outside ``inputs`` (the savepoints compared)."""
     _, final = FileIO.for_path(url, storage_options)
-    with staged_output_dir(url, storage_options, parent_must_exist=True) as (io, directory):
+    with staged_output_dir(url, storage_options, parent_must_exist=True, inputs=inputs) as (io, directory):
         yield DiffOutput(io.url(final), io, directory)
 
 

@@ -2,8 +2,8 @@
 
 What may be deleted (anything else there makes ``dispose`` refuse, deleting nothing):
     * a complete snapshot (``_metadata`` present): ``_metadata``, the files it names inside
-      the directory, and statekit temp files (``.<name>.<32 hex>.tmp``); files the job's
-      ``shared/`` holds for native checkpoints are never deleted here;
+      the directory, and statekit temp files (``.<name>.<32 hex>.tmp``); of the job's
+      ``shared/``, see below;
     * an incomplete ``chk-N`` or ``savepoint-*`` (no ``_metadata``): statekit state files
       (``<uid>/<state>/<i>-of-<p>.sks``) and temp files;
     * a staging folder a killed savepoint or command left, ``.<name>.inprogress-<12 hex>``:
@@ -14,13 +14,23 @@ What may be deleted (anything else there makes ``dispose`` refuse, deleting noth
 Native checkpoints (incremental): the files of the job's ``shared/`` the checkpoint names are
 reference-counted over the job directory: after the checkpoint's own files, ``dispose`` deletes
 the shared files that no other complete ``chk-N`` of the job names, and keeps the rest (listed
-as kept). When another checkpoint's ``_metadata`` cannot be read its references are unknown,
-so no shared file is deleted (the plan says why). The runtime disposes its own checkpoints
-with ``release_shared=False``: its shared-file registry decides (and it knows the references
-of checkpoints still in progress).
+as kept). When another checkpoint's ``_metadata`` cannot be read, or a newer ``chk-N`` has
+none yet (being taken, or left by a killed job), its references are unknown, so no shared file
+is deleted (the plan says why). The runtime disposes its own checkpoints with
+``release_shared=False``: its shared-file registry decides (and it knows the references of
+checkpoints still in progress).
+
+Running jobs: a ``chk-N`` (complete or not) of a job that runs is refused unless ``force`` —
+the job builds its next incremental checkpoint on the files of its latest. A running job holds
+the lock file of its job directory (:mod:`statekit.statefmt.job_lock`, local disks); a caller
+may know more (``running``: the CLI asks this user's job registry, which also covers object
+stores). With ``force`` the checkpoint's own files go and every shared file stays.
 
 Never deleted: anything reached through a symbolic link. A snapshot path that is itself a
-link is refused, and a link or special file inside the directory counts as a foreign file.
+link is refused, a link or special file inside the directory counts as a foreign file, and a
+shared file reached through a link below the job directory (``shared/`` itself, or a folder in
+it, linked elsewhere) makes ``dispose`` refuse before anything is deleted; deletions then open
+each directory without following links (:func:`statekit.writers.removal.unlink_beneath`).
 Empty directories inside go with the snapshot (each removed with ``rmdir``, never
 recursively). ``_metadata`` goes first, so a crash part-way leaves an incomplete snapshot,
 never a complete-looking one with files missing. A dry run lists exactly the files a real
@@ -32,6 +42,7 @@ from __future__ import annotations
 import os
 import posixpath
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -42,17 +53,23 @@ from statekit.readers.inventory import (
     foreign_files_error,
     is_in_progress_dir,
     refuse_linked_path,
+    refuse_links_below,
     take_inventory,
 )
-from statekit.readers.shared_refs import shared_files_of, shared_references
+from statekit.readers.shared_refs import incomplete_checkpoints, shared_files_of, shared_references
 from statekit.readers.snapshot import read_metadata
 from statekit.statefmt import layout
 from statekit.statefmt.errors import BadInputError, NotACheckpointError, PathNotFoundError, StatekitError
 from statekit.statefmt.fileio import FileIO
+from statekit.statefmt.job_lock import running_holder
 from statekit.statefmt.metadata import CheckpointMetadata, SnapshotKind
-from statekit.writers.removal import remove_files
+from statekit.writers.removal import delete_file, remove_files
 
-__all__ = ["DisposalPlan", "dispose_snapshot", "delete_shared_files"]
+__all__ = ["DisposalPlan", "RunningJobProbe", "dispose_snapshot", "delete_shared_files"]
+
+# (job id, job directory URL) -> who runs that job ("pid 1234 on host"), or None: what the
+# caller knows beyond the job's lock file (the CLI asks the job registry).
+RunningJobProbe = Callable[[str, str], "str | None"]
 
 # layout.state_file_path: <encoded uid>/<encoded state>/<subtask>-of-<parallelism>.sks
 STATE_FILE_PATTERN = re.compile(r"^[^/]+/[^/]+/\d{5,}-of-\d{5,}\.sks$")
@@ -97,23 +114,26 @@ class DisposalPlan:
 
 def dispose_snapshot(
     url: str, *, dry_run: bool = False, force: bool = False, storage_options: dict[str, Any] | None = None,
-    release_shared: bool = True,
+    release_shared: bool = True, running: RunningJobProbe | None = None,
 ) -> DisposalPlan:
     """Delete a statekit snapshot directory (see the module docstring for what qualifies).
 
     Args:
         url: The snapshot directory or its ``_metadata``.
         dry_run: Only report what would be deleted.
-        force: Dispose a staging folder even though it changed recently.
+        force: Dispose a staging folder even though it changed recently, or a checkpoint of a
+            running job (its shared files are then kept: the job owns them).
         storage_options: fsspec options.
         release_shared: A native checkpoint: also delete the job's shared files no other
             complete checkpoint names (False: leave ``shared/`` alone).
+        running: Asked whether the job of a ``chk-N`` runs, besides its lock file.
 
     Raises:
         PathNotFoundError: Nothing at ``url``.
         NotACheckpointError: Not a checkpoint, savepoint or staging folder.
-        BadInputError: A symbolic link on the path, a file the snapshot cannot account for, or a
-            staging folder still changing; nothing is deleted.
+        BadInputError: A symbolic link on the path, a file the snapshot cannot account for, a
+            staging folder still changing, or a checkpoint of a running job (without
+            ``force``); nothing is deleted.
         MetadataError: A damaged ``_metadata``; nothing is deleted.
         StatekitError: A deletion failed part-way (the message says what is left).
     """
@@ -126,11 +146,18 @@ def dispose_snapshot(
             raise NotACheckpointError("is a file, not a checkpoint or savepoint directory", path=url)
         path = posixpath.dirname(path)
         refuse_linked_path(io, path)
+    runner = _running_job(io, path, running)
+    if runner is not None and not force:
+        raise BadInputError(
+            f"is a checkpoint of job {posixpath.basename(posixpath.dirname(path))}, which is running ({runner}): "
+            "the job builds its next checkpoints on this one's files; stop or cancel the job first, or pass "
+            "--force to delete the checkpoint and keep its shared files", path=io.url(path))
     inventory = take_inventory(io, path)
     files = _accounted_files(io, inventory)
     if is_in_progress_dir(posixpath.basename(path)) and not force:
         _refuse_if_busy(io.url(path), inventory)
-    shared = _SharedRelease(io, path) if release_shared and inventory.file(layout.METADATA_FILE) else None
+    release = release_shared and runner is None
+    shared = _SharedRelease(io, path) if release and inventory.file(layout.METADATA_FILE) else None
     plan = DisposalPlan(
         path=io.url(path),
         files=sorted(io.url(f.path) for f in files) + (shared.urls() if shared else []),
@@ -140,7 +167,8 @@ def dispose_snapshot(
         disposed=False,
         shared_files=shared.urls() if shared else [],
         kept_shared=shared.kept if shared else 0,
-        notes=shared.notes if shared else [],
+        notes=shared.notes if shared else [f"kept its shared files: job {posixpath.basename(posixpath.dirname(path))} "
+                                          f"is running ({runner}) and owns them"] if runner else [],
     )
     if dry_run:
         return plan
@@ -148,6 +176,17 @@ def dispose_snapshot(
     if shared is not None:
         shared.delete()
     return replace(plan, disposed=True)
+
+
+def _running_job(io: FileIO, path: str, probe: RunningJobProbe | None) -> str | None:
+    """Who runs the job a ``chk-N`` directory belongs to (its lock file, then ``probe``), if anyone."""
+    if layout.parse_checkpoint_dir_name(posixpath.basename(path)) is None:
+        return None
+    job_dir = posixpath.dirname(path)
+    holder = running_holder(job_dir) if io.is_local else None
+    if holder is None and probe is not None:
+        holder = probe(posixpath.basename(job_dir), io.url(job_dir))
+    return holder
 
 
 class _SharedRelease:
@@ -165,6 +204,14 @@ class _SharedRelease:
         if not named:
             return
         others = shared_references(io, posixpath.dirname(directory), skip=directory)
+        own_id = layout.parse_checkpoint_dir_name(posixpath.basename(directory)) or 0
+        newer = [c for c, _ in incomplete_checkpoints(io, posixpath.dirname(directory)) if c > own_id]
+        if newer:
+            self.kept = len(named)
+            self.notes.append(f"kept its {len(named)} shared file(s): the newer chk-{newer[0]} has no _metadata yet "
+                              "(being taken, or left by a killed job), so what it references is unknown; dispose "
+                              "it first if no job is writing it")
+            return
         if others.damaged:
             self.kept = len(named)
             self.notes.append(f"kept its {len(named)} shared file(s): the _metadata of {others.damaged[0]} cannot be "
@@ -175,6 +222,7 @@ class _SharedRelease:
                 self.kept += 1
             else:
                 full = posixpath.join(self.shared_dir, relative)
+                refuse_links_below(io, posixpath.dirname(self.shared_dir), full, "the shared file")
                 if io.exists(full):
                     self.delete_paths.append(full)
                     self.bytes += io.size(full)
@@ -207,13 +255,14 @@ def delete_shared_files(io: FileIO, shared_dir: str, relative: list[str]) -> lis
 
     failed: list[tuple[str, str]] = []
     parents: set[str] = set()
+    job_dir = posixpath.dirname(shared_dir)
     for path in relative:
         if not SHARED_FILE_PATTERN.match(path):
             failed.append((path, "not a shared file of statekit's layout"))
             continue
         full = posixpath.join(shared_dir, path)
         try:
-            io.rm_file(full)
+            delete_file(io, job_dir, full)  # never through a link below the job directory
         except FileNotFoundError:
             pass
         except OSError as exc:

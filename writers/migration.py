@@ -128,7 +128,7 @@ def migrate_savepoint(
         raise BadInputError(f"operator {uid!r} holds native keyed state; take a savepoint (canonical) of the job "
                             "and migrate that", path=reader.path)
     io, out_path = FileIO.for_path(output, storage_options)
-    check_output_dir(io, out_path)
+    check_output_dir(io, out_path, [source, reader.path], storage_options)
     new = replace(old, value_type=new_type)
     migration = EntryMigration(old, new, defaults)
     states, entries = _operator_states(reader, op, migration, old, new)

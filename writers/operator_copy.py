@@ -4,7 +4,9 @@ Files are renamed to the canonical layout of the new snapshot
 (``<uid>/<state>/<i>-of-<p>.sks``). Before a byte is copied each file is opened as its subtask's
 file of its state (kind, key-group range, entry count, and the whole-file CRC-32 its header,
 index and footer give); the copy then checks the size and whole-file CRC-32 that ``_metadata``
-recorded while the bytes stream through (nothing is decoded).
+recorded while the bytes stream through (nothing is decoded). A subtask's in-flight records (an unaligned
+checkpoint's channel-state file) are copied too, checked
+(:func:`statekit.writers.in_flight.copy_channel_file`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from statekit.statefmt import layout
 from statekit.statefmt.errors import BadInputError
 from statekit.statefmt.fileio import FileIO
 from statekit.statefmt.metadata import OperatorMetadata
+from statekit.writers.in_flight import copy_channel_file
 from statekit.writers.state_writer import copy_state_file
 
 __all__ = ["copy_operator"]
@@ -51,5 +54,6 @@ def copy_operator(
             files.append(copy_state_file(snapshot.io, snapshot.file_path(f.path), io, directory, relative, f))
             if on_bytes:
                 on_bytes(f.path, f.size)
-        subtasks.append(replace(st, files=tuple(files)))
+        channel = copy_channel_file(reader, op, st, io, directory)
+        subtasks.append(replace(st, files=tuple(files), channel_state=channel))
     return replace(op, subtasks=tuple(subtasks))

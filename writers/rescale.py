@@ -23,6 +23,12 @@ Three actions per operator:
   are regrouped and re-sorted with bounded memory
   (:class:`statekit.writers.key_group_sorter.KeyGroupSorter`). Both give the same bytes.
 
+In-flight records of an unaligned checkpoint go along with their operators
+(:mod:`statekit.writers.in_flight`): a copied operator's channel-state files are copied, a
+rescaled one's sections are written into its new subtasks' files, unchanged, and the restore
+routes them by key group; an exchange whose records cannot follow the change (forward or
+broadcast at a new parallelism, keyed at a new max parallelism) is refused.
+
 Guarantees: the source is only read; the output directory appears whole (``_metadata``
 last) or not at all, so a damaged source (bad block CRC, truncated file, wrong size) fails
 the whole rescale with nothing at the output. The output is a canonical savepoint.
@@ -55,6 +61,7 @@ from statekit.statefmt.keygroups import (
 )
 from statekit.statefmt.metadata import OperatorMetadata, StateDescriptor, StateFile, SubtaskState
 from statekit.statefmt.statefile import IndexEntry, StateFileReader, StateFileWriter
+from statekit.writers.in_flight import InFlightRecords, ParallelismChange
 from statekit.writers.key_group_sorter import (
     DEFAULT_MEMORY_BUDGET,
     DuplicateMode,
@@ -490,12 +497,18 @@ def rescale_savepoint(
     started = time.monotonic()
     progress = progress or no_progress
     # a native snapshot is rescaled from its canonical view: the output is canonical
-    reader = SavepointReader.read(source, storage_options=storage_options).canonical()
+    opened = SavepointReader.read(source, storage_options=storage_options)
+    inputs = [source, opened.path]
+    reader = opened.canonical()
     targets = _targets(reader, parallelism, operator_parallelism or {}, max_parallelism)
+    in_flight = InFlightRecords.read(reader)
+    in_flight.check_rescale({t.op.uid: ParallelismChange((t.op.parallelism, t.parallelism),
+                                                         (t.op.max_parallelism, t.max_parallelism))
+                             for t in targets})
     report = RescaleReport(source=reader.path, output=None, dry_run=dry_run)
     if output is not None:
         out_io, out_path = FileIO.for_path(output, output_storage_options)
-        check_output_dir(out_io, out_path)
+        check_output_dir(out_io, out_path, inputs, storage_options)
         report.output = out_io.url(out_path)
     elif not dry_run:
         raise BadInputError("give the output directory (-o OUT)", path=reader.path)
@@ -511,8 +524,9 @@ def rescale_savepoint(
     assert output is not None
     work = sum(t.op.total_bytes + (_keyed_bytes(t.op) if t.action == REGROUP else 0) for t in targets)
     with progress("rescaling", total=work) as advance, \
-            staged_output_dir(output, output_storage_options) as (io, directory):
-        job = _Job(reader, report, spill_dir, memory_budget, advance, regroup_state)
+            staged_output_dir(output, output_storage_options, inputs=inputs,
+                              input_storage_options=storage_options) as (io, directory):
+        job = _Job(reader, report, spill_dir, memory_budget, advance, in_flight, regroup_state)
         operators = tuple(job.operator(io, directory, target) for target in targets)
         header = SnapshotMetadataBuilder.continuing(reader.metadata, {"statekit.rescaled-from": reader.path})
         commit_metadata(io, directory, header.build(operators))
@@ -529,9 +543,11 @@ class _Job:
     """Executes the targets of one rescale into a staged output directory."""
 
     def __init__(self, reader: SavepointReader, report: RescaleReport, spill_dir: str | None,
-                 memory_budget: int, on_progress: Advance | None, regroup_state: StateRegroup | None = None) -> None:
+                 memory_budget: int, on_progress: Advance | None, in_flight: InFlightRecords,
+                 regroup_state: StateRegroup | None = None) -> None:
         self.regroup_state = regroup_state
         self.reader = reader
+        self.in_flight = in_flight
         self.report = report
         self.spill_dir = spill_dir
         self.memory_budget = memory_budget
@@ -586,7 +602,8 @@ class _Job:
         self.report.bytes_written += sum(f.size for fs in files for f in fs)
         self.report.operators.append(self._outcome(target, action, written))
         subtasks = subtask_states(target.max_parallelism, p2, files)
-        return replace(op, parallelism=p2, max_parallelism=target.max_parallelism, subtasks=subtasks)
+        rescaled = replace(op, parallelism=p2, max_parallelism=target.max_parallelism, subtasks=subtasks)
+        return self.in_flight.attach(io, directory, rescaled)  # sections keep their channels: the restore routes
 
     def _outcome(self, target: RescaleTarget, action: str, written: dict[str, list[tuple[StateFile, set[int]]]]) -> OperatorPlan:
         subtasks = []

@@ -177,7 +177,7 @@ def modify_savepoint(
                           removed_operators=removed_ops, removed_states=removed_states, renamed=renames)
     if output is not None:
         out_io, out_path = FileIO.for_path(output, output_storage_options)
-        check_output_dir(out_io, out_path)
+        check_output_dir(out_io, out_path, [source, reader.path], storage_options)
         report.output = out_io.url(out_path)
     elif not dry_run:
         raise BadInputError("give the output directory (-o OUT)", path=reader.path)

@@ -12,7 +12,9 @@
 Operators taken over from an existing savepoint are copied file by file, never decoded, each
 file checked first (:func:`statekit.writers.operator_copy.copy_operator`: its kind, key-group
 range, size and checksums against ``_metadata``), so damaged input fails the write; a native
-snapshot's operators come from its canonical view. The output appears whole or not at all (see
+snapshot's operators come from its canonical view. In-flight records of an unaligned checkpoint
+(:mod:`statekit.writers.in_flight`) go with the operators that stored them, uids renamed in them
+too; removing an operator they belong to is refused. The output appears whole or not at all (see
 :mod:`statekit.writers.staging`).
 """
 
@@ -35,6 +37,7 @@ from statekit.statefmt.keygroups import (
     compute_operator_index_for_key_group,
 )
 from statekit.statefmt.metadata import CheckpointMetadata, OperatorMetadata, StateDescriptor, StateFile, StateKind
+from statekit.writers.in_flight import InFlightRecords
 from statekit.writers.metadata_builder import SnapshotMetadataBuilder, operator_metadata
 from statekit.writers.operator_copy import copy_operator
 from statekit.writers.staging import staged_output_dir
@@ -75,6 +78,9 @@ class SavepointWriter:
         self.job_id = check_job_id(job_id) if job_id is not None else new_job_id()
         self.job_name = job_name
         self._operators: dict[str, _NewOperator | _CopiedOperator] = {}
+        self._inputs: list[str] = []  # what the output must lie outside of (an existing savepoint)
+        self._input_options: dict[str, Any] | None = None
+        self._in_flight = InFlightRecords((), "")  # of the existing savepoint, uids as they are now
 
     @classmethod
     def new_savepoint(cls, max_parallelism: int = 128, *, job_id: str | None = None, job_name: str = "") -> SavepointWriter:
@@ -84,11 +90,14 @@ class SavepointWriter:
     def from_existing_savepoint(
         cls, path: str, *, trust_pickle: bool = False, storage_options: dict[str, Any] | None = None
     ) -> SavepointWriter:
-        # a native snapshot's operators are copied from its canonical view: the output is canonical
-        reader = SavepointReader.read(path, trust_pickle=trust_pickle, storage_options=storage_options).canonical()
+        opened = SavepointReader.read(path, trust_pickle=trust_pickle, storage_options=storage_options)
+        reader = opened.canonical()  # native keyed state is copied as canonical files: the output is canonical
         md = reader.metadata
         max_p = max((op.max_parallelism for op in md.operators), default=128)
         writer = cls(max_p, job_id=md.job_id, job_name=md.job_name)
+        writer._inputs = [path, opened.path]
+        writer._input_options = storage_options
+        writer._in_flight = InFlightRecords.read(reader)
         for op in md.operators:
             writer._operators[op.uid] = _CopiedOperator(op, reader)
         return writer
@@ -128,6 +137,7 @@ class SavepointWriter:
     def remove_operator(self, uid: str) -> SavepointWriter:
         if uid not in self._operators:
             raise StateNotFoundError(f"no operator with uid {uid!r} to remove (operators: {', '.join(self._operators) or 'none'})")
+        self._in_flight.check_removal([uid], "cannot remove operator")
         del self._operators[uid]
         return self
 
@@ -139,6 +149,7 @@ class SavepointWriter:
         if not new:
             raise BadInputError("operator uid must not be empty")
         entry = self._operators.pop(old)
+        self._in_flight = self._in_flight.renamed({old: new})
         if isinstance(entry, _CopiedOperator):
             entry.metadata = replace(entry.metadata, uid=new, name=new if entry.metadata.name == old else entry.metadata.name)
         else:
@@ -175,9 +186,11 @@ class SavepointWriter:
         savepoint (progress display); copies verify size and checksum on the way.
         ``created_at_ms`` pins the timestamp (reproducible output); default: now.
         """
-        with staged_output_dir(path, storage_options) as (io, directory):
+        with staged_output_dir(path, storage_options, inputs=self._inputs,
+                               input_storage_options=self._input_options) as (io, directory):
             operators = tuple(
-                self._write_operator(io, directory, entry, on_file) for entry in self._operators.values()
+                self._in_flight.attach(io, directory, self._write_operator(io, directory, entry, on_file))
+                for entry in self._operators.values()
             )
             metadata = SnapshotMetadataBuilder(self.job_id, job_name=self.job_name).build(
                 operators, created_at_ms=created_at_ms)

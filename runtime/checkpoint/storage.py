@@ -9,6 +9,7 @@ staging directory (``writers.staging``) and appears whole when it completes.
 from __future__ import annotations
 
 import contextlib
+import logging
 import posixpath
 import secrets
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from typing import Any
 
 from statekit.statefmt import layout
 from statekit.statefmt.fileio import FileIO
+from statekit.statefmt.job_lock import JobLock
 from statekit.statefmt.metadata import CheckpointMetadata
 from statekit.writers.staging import staged_output_dir
 from statekit.writers.state_writer import commit_metadata
@@ -27,6 +29,8 @@ __all__ = [
     "CheckpointStorage",
     "savepoint_dir_name",
 ]
+
+log = logging.getLogger(__name__)
 
 
 def savepoint_dir_name(job_id: str) -> str:
@@ -120,6 +124,23 @@ class CheckpointStorage:
             self.io, base = FileIO.for_path(checkpoint_dir, storage_options)
             self.job_dir = posixpath.join(base, job_id)
             self.shared_dir = posixpath.join(self.job_dir, layout.SHARED_DIR)
+        self._job_lock: JobLock | None = None
+
+    def hold_job_lock(self) -> None:
+        """Mark the job directory as in use while the job runs (local disks; ``dispose`` asks it)."""
+        if self.io is None or self.job_dir is None or not self.io.is_local or self._job_lock is not None:
+            return
+        lock = JobLock(self.job_dir, self.job_id)
+        if lock.acquire():
+            self._job_lock = lock
+        else:
+            log.warning("job %s: another live process holds %s; dispose cannot tell that this job runs",
+                        self.job_id, lock.path)
+
+    def release_job_lock(self) -> None:
+        lock, self._job_lock = self._job_lock, None
+        if lock is not None:
+            lock.release()
 
     @property
     def job_dir_url(self) -> str | None:

@@ -10,18 +10,25 @@ autocommit *control* connection that commits, rolls back and lists prepared tran
 * *begin*: nothing happens on the server until the first record; then ``BEGIN`` and a
   ``COPY`` that stays open while records arrive (psycopg sends 32 KiB blocks).
 * *pre-commit* (barrier of checkpoint N): the ``COPY`` ends, the server's transaction id
-  (``pg_current_xact_id()``) is noted and ``PREPARE TRANSACTION 'statekit:<job id>:<sink
-  uid>:<subtask>:<N>'`` makes the rows durable and invisible; (N, job, subtask, gid, xid)
-  goes into the union list state ``pending-transactions``. A subtask without records
-  since the last barrier prepares nothing.
+  (``pg_current_xact_id()``) is noted and ``PREPARE TRANSACTION 'statekit:<lineage>:<sink
+  uid>:<subtask>:<N>'`` makes the rows durable and invisible; (N, lineage, subtask, gid,
+  xid) goes into the union list state ``pending-transactions`` (its ``job`` field). A subtask
+  without records since the last barrier prepares nothing.
+* *lineage*: the id of the job that started the chain of restores this job continues — its
+  own id on a fresh start, else the one the restored state records. Every job restored from
+  the same chain prepares under the same prefix, so a job restored from a checkpoint finds
+  what *any* job of the chain prepared after that checkpoint (a job killed before it
+  completed a checkpoint of its own included), while other jobs' transactions (another
+  lineage) are never touched. Two jobs of one lineage must not run against one database at
+  once (as with Flink's transactional id prefixes).
 * *commit* (checkpoint N complete): ``COMMIT PREPARED`` on the control connection. An id
   the server no longer knows is looked up by its transaction id (``pg_xact_status``):
   committed already is fine (commit is idempotent); rolled back means someone else
   discarded it, which is logged as a warning.
 * *recovery* (restore, subtask 0, before any record flows): commit every prepared id the
-  snapshot lists, then roll back every other prepared id of the same sink uid and of the
-  snapshot's or the current job — transactions prepared after the snapshot, whose
-  checkpoint never completed (or is not the one restored); their records are replayed.
+  snapshot lists, then roll back every other prepared id of the same sink uid and lineage (or
+  of the current job) — transactions prepared after the snapshot by any job of the lineage,
+  whose checkpoint never completed (or is not the one restored); their records are replayed.
 * *connection loss* raises psycopg's ``OperationalError`` in the task: the attempt fails
   and the restart strategy restores from the latest completed checkpoint. The server
   rolled back the open transaction when its session ended; prepared ones survive and are
@@ -41,10 +48,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from statekit.runtime.api.functions import RuntimeContext
+from statekit.runtime.api.functions import FunctionInitializationContext, RuntimeContext
 from statekit.runtime.api.state import ListStateDescriptor
 from statekit.runtime.connectors.two_phase_commit import TwoPhaseCommitSink
 from statekit.statefmt.errors import BadInputError
+from statekit.statefmt.job_id import is_job_id
 
 if TYPE_CHECKING:
     import psycopg
@@ -90,7 +98,8 @@ class PostgresTransaction:
     """One subtask's PostgreSQL transaction between two barriers.
 
     Attributes:
-        job_id: The job that opened it (recovery rolls back leftovers of that job).
+        job_id: The lineage it was prepared under (the job id in its global id; recovery
+            rolls back leftovers of that lineage).
         subtask: The subtask that opened it.
         started: Whether ``BEGIN`` was sent (a record arrived).
         gid: The global id it was prepared under ("" while open).
@@ -140,6 +149,7 @@ class PostgresSink(TwoPhaseCommitSink[PostgresTransaction]):
         self.create_table = create_table
         self.to_row = to_row
         self.job_id = ""
+        self.lineage = ""  # the job id of every global id this sink prepares (see the module docstring)
         self.uid = ""
         self.subtask = 0
         self.target = f"table {table}"
@@ -166,8 +176,15 @@ class PostgresSink(TwoPhaseCommitSink[PostgresTransaction]):
 
     # ------------------------------------------------------------ set-up
 
+    def initialize_state(self, ctx: FunctionInitializationContext) -> None:
+        """Adopt the restored lineage (every subtask sees the whole union state), then restore."""
+        restored = ctx.operator_state_store.get_union_list_state(self.state_descriptor()).get()
+        self.lineage = _lineage(restored, ctx.runtime_context.job_id)
+        super().initialize_state(ctx)
+
     def setup(self, runtime: RuntimeContext) -> None:
         self.job_id, self.uid, self.subtask = runtime.job_id, runtime.operator_uid, runtime.index_of_this_subtask
+        self.lineage = self.lineage or self.job_id
         self._check_gid_fits(runtime.number_of_parallel_subtasks)
         self.target = f"{_describe_dsn(self.dsn)} table {self.table}"
         self._control = self._connect()
@@ -176,7 +193,7 @@ class PostgresSink(TwoPhaseCommitSink[PostgresTransaction]):
         self._data = self._connect()
 
     def _check_gid_fits(self, parallelism: int) -> None:
-        longest = transaction_id(self.job_id, self.uid, parallelism - 1, 10**15)
+        longest = transaction_id(self.lineage, self.uid, parallelism - 1, 10**15)
         if len(longest.encode("utf-8")) > MAX_GID_BYTES:
             raise BadInputError(f"PostgresSink uid {self.uid!r} is too long for a prepared transaction id "
                                 f"(at most {MAX_GID_BYTES} bytes with job id, subtask and checkpoint); "
@@ -270,7 +287,7 @@ class PostgresSink(TwoPhaseCommitSink[PostgresTransaction]):
     # ------------------------------------------------------------ transactions
 
     def begin_transaction(self) -> PostgresTransaction:
-        return PostgresTransaction(self.job_id, self.subtask)
+        return PostgresTransaction(self.lineage, self.subtask)
 
     def invoke(self, txn: PostgresTransaction, record: Any) -> None:
         # the base writes only into the current transaction, which __call__ writes to
@@ -314,7 +331,7 @@ class PostgresSink(TwoPhaseCommitSink[PostgresTransaction]):
         row = data.execute("SELECT pg_current_xact_id()::text").fetchone()
         assert row is not None
         txn.xid = int(row[0])
-        txn.gid = transaction_id(self.job_id, self.uid, self.subtask, checkpoint_id)
+        txn.gid = transaction_id(self.lineage, self.uid, self.subtask, checkpoint_id)
         data.execute(sql.SQL("PREPARE TRANSACTION {}").format(sql.Literal(txn.gid)))
 
     def commit(self, txn: PostgresTransaction) -> None:
@@ -376,7 +393,7 @@ class PostgresSink(TwoPhaseCommitSink[PostgresTransaction]):
 
     def finish_recovering(self, committed: list[PostgresTransaction], aborted: list[PostgresTransaction]) -> None:
         known = {t.gid for t in committed}
-        jobs = sorted({self.job_id} | {t.job_id for t in committed + aborted})
+        jobs = sorted({self.job_id, self.lineage} | {t.job_id for t in committed + aborted if is_job_id(t.job_id)})
         leftovers = [gid for job in jobs for gid in self._prepared(job) if gid not in known]
         for gid in leftovers:
             self._rollback_prepared(gid)
@@ -410,6 +427,12 @@ class PostgresSink(TwoPhaseCommitSink[PostgresTransaction]):
                 if conn is not None:
                     conn.close()
             self._data = self._control = None
+
+
+def _lineage(entries: list[Any], job_id: str) -> str:
+    """The lineage a restored union state records (the smallest, should several), else ``job_id``."""
+    jobs = sorted({str(e["job"]) for e in entries if isinstance(e, dict) and is_job_id(str(e.get("job")))})
+    return jobs[0] if jobs else job_id
 
 
 class _TransactionAborted(Exception):

@@ -60,6 +60,7 @@ __all__ = [
     "LOG_FILE",
     "HISTORY_FILE",
     "PRIVATE_MODE",
+    "running_job_of",
 ]
 
 HOME_ENV = "STATEKIT_HOME"
@@ -429,6 +430,19 @@ class JobRegistry:
         if process_start_ticks(entry.pid) is not None:
             reason = f"process {entry.pid} is gone (the pid now belongs to another process)"
         return dataclasses.replace(entry, status=CRASHED, crash_reason=reason)
+
+
+def running_job_of(job_id: str, job_dir_url: str) -> str | None:
+    """Who runs job ``job_id`` per this user's registry (``pid 1234``), or None: the probe
+    ``statekit dispose`` asks before deleting a checkpoint of ``job_dir_url``."""
+    if not is_job_id(job_id):
+        return None
+    registry = JobRegistry()
+    try:
+        entry = registry.get(job_id)
+    except (JobError, OSError):
+        return None
+    return f"pid {entry.pid}, registered in {registry.jobs_dir}" if entry.running else None
 
 
 def _exists(path: Path) -> bool:

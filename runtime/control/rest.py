@@ -86,21 +86,44 @@ _CONTENT_LENGTH = re.compile(r"[0-9]{1,18}")  # longer: malformed, 400 (as nginx
 _PROTOCOL = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*)://")
 
 
-def check_savepoint_target(target: str) -> str:
+def check_savepoint_target(target: str, *, absolute: bool = False) -> str:
     """``target`` if a savepoint written there outlives the job; the REST API and CLI refuse others.
 
     An in-memory filesystem (``memory://``) lives in the job's process: a savepoint there
-    vanishes with the job, so it is refused (also inside an fsspec chain ``a::memory://``).
+    vanishes with the job, so it is refused (also inside an fsspec chain ``a::memory://``). A
+    control character (NUL, newline, ...) is never part of a directory name anyone means.
+
+    Args:
+        target: The savepoint directory.
+        absolute: Refuse a relative local path (the REST API: the job's working directory,
+            ``/`` for a detached job, is not the caller's; the CLI sends absolute paths).
 
     Raises:
-        BadInputError: The target is on an in-memory filesystem.
+        BadInputError: The target is on an in-memory filesystem, holds a control character,
+            or is relative (with ``absolute``).
     """
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in target):
+        raise BadInputError(f"savepoint target {target!r} holds a control character (NUL, newline, ...); "
+                            "give a plain directory path")
+    if absolute and not _absolute_target(target):
+        raise BadInputError(f"savepoint target {target!r} is a relative path: the job would resolve it against its "
+                            "own working directory, not yours; give an absolute path or a URL (s3://...)")
     for part in target.split("::"):
         match = _PROTOCOL.match(part.strip())
         if match is not None and match.group(1).lower() in EPHEMERAL_PROTOCOLS:
             raise BadInputError(f"savepoint target {target} is an in-memory filesystem: a savepoint there "
                                 f"vanishes with the job's process; use a local directory or a durable URL (s3://...)")
     return target
+
+
+def _absolute_target(target: str) -> bool:
+    """An absolute local path, a ``file:`` URL of one, or a URL of another filesystem."""
+    last = target.split("::")[-1].strip()
+    match = _PROTOCOL.match(last)
+    if match is not None and match.group(1).lower() not in ("file", "local"):
+        return True
+    path = last[match.end():] if match is not None else last.removeprefix("file:").removeprefix("local:")
+    return path.startswith("/")
 
 
 class _HttpError(Exception):
@@ -239,7 +262,7 @@ class JobRestServer:
             raise _HttpError(HTTPStatus.CONFLICT, f"Job {self.handle.job_id} is {status.value}; savepoints need a running job")
         try:
             if target_dir is not None:
-                check_savepoint_target(target_dir)
+                check_savepoint_target(target_dir, absolute=True)
             future = self.handle.trigger_savepoint(target_dir, stop=stop, drain=drain, native=native)
         except StatekitError as error:
             raise _HttpError(HTTPStatus.BAD_REQUEST, str(error)) from None

@@ -554,7 +554,8 @@ class CheckpointCoordinator:
         from statekit.writers.disposal import dispose_snapshot
 
         try:
-            dispose_snapshot(url, storage_options=self.storage.storage_options, release_shared=False)
+            # the job's own retired checkpoint (force: the job runs); its shared registry decides on shared files
+            dispose_snapshot(url, storage_options=self.storage.storage_options, release_shared=False, force=True)
         except Exception as exc:  # noqa: BLE001 - a retention failure never fails the job
             log.warning("could not dispose old checkpoint %s: %s", url, exc)
 

@@ -299,13 +299,15 @@ class JobMaster:
         status: JobStatus = JobStatus.FAILED
         failure: str | None = "the job master stopped unexpectedly"
         try:
+            self.storage.hold_job_lock()  # dispose refuses this job's checkpoints while it runs
             status, failure = self._attempts()
         except BaseException as exc:  # noqa: BLE001 - the master never dies silently
             self.error = exc
             status, failure = JobStatus.FAILED, _describe(exc)
         finally:
             _fast_switching(False)
-            self.coordinator.close()  # waits for snapshot threads: nothing changes after the end
+            self.coordinator.close()  # its timer stops: tasks finished their own writes before they ended
+            self.storage.release_job_lock()
             if status is JobStatus.CANCELED:
                 self._cleanup_cancelled()
             self._temp_dirs.remove_all()

@@ -147,3 +147,30 @@ def test_plan_of_a_referenced_file_that_is_missing(flink_golden: Any, tmp_path: 
     plan = plan_flink_dispose(str(copy))
     assert plan.delete_files == (str(copy / "_metadata"),)
     assert plan.missing == (str(copy / "876e98d2-7ba3-4bfd-95bd-4f44843c2c61"),)
+
+
+def test_a_shared_folder_linked_to_a_users_folder_is_never_disposed_through(relocated_inline0: Path,
+                                                                            tmp_path: Path) -> None:
+    """The _metadata names files under <job>/shared, which is a link to a user's folder: those
+    files are the user's, and dispose refuses before deleting anything (a dry run too)."""
+    job = relocated_inline0
+    user = tmp_path / "user-documents"
+    shutil.move(str(job / "shared"), user)
+    (user / "taxes-2024.pdf").write_bytes(b"%PDF precious")
+    (job / "shared").symlink_to(user)
+    before_user, before_chk = entries_under(user), entries_under(job / "chk-4")
+    assert len(before_user) > 1
+    for dry_run in (True, False):
+        with pytest.raises(BadInputError, match=r"the shared file .* is reached through the symbolic link "
+                                                rf"{re.escape(str(job / 'shared'))} \(to {re.escape(str(user))}\); "
+                                                "refusing to delete through links: nothing was deleted"):
+            dispose_flink_snapshot(str(job / "chk-4"), dry_run)
+    assert entries_under(user) == before_user and entries_under(job / "chk-4") == before_chk
+    assert {p.name for p in user.iterdir()} >= {"taxes-2024.pdf"}
+
+
+def test_the_shared_files_go_when_nothing_on_the_way_is_a_link(relocated_inline0: Path) -> None:
+    job = relocated_inline0
+    done = dispose_flink_snapshot(str(job / "chk-4"))
+    assert done.failed == () and done.plan.delete_shared and not any(
+        os.path.exists(p) for p in done.plan.delete_shared)

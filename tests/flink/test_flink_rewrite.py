@@ -397,3 +397,30 @@ def test_the_cli_dry_run_prints_the_plan_and_writes_nothing(tmp_path: Path) -> N
                                        str(out), "--dry-run"])
     assert renamed.exit_code == 0 and "profile-v2" in renamed.output
     assert not out.exists()
+
+
+def _synthetic_metadata(version: int) -> bytes:
+    """The synthetic _metadata of test_flink_metadata.py: every handle kind, in-flight data included,
+    and no recorded snapshot kind (test modules cannot import each other: loaded by path)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("flink_metadata_cases", Path(__file__).with_name("test_flink_metadata.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return bytes(module._synthetic(version))
+
+
+@pytest.mark.parametrize("version", [3, 5, 7])
+def test_a_metadata_with_in_flight_data_is_refused_by_both_rewrites(tmp_path: Path, version: int) -> None:
+    """An unaligned checkpoint whose _metadata does not say it is a checkpoint: its channel state
+    (in-flight records) cannot be carried over, so nothing is written."""
+    source = tmp_path / "savepoint-x"
+    source.mkdir()
+    (source / "_metadata").write_bytes(_synthetic_metadata(version))
+    for rewrite in (lambda out: modify_flink_savepoint(str(source), out, remove_operators=["op-a"]),
+                    lambda out: rescale_flink_savepoint(str(source), out, max_parallelism=256)):
+        with pytest.raises(BadInputError, match=r"holds in-flight data \(2 channel state handle\(s\)\) of an "
+                                                "unaligned checkpoint"):
+            rewrite(str(tmp_path / "out"))
+        assert not (tmp_path / "out").exists()

@@ -84,11 +84,15 @@ def _open_dir_fd() -> int | None:
     """The directory descriptor of an ``os.open(name, dir_fd=...)`` by shutil.rmtree's walk.
 
     The "open" audit event does not carry ``dir_fd``; rmtree's fd-based walk keeps it in the
-    local ``topfd`` of the calling frame. Any other relative open is relative to the cwd.
+    local ``topfd`` of the calling frame, statekit's :func:`~statekit.writers.removal.unlink_beneath`
+    in ``fd``. Any other relative open is relative to the cwd.
     """
     frame = sys._getframe(3)  # _open_dir_fd <- _record <- hook <- the caller of os.open
     if frame.f_globals.get("__name__") == "shutil" and isinstance(frame.f_locals.get("topfd"), int):
         return int(frame.f_locals["topfd"])
+    # statekit's no-follow deletion walks down a directory descriptor it keeps in ``fd``
+    if frame.f_globals.get("__name__") == "statekit.writers.removal" and isinstance(frame.f_locals.get("fd"), int):
+        return int(frame.f_locals["fd"])
     return None
 
 

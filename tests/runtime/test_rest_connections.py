@@ -231,6 +231,56 @@ def test_rest_refuses_memory_savepoint_targets(server: tuple[JobRestServer, JobH
     assert stub.calls == [] and handle.status is JobStatus.RUNNING
 
 
+def post_target(rest: JobRestServer, handle: JobHandle, endpoint: str, key: str, target: str) -> tuple[int, Any]:
+    data = json.dumps({key: target}).encode()
+    request = [f"POST /jobs/{handle.job_id}/{endpoint} HTTP/1.1", f"Authorization: Bearer {TOKEN}",
+               f"Content-Length: {len(data)}"]
+    return raw(rest.port, ("\r\n".join(request) + "\r\n\r\n").encode() + data)
+
+
+@pytest.mark.parametrize("target", ["/tmp/sp\x00/../etc", "\x00", "/tmp/sp\n", "s3://bucket/sp\x00"])
+@pytest.mark.parametrize(("endpoint", "key"), [("savepoints", "target-directory"), ("stop", "targetDirectory")])
+def test_rest_refuses_a_savepoint_target_with_a_control_character(server: tuple[JobRestServer, JobHandle, Stub],
+                                                                  target: str, endpoint: str, key: str) -> None:
+    rest, handle, stub = server
+    status, body = post_target(rest, handle, endpoint, key, target)
+    assert status == 400, body
+    assert body["errors"] == [f"savepoint target {target!r} holds a control character (NUL, newline, ...); give a "
+                              "plain directory path"]
+    assert stub.calls == [] and handle.status is JobStatus.RUNNING
+
+
+@pytest.mark.parametrize("target", ["sp", "./sp", "../sp", "file:sp", "file://sp", "local://sp", "simplecache::sp"])
+@pytest.mark.parametrize(("endpoint", "key"), [("savepoints", "target-directory"), ("stop", "targetDirectory")])
+def test_rest_refuses_a_relative_savepoint_target(server: tuple[JobRestServer, JobHandle, Stub], target: str,
+                                                  endpoint: str, key: str) -> None:
+    """A detached job's working directory is ``/``: a relative target would land there, not where
+    the caller meant; the CLI sends absolute paths."""
+    rest, handle, stub = server
+    status, body = post_target(rest, handle, endpoint, key, target)
+    assert status == 400, body
+    assert body["errors"] == [f"savepoint target {target!r} is a relative path: the job would resolve it against its "
+                              "own working directory, not yours; give an absolute path or a URL (s3://...)"]
+    assert stub.calls == [] and handle.status is JobStatus.RUNNING
+
+
+@pytest.mark.parametrize("target", ["/tmp/sp", "file:///tmp/sp", "file:/tmp/sp", "s3://bucket/sp"])
+def test_rest_accepts_absolute_savepoint_targets(server: tuple[JobRestServer, JobHandle, Stub], target: str) -> None:
+    rest, handle, stub = server
+    status, body = post_target(rest, handle, "savepoints", "target-directory", target)
+    assert status == 202, body
+    assert stub.calls == [(target, False, False)]
+
+
+def test_the_cli_sends_a_relative_target_as_an_absolute_path(served: tuple[JobHandle, Stub], tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    handle, stub = served
+    monkeypatch.chdir(tmp_path)
+    stub.release.set()
+    result = CliRunner().invoke(cli, ["savepoint", handle.job_id, "relative-dir"])
+    assert stub.calls and stub.calls[0][0] == str(tmp_path / "relative-dir"), (stub.calls, result.output)
+
+
 @pytest.fixture
 def served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[JobHandle, Stub]]:
     monkeypatch.setenv("STATEKIT_HOME", str(tmp_path / "home"))

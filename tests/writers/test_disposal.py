@@ -110,17 +110,19 @@ def test_incomplete_checkpoint(tmp_path: Path) -> None:
 
 
 def test_metadata_goes_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import statekit.writers.removal as removal
+
     sp = write(tmp_path / "chk-1")
-    real_rm_file = FileIO.rm_file
+    real_delete = removal.delete_file
     removed: list[str] = []
 
-    def crash_after_first(self: FileIO, path: str) -> None:
+    def crash_after_first(io: FileIO, root: str, path: str) -> None:
         if removed:
             raise OSError("crash (injected)")
-        real_rm_file(self, path)
+        real_delete(io, root, path)
         removed.append(path)
 
-    monkeypatch.setattr(FileIO, "rm_file", crash_after_first)
+    monkeypatch.setattr(removal, "delete_file", crash_after_first)
     with pytest.raises(StatekitError, match=r"chk-1: dispose incomplete: deleted 1 of 3 file\(s\), then .*\.sks: "
                                             r"crash \(injected\); .* rerun dispose to finish"):
         dispose_snapshot(str(sp))

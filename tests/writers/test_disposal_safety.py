@@ -28,6 +28,7 @@ KILLED_SAVEPOINT = r"""
 import os, signal, sys
 from statekit.statefmt.fileio import FileIO
 from statekit.statefmt.metadata import StateDescriptor, StateKind
+from statekit.writers import staging
 from statekit.writers.savepoint_writer import SavepointWriter
 
 def die(*args, **kwargs):
@@ -36,7 +37,7 @@ def die(*args, **kwargs):
 if sys.argv[2] == "metadata":
     FileIO.write_atomic = die
 else:
-    FileIO.rename = die
+    staging.publish_dir = die
 SavepointWriter.new_savepoint().with_operator(
     "op", {StateDescriptor("v", StateKind.VALUE): [(i, i) for i in range(10)]}, parallelism=2).write(sys.argv[1])
 """
