@@ -104,6 +104,6 @@ def dispose(path: str, dry_run: bool, force: bool, **_: Any) -> None:
     unless --force.
     """
     from statekit.flink.dispatch import dispose_any
-    from statekit.runtime.registry import running_job_of
+    from statekit.runtime.control.registry import running_job_of
 
     get_output().show(dispose_any(path, dry_run=dry_run, force=force, running=running_job_of))

@@ -61,7 +61,7 @@ __all__ = ["ConvertSpec", "ConvertReport", "ConvertedState", "LeftOut", "convert
            "flink_type_of_value_type", "DIRECTIONS"]
 
 DIRECTIONS = ("flink", "statekit")
-RUNTIME_TIMERS_STATE = "_timers"  # statekit.runtime.operators.TIMERS
+RUNTIME_TIMERS_STATE = "_timers"  # statekit.runtime.operators.timers.TIMERS
 _OPERATOR_STATE_REASONS = {
     "offsets": "a statekit source's read offsets: a Flink source keeps its own splits",
     "splits": "a statekit source's splits: a Flink source keeps its own",

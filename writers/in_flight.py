@@ -8,7 +8,7 @@ never writes a ``_metadata`` that loses them or names files it did not write.
 What carrying over means:
     * A section keeps its channel as the checkpoint recorded it (producer, consumer, their
       subtasks and parallelisms, partitioning). On restore the runtime replays it exactly as
-      it replays the checkpoint's own (:mod:`statekit.runtime.restore`): unchanged parallelism,
+      it replays the checkpoint's own (:mod:`statekit.runtime.checkpoint.restore`): unchanged parallelism,
       each channel's records go to the subtask that stored them; another parallelism, records
       of a keyed exchange go to the subtask owning their key group (computed from the record
       with the *job's* key selector, which only the job has: an offline tool cannot route

@@ -16,11 +16,7 @@ from functools import partial
 from typing import Any
 
 from statekit.runtime.api.watermarks import MIN_WATERMARK, BoundedOutOfOrdernessWatermarks, WatermarkStrategy
-from statekit.runtime.exchange.batch_path import (
-    assigning_emitter,
-    pair_emitter,
-    with_emit_all,
-)
+from statekit.runtime.exchange.batch_path import assigning_emitter, pair_emitter, with_emit_all
 from statekit.runtime.exchange.events import Watermark, WatermarkStatus
 
 __all__ = [

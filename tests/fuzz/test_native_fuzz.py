@@ -46,7 +46,9 @@ STATEKIT: tuple[tuple[Command, int], ...] = (
     (Command("inspect", lambda d: ["inspect", _p(d.snap)], writes=("tmp",)), 2),
     (Command("inspect-json", lambda d: ["--json", "inspect", _p(d.snap)], writes=("tmp",), json=True), 2),
     (Command("checkpoints-list", lambda d: ["checkpoints", "list", _p(d.parent)], reads=("parent",)), 0),
-    (Command("dispose-dry-run", lambda d: ["dispose", "--dry-run", _p(d.snap)], lists=("parent",)), 0),
+    # a checkpoint's dispose reads its job directory: the running job's lock, newer checkpoints' shared files
+    (Command("dispose-dry-run", lambda d: ["dispose", "--dry-run", _p(d.snap)], reads=("snap", "shared", "parent")),
+     0),
     (Command("rescale-p3", lambda d: ["rescale", _p(d.snap), "-p", "3", "-o", _p(d.out)],
              writes=("outdir", "tmp"), produces_output=True), 2),
     (Command("rescale-maxp64", lambda d: ["rescale", _p(d.snap), "--max-parallelism", "64", "-o", _p(d.out)],

@@ -37,7 +37,7 @@ from fuzz_harness import (
 
 from statekit.readers.savepoint_reader import SavepointReader
 from statekit.readers.verification import verify_snapshot
-from statekit.runtime.sinks import CollectSink
+from statekit.runtime.connectors.sinks import CollectSink
 
 REPO = Path(__file__).resolve().parents[2]
 N = 200_000
@@ -72,9 +72,9 @@ def _wait_for(handle: Any, count: int) -> None:
 @pytest.fixture(scope="module")
 def unaligned(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A retained unaligned checkpoint holding in-flight records on both of its exchanges."""
-    from statekit.runtime.environment import StreamEnvironment
-    from statekit.runtime.functions import KeyedProcessFunction
-    from statekit.runtime.state import ValueStateDescriptor
+    from statekit.runtime.api.functions import KeyedProcessFunction
+    from statekit.runtime.api.state import ValueStateDescriptor
+    from statekit.runtime.dataflow.environment import StreamEnvironment
 
     class Tally(KeyedProcessFunction):
         def open(self, ctx: Any) -> None:
@@ -103,9 +103,9 @@ def unaligned(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def incremental(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The job directory of a cancelled incremental RocksDB job (retained chk-N and shared/)."""
-    from statekit.runtime.checkpoint_config import ExternalizedCheckpointCleanup
-    from statekit.runtime.environment import StreamEnvironment
-    from statekit.runtime.sinks import CollectSink
+    from statekit.runtime.api.checkpoint_config import ExternalizedCheckpointCleanup
+    from statekit.runtime.connectors.sinks import CollectSink
+    from statekit.runtime.dataflow.environment import StreamEnvironment
 
     root = tmp_path_factory.mktemp("fuzz-incremental")
     env = StreamEnvironment().set_parallelism(2)

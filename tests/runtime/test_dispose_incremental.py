@@ -26,10 +26,10 @@ from jobs_for_checkpoints import (
 from statekit.cli.main import cli
 from statekit.readers.shared_refs import shared_files_of
 from statekit.readers.verification import verify_snapshot
-from statekit.runtime.checkpoint_config import ExternalizedCheckpointCleanup
-from statekit.runtime.job import JobHandle, JobStatus
-from statekit.runtime.registry import JobRegistry, current_process_entry
-from statekit.runtime.run_options import RunOptions
+from statekit.runtime.api.checkpoint_config import ExternalizedCheckpointCleanup
+from statekit.runtime.control.registry import JobRegistry, current_process_entry
+from statekit.runtime.dataflow.job_handle import JobHandle, JobStatus
+from statekit.runtime.dataflow.run_options import RunOptions
 from statekit.statefmt.fileio import FileIO
 from statekit.statefmt.layout import JOB_LOCK_FILE
 

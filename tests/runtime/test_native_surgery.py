@@ -15,8 +15,8 @@ from jobs_for_checkpoints import SlowSink, keyed_sums, retained_checkpoints, sta
 from statekit.cli.main import cli
 from statekit.readers.savepoint_reader import SavepointReader
 from statekit.readers.verification import verify_snapshot
-from statekit.runtime.checkpoint_config import ExternalizedCheckpointCleanup
-from statekit.runtime.run_options import RunOptions
+from statekit.runtime.api.checkpoint_config import ExternalizedCheckpointCleanup
+from statekit.runtime.dataflow.run_options import RunOptions
 from statekit.statefmt.fileio import FileIO
 from statekit.statefmt.metadata import SnapshotFormat
 from statekit.writers.savepoint_writer import SavepointWriter

@@ -17,12 +17,12 @@ from jobs_for_checkpoints import KEYS, SlowSink, completed, retained_checkpoints
 from statekit.cli.main import cli
 from statekit.readers.savepoint_reader import SavepointReader
 from statekit.readers.verification import verify_snapshot
-from statekit.runtime.environment import StreamEnvironment
-from statekit.runtime.functions import KeyedProcessFunction, RuntimeContext
-from statekit.runtime.job import JobStatus
-from statekit.runtime.run_options import RunOptions
-from statekit.runtime.sinks import CollectSink
-from statekit.runtime.state import ValueStateDescriptor
+from statekit.runtime.api.functions import KeyedProcessFunction, RuntimeContext
+from statekit.runtime.api.state import ValueStateDescriptor
+from statekit.runtime.connectors.sinks import CollectSink
+from statekit.runtime.dataflow.environment import StreamEnvironment
+from statekit.runtime.dataflow.job_handle import JobStatus
+from statekit.runtime.dataflow.run_options import RunOptions
 from statekit.statefmt.channel_state import decode_channel_state
 from statekit.statefmt.fileio import FileIO
 

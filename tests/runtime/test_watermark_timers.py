@@ -11,7 +11,8 @@ import pytest
 
 from statekit.runtime.api.sources import Source, SourceReader, SourceReaderContext
 from statekit.runtime.api.watermarks import WatermarkStrategy
-from statekit.runtime.api.windows import ProcessWindowFunction, TumblingEventTimeWindows
+from statekit.runtime.api.windows.assigners import TumblingEventTimeWindows
+from statekit.runtime.api.windows.functions import ProcessWindowFunction
 from statekit.runtime.connectors.sinks import CollectSink
 from statekit.runtime.dataflow.environment import StreamEnvironment
 from statekit.runtime.dataflow.job_handle import JobHandle
