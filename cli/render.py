@@ -23,8 +23,8 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from statekit.flink.convert import ConvertReport
-    from statekit.flink.dispatch import FlinkDisposal, FlinkInspection, FlinkVerifyReport, SnapshotList
     from statekit.flink.key_group_lookup import KeyGroupLookup
+    from statekit.flink.offline_results import FlinkDisposal, FlinkInspection, FlinkVerifyReport, SnapshotList
     from statekit.flink.relocation import FlinkRelocation
     from statekit.flink.rewrite_report import FlinkModifyReport, FlinkRescaleReport
     from statekit.flink.savepoint_bootstrap import FlinkBootstrapReport

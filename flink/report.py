@@ -16,9 +16,10 @@ import posixpath
 from collections.abc import Sequence
 from dataclasses import replace
 
-from statekit.flink.dispatch import flink_snapshot_path, list_any
+from statekit.flink.dispatch import list_any
 from statekit.flink.model import FlinkOperatorState
 from statekit.flink.snapshot import open_flink_snapshot
+from statekit.flink.snapshot_kind import flink_snapshot_path
 from statekit.flink.summary import FlinkOperatorSummary, summarize_snapshot
 from statekit.statefmt import layout
 from statekit.statefmt.errors import BadInputError, PathNotFoundError

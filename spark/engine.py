@@ -38,7 +38,7 @@ ENGINES = ("local", "spark")
 def export(spec: ExportSpec, progress: ProgressFactory | None = None) -> ExportResult:
     """``statekit export`` (always on Spark): an Apache Flink savepoint through the Flink
     exporter, anything else as a statekit snapshot (whose reader names what is wrong with it)."""
-    from statekit.flink.dispatch import flink_snapshot_path
+    from statekit.flink.snapshot_kind import flink_snapshot_path
 
     _require_pyspark("statekit export")
     flink_path = flink_snapshot_path(spec.path, storage_options=spec.storage_options)
@@ -109,7 +109,8 @@ def rescale(path: str, output: str | None, *, engine: str = "local", spark: Spar
     slice of source key groups and one per target key-group range (``statekit.spark.flink_rewrite``);
     a statekit savepoint's new max parallelism on Spark, one task per target subtask
     (``statekit.spark.rescale``). Both write what the local engine writes."""
-    from statekit.flink.dispatch import flink_snapshot_path, rescale_any
+    from statekit.flink.dispatch import rescale_any
+    from statekit.flink.snapshot_kind import flink_snapshot_path
 
     options: dict[str, Any] = dict(parallelism=parallelism, operator_parallelism=operator_parallelism,
                                    max_parallelism=max_parallelism, dry_run=dry_run, spill_dir=spill_dir,

@@ -281,7 +281,7 @@ def export_flink_options(spec: ExportSpec, progress: ProgressFactory | None = No
     """
     from dataclasses import replace
 
-    from statekit.flink.dispatch import flink_snapshot_path
+    from statekit.flink.snapshot_kind import flink_snapshot_path
 
     flink_path = flink_snapshot_path(spec.path, storage_options=spec.storage_options)
     if flink_path is None:

@@ -12,8 +12,8 @@ from rich.table import Table
 from statekit.cli.renderers.markup import human_age, human_bytes
 
 if TYPE_CHECKING:
-    from statekit.flink.dispatch import FlinkDisposal, FlinkInspection, FlinkVerifyReport, SnapshotList
     from statekit.flink.key_group_lookup import KeyGroupLookup
+    from statekit.flink.offline_results import FlinkDisposal, FlinkInspection, FlinkVerifyReport, SnapshotList
     from statekit.flink.relocation import FlinkRelocation
     from statekit.flink.summary import FlinkOperatorSummary
     from statekit.flink.upgrade import FlinkUpgradeReport

@@ -128,7 +128,7 @@ def _check_restore_path(path: str) -> None:
             as ``statekit verify``), or is damaged.
         BadInputError: An Apache Flink snapshot: the mini runtime restores statekit ones only.
     """
-    from statekit.flink.dispatch import flink_snapshot_path
+    from statekit.flink.snapshot_kind import flink_snapshot_path
     from statekit.readers.snapshot import open_snapshot
 
     if flink_snapshot_path(path) is not None:

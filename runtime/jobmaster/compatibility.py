@@ -335,7 +335,7 @@ def check_any(snapshot_path: str, job_path: str | None, options: RunOptions, uid
     Raises:
         BadInputError: A statekit snapshot without a job script, a Flink snapshot with one.
     """
-    from statekit.flink.dispatch import flink_snapshot_path
+    from statekit.flink.snapshot_kind import flink_snapshot_path
 
     if flink_snapshot_path(snapshot_path) is not None:
         if job_path is not None:

@@ -195,7 +195,8 @@ def _text(result: Any) -> str:
 def test_flink_kind_format_and_state_kind_from_the_snapshot_are_text() -> None:
     """The snapshot type and format (Java trailer) and a state's KEYED_STATE_TYPE option are
     strings from the file: a crafted one is shown as written, not read as markup."""
-    from statekit.flink.dispatch import FlinkInspection, inspect_any
+    from statekit.flink.dispatch import inspect_any
+    from statekit.flink.offline_results import FlinkInspection
 
     inspection = inspect_any(str(FLINK_CHECKPOINT))
     assert isinstance(inspection, FlinkInspection)
