@@ -78,11 +78,11 @@ RENDERERS: dict[str, str] = {
     "statekit.readers.verification.VerifyReport": "snapshots.verify_report",
     "statekit.writers.disposal.DisposalPlan": "snapshots.disposal_plan",
     # Apache Flink snapshots (and listings mixing both engines), relocate, keygroup
-    "statekit.flink.dispatch.SnapshotList": "flink.snapshot_list",
-    "statekit.flink.dispatch.FlinkInspection": "flink.flink_inspection",
-    "statekit.flink.dispatch.FlinkVerifyReport": "flink.flink_verify_report",
+    "statekit.flink.offline_results.SnapshotList": "flink.snapshot_list",
+    "statekit.flink.offline_results.FlinkInspection": "flink.flink_inspection",
+    "statekit.flink.offline_results.FlinkVerifyReport": "flink.flink_verify_report",
     "statekit.flink.upgrade.FlinkUpgradeReport": "flink.flink_upgrade_report",
-    "statekit.flink.dispatch.FlinkDisposal": "flink.flink_disposal",
+    "statekit.flink.offline_results.FlinkDisposal": "flink.flink_disposal",
     "statekit.flink.relocation.FlinkRelocation": "flink.flink_relocation",
     "statekit.flink.key_group_lookup.KeyGroupLookup": "flink.key_group_lookup",
     # diff (either engine, either snapshot format), export
