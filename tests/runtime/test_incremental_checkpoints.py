@@ -27,7 +27,9 @@ from statekit.runtime.dataflow.job_handle import JobStatus
 from statekit.runtime.dataflow.run_options import RunOptions
 from statekit.statefmt.fileio import FileIO
 
-CHECKPOINTS = {"local": 100, "s3": 40}  # moto serves each request in Python: fewer on s3
+# (at least, at most) completed checkpoints: the run goes on past the minimum until some shared
+# file has been released; moto serves each request in Python, so fewer on s3
+CHECKPOINTS = {"local": (100, 100), "s3": (12, 40)}
 
 
 @pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3)])
@@ -51,18 +53,23 @@ def test_shared_files_live_exactly_as_long_as_a_retained_checkpoint_names_them(
     storage: tuple[str, dict[str, Any] | None]
 ) -> None:
     url, options = storage
-    wanted = CHECKPOINTS["local" if options is None else "s3"]
+    at_least, at_most = CHECKPOINTS["local" if options is None else "s3"]
     env = _incremental(summing_job(50_000_000, 2, SlowSink(0.0), storage=url, storage_options=options),
                        interval_ms=20, retained=3)
     handle = start_with(env, RunOptions(), "shared lifecycle")
     io, job_dir = FileIO.for_path(f"{url}/{handle.job_id}", options)
     seen_shared: set[str] = set()
     try:
-        deadline = time.monotonic() + 180
-        while handle.checkpoint_stats()["counts"]["completed"] < wanted:
-            assert handle.status is JobStatus.RUNNING or time.monotonic() < deadline - 170, handle.describe()
-            assert time.monotonic() < deadline, f"timed out waiting for {wanted} checkpoints"
-            seen_shared |= shared_listing(io, job_dir)
+        deadline = time.monotonic() + 420
+        while True:
+            done = handle.checkpoint_stats()["counts"]["completed"]
+            listing = shared_listing(io, job_dir)
+            released = bool(seen_shared - listing)
+            seen_shared |= listing
+            if done >= at_most or (done >= at_least and released):
+                break
+            assert not handle.status.is_terminal, handle.describe()
+            assert time.monotonic() < deadline, f"timed out after {done} of {at_least} checkpoints"
             time.sleep(0.05)
     finally:
         handle.cancel()
