@@ -4,6 +4,7 @@ reach the job (attached, detached and through the launcher)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -60,8 +61,9 @@ def test_the_launcher_refuses_a_contradiction_of_options_and_job_settings(tmp_pa
         "env.enable_checkpointing(100, mode='at-least-once')\n"
         "env.from_sequence(1, 10).uid('n').print()\n"
         "env.execute('contradiction')\n", encoding="utf-8")
-    result = subprocess.run([sys.executable, "-m", "statekit.runtime.control.launcher", "--unaligned", "--checkpoint-dir",
-                             str(tmp_path / "chk"), str(job)], capture_output=True, text=True, timeout=60)
+    result = subprocess.run([sys.executable, "-m", "statekit.cli.main", "run", "--unaligned", "--checkpoint-dir",
+                             str(tmp_path / "chk"), str(job)], capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "STATEKIT_HOME": str(tmp_path / "home")})
     assert result.returncode == 2, result.stderr
     assert "unaligned checkpoints need the exactly-once checkpointing mode" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
