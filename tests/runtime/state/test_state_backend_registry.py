@@ -39,8 +39,8 @@ from statekit.runtime.state.registry import (
 )
 from statekit.statefmt.errors import BadInputError
 
-ROOT = Path(__file__).resolve().parents[2]
-TOY_FILE = Path(__file__).with_name("toy_backend.py")
+ROOT = Path(__file__).resolve().parents[3]
+TOY_FILE = Path(__file__).parents[1] / "toy_backend.py"
 WORDS = ["to", "be", "or", "not", "to", "be", "that", "is", "the", "question"] * 3
 EXPECTED = {w: WORDS.count(w) for w in WORDS}
 
@@ -85,7 +85,7 @@ def build(env: StreamEnvironment) -> None:
 
 JOB = f'''
 import sys
-sys.path.insert(0, {str(Path(__file__).parent)!r})
+sys.path.insert(0, {str(Path(__file__).parents[1])!r})
 from statekit.runtime.dataflow.environment import get_execution_environment
 from statekit.runtime.api.functions import KeyedProcessFunction
 from statekit.runtime.api.state import ValueStateDescriptor

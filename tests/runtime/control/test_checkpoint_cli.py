@@ -18,7 +18,7 @@ from statekit.readers.snapshot import open_snapshot
 from statekit.runtime.control.submission import _run_argv
 from statekit.runtime.dataflow.run_options import RunOptions
 
-WORDCOUNT = str(Path(__file__).resolve().parents[2] / "examples" / "wordcount.py")
+WORDCOUNT = str(Path(__file__).resolve().parents[3] / "examples" / "wordcount.py")
 JOB_ID = "c4ec" * 8
 
 
@@ -100,7 +100,7 @@ def test_a_detached_run_passes_the_checkpointing_options_on() -> None:
 
 
 def test_savepoint_and_stop_write_native_savepoints_on_request(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import test_job_control_e2e as e2e
+    from control import test_job_control_e2e as e2e
 
     home = tmp_path / "home"
     monkeypatch.setenv("STATEKIT_HOME", str(home))

@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("rocksdict")
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 RUNS = 6
 
 

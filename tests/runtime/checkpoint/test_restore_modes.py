@@ -24,7 +24,7 @@ from statekit.statefmt.errors import BadInputError
 
 pytest.importorskip("rocksdict")
 
-WORDCOUNT = str(Path(__file__).resolve().parents[2] / "examples" / "wordcount.py")
+WORDCOUNT = str(Path(__file__).resolve().parents[3] / "examples" / "wordcount.py")
 JOB_ID = "c1a1" * 8
 
 
