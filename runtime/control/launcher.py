@@ -2,32 +2,22 @@
 
 ``run_job_file(path, options)`` sets the options, runs the script with ``runpy`` as
 ``__main__`` with ``sys.argv = [path, *options.job_args]`` and returns the status of the
-last job the script executed. ``python -m statekit.runtime.control.launcher [OPTIONS] JOB.py
-[ARGS...]`` does the same from a shell (used by tests that kill the job process).
+last job the script executed. From a shell, ``statekit run [OPTIONS] JOB.py [ARGS...]`` does
+the same (through :mod:`statekit.runtime.control.submission`, which also registers the job
+and serves its REST API).
 """
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
-import logging
-import os
 import runpy
 import sys
 import threading
-from collections.abc import Sequence
 
 from statekit.runtime.dataflow.job_handle import JobHandle, JobStatus
 from statekit.runtime.dataflow.run_options import RunOptions, add_job_listener, remove_job_listener, set_run_options
-from statekit.runtime.state.registry import state_backend_names
-from statekit.statefmt.errors import BadInputError, PathNotFoundError, StatekitError
-from statekit.statefmt.pandas_probe import answer_pandas_probe_on_import
+from statekit.statefmt.errors import PathNotFoundError
 
-__all__ = [
-    "run_job_file",
-    "main",
-    "parse_duration_ms",
-]
+__all__ = ["run_job_file"]
 
 
 def run_job_file(path: str, options: RunOptions) -> JobStatus:
@@ -44,10 +34,10 @@ def run_job_file(path: str, options: RunOptions) -> JobStatus:
         PathNotFoundError: ``path`` is not a file.
         StatekitError: From the job (restore failures, JobFailedError, ...).
     """
+    import os
+
     if not os.path.isfile(path):
         raise PathNotFoundError("job file not found; pass the path of a Python job script", path=path)
-    if options.job_file is None:
-        options = dataclasses.replace(options, job_file=os.path.abspath(path))
     handles: list[JobHandle] = []
     lock = threading.Lock()
 
@@ -67,87 +57,3 @@ def run_job_file(path: str, options: RunOptions) -> JobStatus:
         remove_job_listener(remember)
     with lock:
         return handles[-1].status if handles else JobStatus.FINISHED
-
-
-def parse_duration_ms(text: str) -> int:
-    """Parse ``200ms``, ``1s``, ``2m`` or a bare number of milliseconds."""
-    value = text.strip().lower()
-    for suffix, factor in (("ms", 1), ("s", 1000), ("m", 60_000), ("min", 60_000)):
-        if value.endswith(suffix) and value[: -len(suffix)].strip().replace(".", "", 1).isdigit():
-            return int(float(value[: -len(suffix)]) * factor)
-    if value.isdigit():
-        return int(value)
-    raise BadInputError(f"invalid duration {text!r}; use e.g. 200ms, 1s or 2m")
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m statekit.runtime.control.launcher")
-    parser.add_argument("-p", "--parallelism", type=int)
-    parser.add_argument("--max-parallelism", type=int)
-    parser.add_argument("-s", "--from-savepoint", dest="restore_path")
-    parser.add_argument("--allow-non-restored-state", action="store_true")
-    parser.add_argument("--checkpoint-dir")
-    parser.add_argument("--checkpoint-interval", type=parse_duration_ms)
-    parser.add_argument("--state-backend", choices=state_backend_names())
-    parser.add_argument("--checkpointing-mode", choices=("exactly-once", "at-least-once"))
-    parser.add_argument("--unaligned", action="store_true", default=None)
-    parser.add_argument("--aligned-checkpoint-timeout", type=parse_duration_ms)
-    parser.add_argument("--incremental", action="store_true", default=None)
-    parser.add_argument("--retained-checkpoints", type=int)
-    parser.add_argument("--externalized-cleanup", choices=("retain", "delete"))
-    parser.add_argument("--checkpoint-timeout", type=parse_duration_ms)
-    parser.add_argument("--savepoint-on-finish")
-    parser.add_argument("--savepoint-dir")
-    parser.add_argument("--metrics-port", type=int)
-    parser.add_argument("--restore-mode", choices=("claim", "no-claim"), default="no-claim")
-    parser.add_argument("--job-id")
-    parser.add_argument("--trust-pickle", action="store_true")
-    parser.add_argument("-v", "--verbose", action="store_true")
-    parser.add_argument("job_file")
-    parser.add_argument("job_args", nargs=argparse.REMAINDER)
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Command-line entry point; returns the process exit code."""
-    args = _parser().parse_args(argv)
-    answer_pandas_probe_on_import()  # a job's first snapshot would otherwise import pandas (~0.4 s)
-    options = RunOptions(
-        parallelism=args.parallelism,
-        max_parallelism=args.max_parallelism,
-        restore_path=args.restore_path,
-        allow_non_restored_state=args.allow_non_restored_state,
-        checkpoint_dir=args.checkpoint_dir,
-        checkpoint_interval_ms=args.checkpoint_interval,
-        state_backend=args.state_backend,
-        savepoint_on_finish=args.savepoint_on_finish,
-        savepoint_dir=args.savepoint_dir,
-        metrics_port=args.metrics_port,
-        job_id=args.job_id,
-        job_args=tuple(args.job_args),
-        trust_pickle=args.trust_pickle,
-        checkpointing_mode=args.checkpointing_mode,
-        unaligned=args.unaligned,
-        aligned_checkpoint_timeout_ms=args.aligned_checkpoint_timeout,
-        incremental=args.incremental,
-        retained_checkpoints=args.retained_checkpoints,
-        externalized_cleanup=None if args.externalized_cleanup is None else f"{args.externalized_cleanup}_on_cancellation",
-        checkpoint_timeout_ms=args.checkpoint_timeout,
-        restore_mode=args.restore_mode,
-    )
-    if args.verbose:
-        logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        logging.getLogger("statekit").setLevel(logging.DEBUG)
-    try:
-        status = run_job_file(args.job_file, options)
-    except StatekitError as error:
-        print(f"Error: {error}", file=sys.stderr)
-        return int(error.exit_code)
-    except KeyboardInterrupt:
-        print("Interrupted: the job was cancelled", file=sys.stderr)
-        return 130
-    return 0 if status is JobStatus.FINISHED else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,8 +1,8 @@
 """Options a launcher hands to the job script's ``env.execute()``.
 
-Like Flink's ``ContextEnvironment``: ``statekit run`` (or ``python -m
-statekit.runtime.control.launcher``) sets the :class:`RunOptions` before it runs the user's job
-script, and the script's :meth:`StreamEnvironment.execute` picks them up. Job listeners
+Like Flink's ``ContextEnvironment``: ``statekit run`` (or
+``statekit.runtime.control.launcher.run_job_file``) sets the :class:`RunOptions` before it runs
+the user's job script, and the script's :meth:`StreamEnvironment.execute` picks them up. Job listeners
 let job control (REST API, registry) observe each job as soon as it starts.
 """
 

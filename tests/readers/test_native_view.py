@@ -28,10 +28,11 @@ ROOT = Path(__file__).resolve().parents[2]
 WORDS = [f"word{chr(97 + i)}{chr(97 + j)}" for i in range(26) for j in range(8)]
 
 
-def _launch(*args: str, parallelism: int = 2, backend: str = "rocksdb") -> None:
-    command = [sys.executable, "-m", "statekit.runtime.control.launcher", "-p", str(parallelism), "--state-backend", backend,
+def _launch(*args: str, home: Path, parallelism: int = 2, backend: str = "rocksdb") -> None:
+    command = [sys.executable, "-m", "statekit.cli.main", "run", "-p", str(parallelism), "--state-backend", backend,
                *args]
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "STATEKIT_HOME": str(home)})
     assert done.returncode == 0, done.stderr[-2000:]
 
 
@@ -47,11 +48,11 @@ def snapshots(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         (texts / f"t{f}.txt").write_text("\n".join(lines), encoding="utf-8")
     wordcount = str(ROOT / "examples" / "wordcount.py")
     _launch("--checkpoint-dir", str(base / "chk"), "--checkpoint-interval", "50ms", "--incremental",
-            "--externalized-cleanup", "retain", wordcount, "--input", str(texts), "--output", str(base / "out1"))
+            "--externalized-cleanup", "retain", wordcount, "--input", str(texts), "--output", str(base / "out1"), home=base / "home")
     (job_dir,) = (base / "chk").iterdir()
     checkpoint = max(job_dir.glob("chk-*"), key=lambda p: int(p.name[4:]))
     _launch("-s", str(checkpoint), "--savepoint-on-finish", str(base / "sp"), wordcount,
-            "--input", str(texts), "--output", str(base / "out2"))
+            "--input", str(texts), "--output", str(base / "out2"), home=base / "home")
     (savepoint,) = (base / "sp").iterdir()
     return {"checkpoint": str(checkpoint), "savepoint": str(savepoint), "base": str(base), "texts": str(texts)}
 
@@ -141,7 +142,7 @@ def test_a_hashmap_job_restores_the_native_checkpoint_at_a_new_parallelism(snaps
                                                                           tmp_path: Path) -> None:
     _launch("-s", snapshots["checkpoint"], "--savepoint-on-finish", str(tmp_path / "sp"),
             str(ROOT / "examples" / "wordcount.py"), "--input", snapshots["texts"], "--output", str(tmp_path / "out"),
-            parallelism=3, backend="hashmap")
+            home=tmp_path / "home", parallelism=3, backend="hashmap")
     (savepoint,) = (tmp_path / "sp").iterdir()
     restored = SavepointReader.read(str(savepoint))
     assert restored.operator("counter").parallelism == 3

@@ -1,7 +1,9 @@
 """Fixtures of the runtime tests: a real PostgreSQL server and a fresh database per test.
 
-The server helper (``postgres_server``) sits beside this file and is imported by name (this
-directory goes on ``sys.path``). The server is started once per run, as the ``postgres``
+The tests live in one directory per room of ``runtime/`` (``api/`` ... ``control/``) plus
+``e2e/`` for whole jobs checked end to end; the helpers (``postgres_server``, ``chaos``,
+``sink_contexts``, ``jobs_for_checkpoints``, ``toy_backend``, ``jobs/``) sit beside this file
+and are imported by name (this directory goes on ``sys.path``). The server is started once per run, as the ``postgres``
 system user when the tests run as root; the tests skip only when the PostgreSQL binaries
 are missing (``.ci/run`` installs the Debian package ``postgresql``).
 """

@@ -133,7 +133,7 @@ def test_a_rescale_to_a_new_max_parallelism_does_not_import_pandas(tmp_path: Pat
 
 
 def test_a_job_run_by_the_launcher_writes_its_snapshots_without_importing_pandas(tmp_path: Path) -> None:
-    """The launcher installs the hook: a job's checkpoints and final savepoint (keyed
+    """``statekit run`` installs the hook: a job's checkpoints and final savepoint (keyed
     snapshots through the block encoder) leave pandas unimported."""
     job = tmp_path / "job.py"
     job.write_text(textwrap.dedent("""
@@ -157,10 +157,15 @@ def test_a_job_run_by_the_launcher_writes_its_snapshots_without_importing_pandas
         env.execute("probe")
     """))
     code = f"""
-    import glob, json, sys
-    from statekit.runtime.control.launcher import main
-    code = main(["-p", "2", "--checkpoint-dir", {str(tmp_path / "chk")!r}, "--checkpoint-interval", "50ms",
-                 "--savepoint-on-finish", {str(tmp_path / "sp")!r}, {str(job)!r}])
+    import glob, json, os, sys
+    from statekit.cli.main import main
+    os.environ["STATEKIT_HOME"] = {str(tmp_path / "home")!r}
+    sys.argv = ["statekit", "run", "-p", "2", "--checkpoint-dir", {str(tmp_path / "chk")!r}, "--checkpoint-interval",
+                "50ms", "--savepoint-on-finish", {str(tmp_path / "sp")!r}, {str(job)!r}]
+    try:
+        main()
+    except SystemExit as exit:
+        code = exit.code
     print(json.dumps({{"code": code, "savepoint": len(glob.glob({str(tmp_path / "sp" / "**" / "_metadata")!r}, recursive=True)),
                       "pandas": "pandas" in sys.modules}}))
     """

@@ -4,6 +4,7 @@ reach the job (attached, detached and through the launcher)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +18,7 @@ from statekit.readers.snapshot import open_snapshot
 from statekit.runtime.control.submission import _run_argv
 from statekit.runtime.dataflow.run_options import RunOptions
 
-WORDCOUNT = str(Path(__file__).resolve().parents[2] / "examples" / "wordcount.py")
+WORDCOUNT = str(Path(__file__).resolve().parents[3] / "examples" / "wordcount.py")
 JOB_ID = "c4ec" * 8
 
 
@@ -60,8 +61,9 @@ def test_the_launcher_refuses_a_contradiction_of_options_and_job_settings(tmp_pa
         "env.enable_checkpointing(100, mode='at-least-once')\n"
         "env.from_sequence(1, 10).uid('n').print()\n"
         "env.execute('contradiction')\n", encoding="utf-8")
-    result = subprocess.run([sys.executable, "-m", "statekit.runtime.control.launcher", "--unaligned", "--checkpoint-dir",
-                             str(tmp_path / "chk"), str(job)], capture_output=True, text=True, timeout=60)
+    result = subprocess.run([sys.executable, "-m", "statekit.cli.main", "run", "--unaligned", "--checkpoint-dir",
+                             str(tmp_path / "chk"), str(job)], capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "STATEKIT_HOME": str(tmp_path / "home")})
     assert result.returncode == 2, result.stderr
     assert "unaligned checkpoints need the exactly-once checkpointing mode" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
@@ -98,7 +100,7 @@ def test_a_detached_run_passes_the_checkpointing_options_on() -> None:
 
 
 def test_savepoint_and_stop_write_native_savepoints_on_request(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import test_job_control_e2e as e2e
+    from control import test_job_control_e2e as e2e
 
     home = tmp_path / "home"
     monkeypatch.setenv("STATEKIT_HOME", str(home))

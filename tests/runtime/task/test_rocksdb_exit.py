@@ -4,6 +4,7 @@ reports its end, so none is still closing on a daemon thread while the interpret
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 
 pytest.importorskip("rocksdict")
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 RUNS = 6
 
 
@@ -24,10 +25,11 @@ def test_rocksdb_wordcount_processes_exit_cleanly(tmp_path: Path) -> None:
                                            for i in range(4000)), encoding="utf-8")
     for run in range(RUNS):
         done = subprocess.run(
-            [sys.executable, "-X", "faulthandler", "-m", "statekit.runtime.control.launcher", "-p", "2",
+            [sys.executable, "-X", "faulthandler", "-m", "statekit.cli.main", "run", "-p", "2",
              "--checkpoint-dir", str(tmp_path / f"chk{run}"), "--checkpoint-interval", "100ms",
              "--state-backend", "rocksdb", *(["--incremental"] if run % 2 else []),
              str(ROOT / "examples" / "wordcount.py"), "--input", str(texts), "--output", str(tmp_path / f"out{run}")],
             cwd=ROOT, capture_output=True, text=True, timeout=120,
+            env={**os.environ, "STATEKIT_HOME": str(tmp_path / "home")},
         )
         assert done.returncode == 0, f"run {run} exited {done.returncode}: {done.stderr[-1500:]}"

@@ -24,7 +24,7 @@ from statekit.statefmt.errors import BadInputError
 
 pytest.importorskip("rocksdict")
 
-WORDCOUNT = str(Path(__file__).resolve().parents[2] / "examples" / "wordcount.py")
+WORDCOUNT = str(Path(__file__).resolve().parents[3] / "examples" / "wordcount.py")
 JOB_ID = "c1a1" * 8
 
 
@@ -124,14 +124,19 @@ def test_parse_restore_mode_refuses_others() -> None:
 def test_the_command_lines_carry_the_restore_mode(monkeypatch: pytest.MonkeyPatch) -> None:
     from click.testing import CliRunner
 
-    import statekit.runtime.control.launcher as launcher
     import statekit.runtime.control.submission as control
     from statekit.cli.main import cli
+    from statekit.runtime.control.results import RunResult
 
     seen: list[RunOptions] = []
-    monkeypatch.setattr(launcher, "run_job_file", lambda _path, options: seen.append(options) or JobStatus.FINISHED)
-    assert launcher.main(["-s", "/sp", "--restore-mode", "claim", "job.py"]) == 0
-    assert launcher.main(["-s", "/sp", "job.py"]) == 0
+
+    def run_job(_path: str, options: RunOptions, **_: object) -> RunResult:
+        seen.append(options)
+        return RunResult(job_id=JOB_ID, name="job", state="FINISHED")
+
+    monkeypatch.setattr(control, "run_job", run_job)
+    assert CliRunner().invoke(cli, ["run", "-s", "/sp", "--restore-mode", "claim", "job.py"]).exit_code == 0
+    assert CliRunner().invoke(cli, ["run", "-s", "/sp", "job.py"]).exit_code == 0
     assert [o.restore_mode for o in seen] == ["claim", "no-claim"]
     argv = control._run_argv("job.py", RunOptions(job_id=JOB_ID, restore_path="/sp", restore_mode="claim"), "/log")
     assert argv[argv.index("--restore-mode") + 1] == "claim"

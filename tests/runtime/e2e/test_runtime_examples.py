@@ -17,7 +17,7 @@ from statekit.runtime.dataflow.job_handle import JobStatus
 from statekit.runtime.dataflow.run_options import RunOptions
 from statekit.statefmt.metadata import StateKind
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
 
 def load(name: str) -> ModuleType:

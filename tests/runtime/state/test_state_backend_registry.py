@@ -8,6 +8,7 @@ with the scratch directory its entry asks for; nothing else is changed to add it
 from __future__ import annotations
 
 import ast
+import importlib.util
 import json
 import os
 import runpy
@@ -24,7 +25,7 @@ from statekit.cli.main import cli
 from statekit.readers.savepoint_reader import SavepointReader
 from statekit.runtime.api.functions import KeyedProcessFunction, RuntimeContext
 from statekit.runtime.api.state import ListStateDescriptor, ValueStateDescriptor
-from statekit.runtime.control import launcher
+from statekit.runtime.control.launcher import run_job_file
 from statekit.runtime.control.submission import validate_run
 from statekit.runtime.dataflow.environment import StreamEnvironment
 from statekit.runtime.dataflow.job_handle import JobStatus
@@ -38,8 +39,8 @@ from statekit.runtime.state.registry import (
 )
 from statekit.statefmt.errors import BadInputError
 
-ROOT = Path(__file__).resolve().parents[2]
-TOY_FILE = Path(__file__).with_name("toy_backend.py")
+ROOT = Path(__file__).resolve().parents[3]
+TOY_FILE = Path(__file__).parents[1] / "toy_backend.py"
 WORDS = ["to", "be", "or", "not", "to", "be", "that", "is", "the", "question"] * 3
 EXPECTED = {w: WORDS.count(w) for w in WORDS}
 
@@ -84,7 +85,7 @@ def build(env: StreamEnvironment) -> None:
 
 JOB = f'''
 import sys
-sys.path.insert(0, {str(Path(__file__).parent)!r})
+sys.path.insert(0, {str(Path(__file__).parents[1])!r})
 from statekit.runtime.dataflow.environment import get_execution_environment
 from statekit.runtime.api.functions import KeyedProcessFunction
 from statekit.runtime.api.state import ValueStateDescriptor
@@ -138,10 +139,21 @@ def test_a_registered_backend_runs_a_keyed_job_through_the_public_api(toy: State
     assert not os.path.exists(toy_backend["WORKING_DIRS"][0])
 
 
-def test_the_launcher_offers_and_uses_a_registered_backend(toy: StateBackendEntry, tmp_path: Path) -> None:
+def test_the_run_command_offers_and_uses_a_registered_backend(
+    toy: StateBackendEntry, home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     job = tmp_path / "job.py"
     job.write_text(JOB)
-    assert launcher.main(["--state-backend", toy.name, "--savepoint-on-finish", str(tmp_path / "sp"), str(job)]) == 0
+    # `run` takes its --state-backend choices from the registry when its module is imported: a
+    # fresh copy of the module, in place for this test only, offers the toy registered above
+    spec = importlib.util.find_spec("statekit.cli.jobs")
+    assert spec is not None and spec.loader is not None
+    fresh = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fresh)
+    monkeypatch.setitem(sys.modules, "statekit.cli.jobs", fresh)
+    ran = CliRunner().invoke(cli, ["run", "--state-backend", toy.name, "--savepoint-on-finish", str(tmp_path / "sp"),
+                                   str(job)])
+    assert ran.exit_code == 0, ran.output
     savepoint = the_savepoint(tmp_path / "sp")
     assert backend_of(savepoint) == toy.name and counts(savepoint) == EXPECTED
     assert toy_backend["WORKING_DIRS"] and not any(os.path.exists(d) for d in toy_backend["WORKING_DIRS"])
@@ -152,7 +164,7 @@ def test_run_options_and_job_control_accept_a_registered_backend(toy: StateBacke
     job.write_text(JOB)
     options = RunOptions(state_backend=toy.name, savepoint_on_finish=str(tmp_path / "sp"))
     validate_run(str(job), options)
-    assert launcher.run_job_file(str(job), options) is JobStatus.FINISHED
+    assert run_job_file(str(job), options) is JobStatus.FINISHED
     assert backend_of(the_savepoint(tmp_path / "sp")) == toy.name
 
 
@@ -199,8 +211,7 @@ def test_an_unknown_backend_is_refused_naming_the_registered_ones(tmp_path: Path
     job.write_text("print('never runs')\n")
     with pytest.raises(BadInputError, match=message):
         validate_run(str(job), RunOptions(state_backend="memory"))
-    with pytest.raises(SystemExit):
-        launcher.main(["--state-backend", "memory", str(job)])
+    assert CliRunner().invoke(cli, ["run", "--state-backend", "memory", str(job)]).exit_code == 2
 
 
 def test_a_name_is_registered_once(toy: StateBackendEntry) -> None:

@@ -30,10 +30,10 @@ from statekit.statefmt.metadata import StateDescriptor, StateKind
 from statekit.statefmt.type_evolution import SchemaCompatibility
 from statekit.writers.savepoint_writer import SavepointWriter
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 WORDCOUNT = str(ROOT / "examples" / "wordcount.py")
 ALERTS = str(ROOT / "examples" / "alerts.py")
-VARIANT = str(Path(__file__).resolve().parent / "jobs" / "wordcount_variant.py")
+VARIANT = str(Path(__file__).resolve().parents[1] / "jobs" / "wordcount_variant.py")
 
 
 @pytest.fixture(scope="module")

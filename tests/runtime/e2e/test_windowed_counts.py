@@ -6,24 +6,21 @@ from __future__ import annotations
 
 import collections
 import importlib.util
-import os
 import random
 import re
-import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from chaos import EXAMPLES, KillPlan, finish, kill_repeatedly, no_attempt, read_lines, restore_from, statekit_run
 
 from statekit.runtime.control.launcher import run_job_file
 from statekit.runtime.dataflow.job_handle import JobHandle, JobStatus
 from statekit.runtime.dataflow.run_options import RunOptions, add_job_listener, remove_job_listener
 
-EXAMPLE = str(Path(__file__).resolve().parents[2] / "examples" / "windowed_counts.py")
+EXAMPLE = str(EXAMPLES / "windowed_counts.py")
 JOB_ID = "a11ce" * 6 + "00"
 WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa", "Straße"]
 WINDOW_MS, JITTER_MS = 10_000, 1_500
@@ -66,12 +63,7 @@ def truth(lines: list[str]) -> collections.Counter[str]:
 
 
 def output(directory: Path) -> collections.Counter[str]:
-    names = os.listdir(directory) if directory.is_dir() else []
-    assert not [n for n in names if n.startswith(".")], "pending or in-progress files are visible"
-    got: collections.Counter[str] = collections.Counter()
-    for name in names:
-        got.update((directory / name).read_text(encoding="utf-8").splitlines())
-    return got
+    return read_lines(directory)
 
 
 def args(inputs: Path, out: Path, *extra: str) -> tuple[str, ...]:
@@ -118,54 +110,24 @@ def test_bad_lines_fail_with_a_one_line_error() -> None:
 # ---------------------------------------------------------------- chaos
 
 
-def checkpoint_state(job_dir: Path) -> tuple[int | None, bool]:
-    if not job_dir.is_dir():
-        return None, False
-    latest, in_progress = None, False
-    for entry in os.listdir(job_dir):
-        if entry.startswith("chk-"):
-            if (job_dir / entry / "_metadata").exists():
-                latest = max(latest or 0, int(entry[4:]))
-            else:
-                in_progress = True
-    return latest, in_progress
-
-
 def command(checkpoints: Path, inputs: Path, out: Path, parallelism: int, *extra: str) -> list[str]:
-    cmd = [sys.executable, "-m", "statekit.runtime.control.launcher", "-p", str(parallelism), "--checkpoint-dir",
-           str(checkpoints), "--checkpoint-interval", "100ms", "--job-id", JOB_ID]
-    if checkpoint_state(checkpoints / JOB_ID)[0] is not None:
-        cmd += ["-s", str(checkpoints / JOB_ID)]
-    return [*cmd, EXAMPLE, *args(inputs, out, *extra)]
+    options = ["-p", str(parallelism), "--checkpoint-dir", str(checkpoints), "--checkpoint-interval", "100ms",
+               "--job-id", JOB_ID, *restore_from(checkpoints / JOB_ID)]
+    return statekit_run(EXAMPLE, options, args(inputs, out, *extra))
 
 
 def test_windowed_counts_are_exactly_once_under_sigkill(tmp_path: Path) -> None:
     lines = make_input(tmp_path / "in", 16, 6_000)  # about 6 s of input: five attempts never reach its end
     expected = truth(lines)
     checkpoints, out = tmp_path / "chk", tmp_path / "out"
-    job_dir = checkpoints / JOB_ID
-    rng = random.Random(7)
     kills = 5
-    restored_ids: list[int | None] = []
-    for attempt in range(kills):
-        restored = checkpoint_state(job_dir)[0]
-        restored_ids.append(restored)
-        # an attempt to be killed watches its input: it cannot end on its own first, however fast
-        process = subprocess.Popen(command(checkpoints, tmp_path / "in", out, 2 + attempt % 2, "--watch"),
-                                   stderr=subprocess.PIPE)
-        deadline = time.monotonic() + 30
-        while (checkpoint_state(job_dir)[0] or 0) <= (restored or 0) and time.monotonic() < deadline:
-            assert process.poll() is None, f"attempt {attempt} ended: {process.stderr.read()!r}"  # type: ignore[union-attr]
-            time.sleep(0.005)
-        time.sleep(rng.uniform(0, 0.2))
-        assert process.poll() is None, f"attempt {attempt} ended on its own: {process.stderr.read()!r}"  # type: ignore[union-attr]
-        process.send_signal(signal.SIGKILL)
-        process.wait()
-        process.stderr.close()  # type: ignore[union-attr]
-    final = subprocess.run(command(checkpoints, tmp_path / "in", out, 3), capture_output=True, text=True, timeout=300)
-    assert final.returncode == 0, final.stderr
-    progress = [i for i in restored_ids if i is not None]
-    assert progress == sorted(progress) and len(set(progress)) == kills - 1, restored_ids
+    # an attempt to be killed watches its input: it cannot end on its own first, however fast
+    run = kill_repeatedly(
+        checkpoints / JOB_ID, lambda attempt: command(checkpoints, tmp_path / "in", out, 2 + attempt % 2, "--watch"),
+        KillPlan(attempts=kills, seed=7, checkpoint_timeout_s=30, random_delay_s=0.2, mid_checkpoint=no_attempt),
+        home=tmp_path / "home")
+    finish(command(checkpoints, tmp_path / "in", out, 3), home=tmp_path / "home", timeout=300)
+    run.assert_progress()
     got = output(out)
     assert got == expected, f"{sum((got - expected).values())} extra, {sum((expected - got).values())} missing lines"
 

@@ -25,7 +25,7 @@ from statekit.cli.main import cli
 from statekit.readers.savepoint_reader import SavepointReader
 from statekit.runtime.control.registry import JobRegistry, process_alive
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 STATEKIT = [sys.executable, "-m", "statekit.cli.main"]
 
 WATCHING_WORDCOUNT = f'''

@@ -66,7 +66,7 @@ def registered_backends() -> list[Any]:
     ]
 
 
-TOY = runpy.run_path(str(Path(__file__).with_name("toy_backend.py")))["TOY"]
+TOY = runpy.run_path(str(Path(__file__).parents[1] / "toy_backend.py"))["TOY"]
 
 
 @pytest.fixture(params=[*registered_backends(), pytest.param(TOY.name, id="toy-registered-by-the-test")])

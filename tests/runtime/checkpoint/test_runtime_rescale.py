@@ -25,7 +25,7 @@ from statekit.runtime.dataflow.job_handle import JobStatus
 from statekit.runtime.dataflow.run_options import RunOptions, set_run_options
 from statekit.statefmt.errors import BadInputError
 
-WORDCOUNT = str(Path(__file__).resolve().parents[2] / "examples" / "wordcount.py")
+WORDCOUNT = str(Path(__file__).resolve().parents[3] / "examples" / "wordcount.py")
 WORDS = [f"w{chr(97 + i % 26)}{chr(97 + (i * 7) % 26)}" for i in range(400)]
 
 

@@ -22,7 +22,7 @@ from statekit.runtime.dataflow.environment import StreamEnvironment
 from statekit.runtime.dataflow.job_handle import JobStatus
 from statekit.statefmt.errors import BadInputError
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 PAYMENTS = 2000
 
 

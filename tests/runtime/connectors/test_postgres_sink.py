@@ -8,7 +8,6 @@ import collections
 import logging
 import os
 import random
-import re
 import signal
 import subprocess
 import sys
@@ -17,15 +16,28 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import chaos
 import psycopg
 import pytest
+from chaos import (
+    EXAMPLES,
+    JobProcess,
+    KillPlan,
+    WordInput,
+    checkpoint_in_progress,
+    completed_checkpoints,
+    every_attempt,
+    finish,
+    kill_repeatedly,
+    latest_checkpoint,
+    statekit_env,
+)
 from postgres_server import PostgresServer, find_postgres_bin
 from sink_contexts import FakeRuntime, Snapshot, initialize, union_state
 
 from statekit.runtime.connectors.postgres_sink import PENDING_TRANSACTIONS, PostgresSink, transaction_id
 from statekit.statefmt.errors import BadInputError
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 WORDCOUNT_POSTGRES = str(EXAMPLES / "wordcount_postgres.py")
 COLUMNS = {"word": "text", "count": "bigint"}
 CHAOS_KILLS = 10
@@ -41,18 +53,8 @@ def new_job_id() -> str:
 
 def make_input(directory: Path, files: int, lines: int, seed: int) -> collections.Counter[str]:
     """``files`` files of ``lines`` lines of words; returns the true word counts."""
-    rng = random.Random(seed)
-    vocabulary = ["".join(rng.choice("abcdefghijklmnop") for _ in range(rng.randint(2, 6))) for _ in range(800)]
-    vocabulary += ["Straße", "naïve"]
-    directory.mkdir()
-    counts: collections.Counter[str] = collections.Counter()
-    for f in range(files):
-        text = [" ".join(rng.choice(vocabulary) for _ in range(rng.randint(1, 10))) + rng.choice(["", "!", " 7"])
-                for _ in range(lines)]
-        (directory / f"part-{f}.txt").write_text("\n".join(text) + "\n", encoding="utf-8")
-        for line in text:
-            counts.update(re.findall(r"[^\W\d_]+", line.lower()))
-    return counts
+    return WordInput(files=files, lines=lines, seed=seed, vocabulary=800, extra_words=("Straße", "naïve"),
+                     endings=("", "!", " 7")).write(directory)
 
 
 def query(dsn: str, statement: str, params: list[Any] | None = None) -> list[tuple[Any, ...]]:
@@ -71,64 +73,22 @@ def assert_exactly_once(dsn: str, expected: collections.Counter[str], table: str
     got: dict[str, list[int]] = collections.defaultdict(list)
     for word, count in query(dsn, f"SELECT word, count FROM {table}"):
         got[word].append(count)
-    assert set(got) == set(expected)
-    wrong = {w: (n, len(got[w])) for w, n in expected.items() if sorted(got[w]) != list(range(1, n + 1))}
-    assert not wrong, f"{len(wrong)} words with missing or duplicated rows, e.g. {list(wrong.items())[:3]}"
+    chaos.assert_exactly_once(got, expected, what="rows")
     assert not prepared(dsn), "prepared transactions left on the server"
 
 
-def latest_checkpoint(job_dir: Path) -> int:
-    """The id of the latest complete checkpoint (0: none yet); older ones are disposed."""
-    return (completed_checkpoints(job_dir) or [0])[-1]
-
-
-def completed_checkpoints(job_dir: Path) -> list[int]:
-    if not job_dir.is_dir():
-        return []
-    return sorted(int(e[4:]) for e in os.listdir(job_dir)
-                  if e.startswith("chk-") and (job_dir / e / "_metadata").exists())
-
-
-def checkpoint_in_progress(job_dir: Path) -> bool:
-    return job_dir.is_dir() and any(e.startswith("chk-") and not (job_dir / e / "_metadata").exists()
-                                    for e in os.listdir(job_dir))
-
-
-def launcher(job_file: str, checkpoints: Path, job_id: str, *, parallelism: int, restore: Path | None,
-             interval: str = "150ms") -> list[str]:
-    args = [sys.executable, "-m", "statekit.runtime.control.launcher", "-p", str(parallelism), "--checkpoint-dir",
-            str(checkpoints), "--checkpoint-interval", interval, "--job-id", job_id]
-    if restore is not None:
-        args += ["-s", str(restore)]
-    return [*args, job_file]
+def job_command(job_file: str, checkpoints: Path, job_id: str, *, parallelism: int, restore: Path | None,
+                interval: str = "150ms") -> list[str]:
+    """``statekit run`` of ``job_file`` (its arguments go after it)."""
+    options = ["-p", str(parallelism), "--checkpoint-dir", str(checkpoints), "--checkpoint-interval", interval,
+               "--job-id", job_id, *(["-s", str(restore)] if restore is not None else [])]
+    return chaos.statekit_run(job_file, options)
 
 
 def wordcount_args(inputs: Path, dsn: str, *, watch: bool = False) -> list[str]:
     """The job's arguments; ``watch``: it never ends on its own (an attempt the test kills must
     not finish its input first, however fast the machine)."""
     return ["--input", str(inputs), "--dsn", dsn, *(["--watch"] if watch else [])]
-
-
-def wait_for(condition: Any, process: subprocess.Popen[bytes], what: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        ended = process.poll() is not None
-        assert not ended, f"the job ended before {what}: {process.stderr.read()!r}"  # type: ignore[union-attr]
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.005)
-
-
-def kill(process: subprocess.Popen[bytes]) -> None:
-    assert process.poll() is None, f"the job ended on its own: {process.stderr.read()!r}"  # type: ignore[union-attr]
-    process.send_signal(signal.SIGKILL)
-    process.wait()
-    process.stderr.close()  # type: ignore[union-attr]
-
-
-def finish(command: list[str]) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(command, capture_output=True, text=True, timeout=180)
-    assert done.returncode == 0, done.stderr
-    return done
 
 
 # ---------------------------------------------------------------- crashes and restores
@@ -148,7 +108,7 @@ def test_wordcount_postgres_is_exactly_once_under_sigkill(tmp_path: Path, postgr
     transaction (it completes no checkpoint: the next attempt restores the same one). No prepared
     transaction of any of them is left in the end."""
     expected = make_input(tmp_path / "in", files=8, lines=14_000, seed=5)
-    checkpoints = tmp_path / "chk"
+    checkpoints, home = tmp_path / "chk", tmp_path / "home"
     rng = random.Random(17)
     restored: list[int] = []
     for attempt in range(CHAOS_KILLS):
@@ -156,23 +116,22 @@ def test_wordcount_postgres_is_exactly_once_under_sigkill(tmp_path: Path, postgr
         job_dir = checkpoints / job
         source = latest_over(checkpoints)
         restored.append(int(source.name[4:]) if source else 0)
-        command = launcher(WORDCOUNT_POSTGRES, checkpoints, job, parallelism=2, restore=source, interval="50ms")
-        process = subprocess.Popen([*command, *wordcount_args(tmp_path / "in", postgres_dsn, watch=True)],
-                                   stderr=subprocess.PIPE)
-        if attempt % 3 == 2:  # killed once it prepared its first transaction, before it completes
-            before = set(prepared(postgres_dsn))
-            wait_for(lambda before=before: bool(set(prepared(postgres_dsn)) - before), process,
-                     "its first prepared transaction", timeout=60)
-        else:  # one checkpoint of its own, so the chain makes progress; then a kill at a random moment
-            wait_for(lambda job_dir=job_dir: latest_checkpoint(job_dir) > 0, process, "a checkpoint")
-            if attempt % 2:
-                wait_for(lambda job_dir=job_dir: checkpoint_in_progress(job_dir), process, "a checkpoint in progress",
-                         timeout=5)
-            else:
-                time.sleep(rng.uniform(0, 0.15))
-        kill(process)
-    final = launcher(WORDCOUNT_POSTGRES, checkpoints, new_job_id(), parallelism=2, restore=latest_over(checkpoints))
-    finish([*final, *wordcount_args(tmp_path / "in", postgres_dsn)])
+        command = job_command(WORDCOUNT_POSTGRES, checkpoints, job, parallelism=2, restore=source, interval="50ms")
+        with JobProcess([*command, *wordcount_args(tmp_path / "in", postgres_dsn, watch=True)], home=home) as process:
+            if attempt % 3 == 2:  # killed once it prepared its first transaction, before it completes
+                before = set(prepared(postgres_dsn))
+                process.wait_for(lambda before=before: bool(set(prepared(postgres_dsn)) - before),
+                                 "its first prepared transaction", timeout=60)
+            else:  # one checkpoint of its own, so the chain makes progress; then a kill at a random moment
+                process.wait_for(lambda job_dir=job_dir: latest_checkpoint(job_dir) > 0, "a checkpoint", timeout=120)
+                if attempt % 2:
+                    process.wait_for(lambda job_dir=job_dir: checkpoint_in_progress(job_dir),
+                                     "a checkpoint in progress", timeout=5)
+                else:
+                    time.sleep(rng.uniform(0, 0.15))
+            process.kill()
+    final = job_command(WORDCOUNT_POSTGRES, checkpoints, new_job_id(), parallelism=2, restore=latest_over(checkpoints))
+    finish([*final, *wordcount_args(tmp_path / "in", postgres_dsn)], home=home, timeout=180)
     assert restored == sorted(restored) and len(set(restored)) >= CHAOS_KILLS // 2, restored
     assert_exactly_once(postgres_dsn, expected)
 
@@ -224,8 +183,9 @@ def test_a_kill_between_prepare_and_completion_is_resolved_on_restore(
     job_file = tmp_path / "killing_job.py"
     job_file.write_text(KILL_JOB.format(example=WORDCOUNT_POSTGRES), encoding="utf-8")
     checkpoints, job_dir = tmp_path / "chk", tmp_path / "chk" / job
-    killed = subprocess.run([*launcher(str(job_file), checkpoints, job, parallelism=2, restore=None, interval="100ms"),
-                             str(tmp_path / "in"), postgres_dsn, mode], capture_output=True, text=True, timeout=120)
+    killed = subprocess.run([*job_command(str(job_file), checkpoints, job, parallelism=2, restore=None, interval="100ms"),
+                             str(tmp_path / "in"), postgres_dsn, mode], capture_output=True, text=True, timeout=120,
+                            env=statekit_env(tmp_path / "home"))
     assert killed.returncode == -signal.SIGKILL, killed.stderr
 
     left = [int(g.rsplit(":", 1)[1]) for g in prepared(postgres_dsn) if g.startswith(f"statekit:{job}:sink:0:")]
@@ -238,8 +198,8 @@ def test_a_kill_between_prepare_and_completion_is_resolved_on_restore(
     visible_before = query(postgres_dsn, "SELECT count(*) FROM word_counts")[0][0]
 
     restore_job = job if restore_as == "the same job" else new_job_id()
-    command = launcher(WORDCOUNT_POSTGRES, checkpoints, restore_job, parallelism=2, restore=job_dir / f"chk-{latest}")
-    finish([*command, *wordcount_args(tmp_path / "in", postgres_dsn)])
+    command = job_command(WORDCOUNT_POSTGRES, checkpoints, restore_job, parallelism=2, restore=job_dir / f"chk-{latest}")
+    finish([*command, *wordcount_args(tmp_path / "in", postgres_dsn)], home=tmp_path / "home", timeout=180)
     assert_exactly_once(postgres_dsn, expected)
     assert visible_before > 0
 
@@ -247,19 +207,16 @@ def test_a_kill_between_prepare_and_completion_is_resolved_on_restore(
 def test_restores_at_other_parallelisms_stay_exactly_once(tmp_path: Path, postgres_dsn: str) -> None:
     expected = make_input(tmp_path / "in", files=8, lines=25_000, seed=13)
     job = new_job_id()
-    checkpoints, job_dir = tmp_path / "chk", tmp_path / "chk" / job
-    for parallelism in (2, 3):
-        done = completed_checkpoints(job_dir)
-        command = launcher(WORDCOUNT_POSTGRES, checkpoints, job, parallelism=parallelism,
-                           restore=job_dir if done else None, interval="50ms")
-        process = subprocess.Popen([*command, *wordcount_args(tmp_path / "in", postgres_dsn, watch=True)],
-                                   stderr=subprocess.PIPE)
-        first = (done[-1] if done else 0) + 2
-        wait_for(lambda first=first: latest_checkpoint(job_dir) >= first, process, "two checkpoints")
-        wait_for(lambda: checkpoint_in_progress(job_dir), process, "a checkpoint in progress", timeout=5)
-        kill(process)
-    finish([*launcher(WORDCOUNT_POSTGRES, checkpoints, job, parallelism=1, restore=job_dir),
-            *wordcount_args(tmp_path / "in", postgres_dsn)])
+    checkpoints, job_dir, home = tmp_path / "chk", tmp_path / "chk" / job, tmp_path / "home"
+    # at parallelism 2, then 3: two checkpoints of its own, then a kill while a checkpoint is being taken
+    plan = KillPlan(attempts=2, seed=0, checkpoints=2, mid_checkpoint=every_attempt, mid_checkpoint_wait_s=5,
+                    mid_checkpoint_required=True)
+    kill_repeatedly(job_dir, lambda attempt: [
+        *job_command(WORDCOUNT_POSTGRES, checkpoints, job, parallelism=(2, 3)[attempt],
+                     restore=job_dir if latest_checkpoint(job_dir) else None, interval="50ms"),
+        *wordcount_args(tmp_path / "in", postgres_dsn, watch=True)], plan, home=home)
+    finish([*job_command(WORDCOUNT_POSTGRES, checkpoints, job, parallelism=1, restore=job_dir),
+            *wordcount_args(tmp_path / "in", postgres_dsn)], home=home, timeout=180)
     assert_exactly_once(postgres_dsn, expected)
 
 
@@ -269,18 +226,13 @@ def test_a_server_restart_mid_job_fails_over_without_duplicates(
     expected = make_input(tmp_path / "in", files=8, lines=30_000, seed=21)
     job = new_job_id()
     checkpoints, job_dir = tmp_path / "chk", tmp_path / "chk" / job
-    command = launcher(WORDCOUNT_POSTGRES, checkpoints, job, parallelism=2, restore=None, interval="100ms")
-    process = subprocess.Popen([*command, *wordcount_args(tmp_path / "in", postgres_dsn)], stderr=subprocess.PIPE,
-                               text=True)
-    try:
-        wait_for(lambda: latest_checkpoint(job_dir) >= 2, process, "two checkpoints")  # type: ignore[arg-type]
+    command = job_command(WORDCOUNT_POSTGRES, checkpoints, job, parallelism=2, restore=None, interval="100ms")
+    with JobProcess([*command, *wordcount_args(tmp_path / "in", postgres_dsn)], home=tmp_path / "home") as job_process:
+        job_process.wait_for(lambda: latest_checkpoint(job_dir) >= 2, "two checkpoints", 30)
         rows_before = query(postgres_dsn, "SELECT count(*) FROM word_counts")[0][0]
         postgres_server.restart(down_s=0.3)
-        _, stderr = process.communicate(timeout=180)
-    finally:
-        if process.poll() is None:
-            process.kill()
-    assert process.returncode == 0, stderr
+        _, stderr = job_process.process.communicate(timeout=180)
+    assert job_process.process.returncode == 0, stderr
     assert "restart 1 of 3" in stderr, stderr
     assert 0 < rows_before < sum(expected.values())
     assert_exactly_once(postgres_dsn, expected)
@@ -298,31 +250,27 @@ def test_soak_sigkills_rescales_and_server_crashes(
     every fourth after the server crashed (SIGQUIT) and came back while it ran."""
     expected = make_input(tmp_path / "in", files=12, lines=8 * SOAK_ATTEMPTS * 300, seed=99)
     job = new_job_id()
-    checkpoints, job_dir = tmp_path / "chk", tmp_path / "chk" / job
-    rng = random.Random(23)
+    checkpoints, job_dir, home = tmp_path / "chk", tmp_path / "chk" / job, tmp_path / "home"
     crashes = 0
-    for attempt in range(SOAK_ATTEMPTS):
-        done = completed_checkpoints(job_dir)
-        start = done[-1] if done else 0
-        command = launcher(WORDCOUNT_POSTGRES, checkpoints, job, parallelism=(2, 3, 1, 4)[attempt % 4],
-                           restore=job_dir if done else None, interval="50ms")
-        process = subprocess.Popen([*command, *wordcount_args(tmp_path / "in", postgres_dsn, watch=True)],
-                                   stderr=subprocess.PIPE)
-        wait_for(lambda start=start: latest_checkpoint(job_dir) > start, process, "a checkpoint", timeout=60)
+
+    def crash_the_server(job_process: JobProcess, attempt: int) -> None:
+        nonlocal crashes
         if attempt % 4 == 3:
             postgres_server.stop("immediate")
             postgres_server.start()
             crashes += 1
             after = latest_checkpoint(job_dir)
-            wait_for(lambda after=after: latest_checkpoint(job_dir) > after, process, "a checkpoint after the crash",
-                     timeout=60)
-        if rng.random() < 0.5:
-            wait_for(lambda: checkpoint_in_progress(job_dir), process, "a checkpoint in progress", timeout=5)
-        else:
-            time.sleep(rng.uniform(0, 0.15))
-        kill(process)
-    finish([*launcher(WORDCOUNT_POSTGRES, checkpoints, job, parallelism=2, restore=job_dir),
-            *wordcount_args(tmp_path / "in", postgres_dsn)])
+            job_process.wait_for(lambda: latest_checkpoint(job_dir) > after, "a checkpoint after the crash", 60)
+
+    plan = KillPlan(attempts=SOAK_ATTEMPTS, seed=23, checkpoint_timeout_s=60, random_delay_s=0.15,
+                    mid_checkpoint=lambda _, rng: rng.random() < 0.5, mid_checkpoint_wait_s=5,
+                    mid_checkpoint_required=True)
+    kill_repeatedly(job_dir, lambda attempt: [
+        *job_command(WORDCOUNT_POSTGRES, checkpoints, job, parallelism=(2, 3, 1, 4)[attempt % 4],
+                     restore=job_dir if latest_checkpoint(job_dir) else None, interval="50ms"),
+        *wordcount_args(tmp_path / "in", postgres_dsn, watch=True)], plan, home=home, during=crash_the_server)
+    finish([*job_command(WORDCOUNT_POSTGRES, checkpoints, job, parallelism=2, restore=job_dir),
+            *wordcount_args(tmp_path / "in", postgres_dsn)], home=home, timeout=180)
     assert crashes == SOAK_ATTEMPTS // 4
     assert_exactly_once(postgres_dsn, expected)
 

@@ -1,5 +1,5 @@
 """A job's temporary directories: locked while their process lives, removed at the job's end,
-and swept by the next job when the process was SIGKILLed (runtime/temp_dirs.py)."""
+and swept by the next job when the process was SIGKILLed (runtime/jobmaster/temp_dirs.py)."""
 
 from __future__ import annotations
 

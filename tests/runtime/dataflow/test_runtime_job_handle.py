@@ -16,10 +16,10 @@ from statekit.readers.savepoint_reader import SavepointReader
 from statekit.runtime.api.checkpoint_config import ExternalizedCheckpointCleanup
 from statekit.runtime.api.functions import KeyedProcessFunction, RuntimeContext
 from statekit.runtime.api.state import ValueStateDescriptor
+from statekit.runtime.api.time import parse_duration
 from statekit.runtime.connectors.sinks import CollectSink, FileSink
 from statekit.runtime.connectors.sources import FileSource
-from statekit.runtime.control.launcher import main as launcher_main
-from statekit.runtime.control.launcher import parse_duration_ms, run_job_file
+from statekit.runtime.control.launcher import run_job_file
 from statekit.runtime.dataflow.environment import StreamEnvironment
 from statekit.runtime.dataflow.job_handle import JobHandle, JobStatus
 from statekit.runtime.dataflow.run_options import RunOptions, add_job_listener, clear_job_listeners
@@ -202,7 +202,12 @@ env.execute("numbers")
 '''
 
 
-def test_launcher_runs_a_job_file_with_options(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_launcher_runs_a_job_file_with_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    from statekit.cli.main import cli
+
+    monkeypatch.setenv("STATEKIT_HOME", str(tmp_path / "home"))
     job = tmp_path / "job.py"
     job.write_text(JOB, encoding="utf-8")
     out = tmp_path / "out"
@@ -212,12 +217,13 @@ def test_launcher_runs_a_job_file_with_options(tmp_path: Path, capsys: pytest.Ca
     assert sorted(int(line) for name in os.listdir(out) for line in (out / name).read_text().split()) == list(range(1, 101))
     (final,) = glob.glob(str(tmp_path / "chk" / ("ab" * 16) / "chk-*"))
     assert SavepointReader.read(final).operator("numbers").parallelism == 3
-    assert launcher_main(["-s", str(tmp_path / "nowhere"), str(job), "1", str(out)]) == 2
-    assert "nowhere" in capsys.readouterr().err
-    assert launcher_main([str(tmp_path / "missing.py")]) == 2
-    assert [parse_duration_ms(t) for t in ("200ms", "1s", "2m", "150")] == [200, 1000, 120_000, 150]
+    no_snapshot = CliRunner().invoke(cli, ["run", "-s", str(tmp_path / "nowhere"), str(job), "1", str(out)])
+    assert no_snapshot.exit_code == 2
+    assert "nowhere" in no_snapshot.stderr
+    assert CliRunner().invoke(cli, ["run", str(tmp_path / "missing.py")]).exit_code == 2
+    assert [parse_duration(t) for t in ("200ms", "1s", "2m", "150")] == [200, 1000, 120_000, 150]
     with pytest.raises(BadInputError):
-        parse_duration_ms("soon")
+        parse_duration("soon")
 
 
 def test_handle_wait_times_out_while_running(tmp_path: Path) -> None:
