@@ -22,7 +22,7 @@ from statekit.runtime.connectors.sources import NumberSequenceSource
 from statekit.runtime.dataflow.environment import StreamEnvironment
 from statekit.statefmt.errors import BadInputError
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 JOB = ROOT / "tests" / "runtime" / "jobs" / "event_time_counts.py"
 STATEKIT = [sys.executable, "-m", "statekit.cli.main"]
 

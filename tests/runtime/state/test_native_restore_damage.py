@@ -14,7 +14,7 @@ import pytest
 
 from statekit.readers.snapshot import open_snapshot
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")

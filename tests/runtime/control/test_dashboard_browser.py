@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 JOB = ROOT / "tests" / "runtime" / "jobs" / "event_time_counts.py"
 DOCS_IMAGES = ROOT / "docs" / "images"
 STATEKIT = [sys.executable, "-m", "statekit.cli.main"]
