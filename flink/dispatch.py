@@ -432,6 +432,7 @@ class FlinkVerifyReport:
         bytes: Their recorded sizes, summed.
         inline_bytes: State inlined in ``_metadata`` (nothing to check on disk).
         problems: Everything found wrong; empty when the snapshot is whole.
+        hint: What to do about the problems, said once (a moved checkpoint: the relocate command).
     """
 
     path: str
@@ -441,6 +442,7 @@ class FlinkVerifyReport:
     bytes: int = 0
     inline_bytes: int = 0
     problems: list[FlinkProblem] = field(default_factory=list)
+    hint: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -452,16 +454,17 @@ class FlinkVerifyReport:
         return {"engine": "flink", "path": self.path, "metadata_path": self.metadata_path,
                 "checkpoint_id": self.checkpoint_id, "ok": self.ok, "files": self.files,
                 "bytes": self.bytes, "inline_bytes": self.inline_bytes,
-                "problems": [asdict(p) for p in self.problems]}
+                "problems": [asdict(p) for p in self.problems], "hint": self.hint}
 
 
 def _verify_flink(url: str, on_file: Progress | None, uids: tuple[str, ...]) -> FlinkVerifyReport:
     from statekit.flink.storage import load_snapshot, referenced_files
-    from statekit.flink.verify import verify_snapshot
+    from statekit.flink.verify import moved_hint, verify_snapshot
 
     snapshot = load_snapshot(url, uids=uids)
     report = FlinkVerifyReport(snapshot.path, snapshot.metadata_path, snapshot.checkpoint_id)
     report.problems = verify_snapshot(snapshot)
+    report.hint = moved_hint(snapshot, report.problems)
     seen: set[object] = set()
     for ref in referenced_files(snapshot):
         key = ref.key or ref.location

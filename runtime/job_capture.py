@@ -10,14 +10,14 @@ environment exactly as the job master resolves it.
 from __future__ import annotations
 
 import os
-import runpy
 import sys
 import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from statekit.runtime.run_options import RunOptions, get_run_options, set_run_options
-from statekit.statefmt.errors import BadInputError, PathNotFoundError
+from statekit.runtime.user_code import run_job_script, with_user_location
+from statekit.statefmt.errors import BadInputError, PathNotFoundError, StatekitError
 
 if TYPE_CHECKING:
     from statekit.runtime.environment import StreamEnvironment
@@ -59,7 +59,8 @@ def capture_job_file(path: str, options: RunOptions) -> CapturedJob:
 
     Raises:
         PathNotFoundError: ``path`` is not a file.
-        BadInputError: The script ended (or exited) without calling ``execute()``.
+        JobScriptError: The script does not compile, or an import in it fails (``file:line``).
+        BadInputError: The script ended (or exited, or failed) without calling ``execute()``.
     """
     if not os.path.isfile(path):
         raise PathNotFoundError("job file not found; pass the path of a Python job script", path=path)
@@ -68,7 +69,7 @@ def capture_job_file(path: str, options: RunOptions) -> CapturedJob:
     _capturing.active = True
     try:
         sys.argv = [path, *options.job_args]
-        runpy.run_path(path, run_name="__main__")
+        run_job_script(path)
     except JobCaptured as captured:
         return CapturedJob(path, captured.env, captured.job_name, options)
     except SystemExit as exc:
@@ -76,6 +77,11 @@ def capture_job_file(path: str, options: RunOptions) -> CapturedJob:
             f"the job script exited (code {exc.code}) before it called execute(); check the job arguments",
             path=path,
         ) from None
+    except StatekitError:
+        raise
+    except Exception as error:  # the script's own code failed before execute(): it defines no job to check
+        raise BadInputError(with_user_location(f"the job script failed before it called execute(): "
+                                               f"{type(error).__name__}: {error}", error), path=path) from error
     finally:
         _capturing.active = False
         sys.argv = saved_argv

@@ -40,6 +40,7 @@ from statekit.runtime.run_options import RunOptions, get_run_options, notify_job
 from statekit.runtime.subtask_checkpoint import ChannelSpec, SubtaskStats
 from statekit.runtime.task import Task
 from statekit.runtime.temp_dirs import TempDirs
+from statekit.runtime.user_code import with_user_location
 from statekit.runtime.watermarks import check_event_time_checkpoints, configure_task_time, edge_key_selector
 from statekit.statefmt.errors import JobError, JobFailedError, StatekitError
 from statekit.statefmt.job_id import new_job_id
@@ -356,11 +357,13 @@ def _unrecoverable(error: BaseException) -> bool:
     return isinstance(error, StatekitError) and not isinstance(error, JobFailedError)
 
 
-def _describe(error: BaseException) -> str:
-    """One line: the message of a StatekitError, else ``Type: message``."""
-    if isinstance(error, StatekitError):
+def _describe(error: BaseException, *, always_type: bool = False) -> str:
+    """One line: the message of a StatekitError, else ``Type: message`` ending with the user's
+    code where it failed (``(at job.py:7, in explode)``, :mod:`statekit.runtime.user_code`)."""
+    if isinstance(error, StatekitError) and not always_type:
         return _one_line(str(error))
-    return f"{type(error).__name__}: {_one_line(str(error))}"
+    text = f"{type(error).__name__}: {_one_line(str(error))}"
+    return text if isinstance(error, StatekitError) else with_user_location(text, error)
 
 
 def _one_line(text: str) -> str:
@@ -466,7 +469,7 @@ class Execution:
     def task_failed(self, task: Task, error: BaseException) -> None:
         if not self.cancelled.is_set():
             # one line; the traceback only when DEBUG is on for the logger (statekit run --verbose)
-            log.warning("task %s failed: %s: %s", task.name, type(error).__name__, _one_line(str(error)),
+            log.warning("task %s failed: %s", task.name, _describe(error, always_type=True),
                         exc_info=error if log.isEnabledFor(logging.DEBUG) else None)
         self.post("failed", task, error)
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import runpy
 import sys
 import threading
 from collections.abc import Sequence
@@ -23,6 +22,7 @@ from statekit.runtime.run_options import (
     remove_job_listener,
     set_run_options,
 )
+from statekit.runtime.user_code import run_job_script
 from statekit.statefmt.errors import BadInputError, PathNotFoundError, StatekitError
 from statekit.statefmt.pandas_probe import answer_pandas_probe_on_import
 
@@ -41,6 +41,7 @@ def run_job_file(path: str, options: RunOptions) -> JobStatus:
 
     Raises:
         PathNotFoundError: ``path`` is not a file.
+        JobScriptError: The script does not compile, or an import in it fails (``file:line``).
         StatekitError: From the job (restore failures, JobFailedError, ...).
     """
     import os
@@ -59,7 +60,7 @@ def run_job_file(path: str, options: RunOptions) -> JobStatus:
     set_run_options(options)
     try:
         sys.argv = [path, *options.job_args]
-        runpy.run_path(path, run_name="__main__")
+        run_job_script(path)
     finally:
         sys.argv = saved_argv
         set_run_options(None)

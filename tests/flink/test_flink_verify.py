@@ -126,12 +126,17 @@ def test_a_moved_checkpoint_says_so_and_relocate_auto_fixes_it(pyflink_jobs: Any
     job = pyflink_jobs["pyflink-2.3/rocksdb"]
     root = copy(job.root, tmp_path)
     checkpoint = root / job.facts["checkpoint"]
-    problems = verify_json(checkpoint, code=1)["problems"]
-    assert problems and {p["kind"] for p in problems} == {"missing"}
-    for p in problems:
-        assert "the checkpoint was moved from file:" + job.facts["work_dir"] in p["message"]
-        assert "statekit relocate" in p["message"] and "--auto" in p["message"]
+    report = verify_json(checkpoint, code=1)
+    problems = report["problems"]
+    assert len(problems) > 1 and {p["kind"] for p in problems} == {"missing"}
+    for p in problems:  # each names its file here; the hint is said once, for all of them
+        assert p["message"].endswith(f"; {p['moved_to']} is that file here")
+        assert "statekit relocate" not in p["message"]
         assert p["moved_to"] and Path(p["moved_to"]).is_file() and p["operator"] in ("profile", "sparse")
+    assert report["hint"].startswith("the checkpoint was moved from file:" + job.facts["work_dir"])
+    assert report["hint"].endswith(f"rewrite its paths with `statekit relocate {checkpoint} --auto --force`")
+    text = CliRunner().invoke(cli, ["verify", str(checkpoint)], env={"COLUMNS": "300"})
+    assert text.exit_code == 1 and text.output.count("statekit relocate") == 1, text.output
     result = CliRunner().invoke(cli, ["relocate", str(checkpoint), "--auto", "--json"])
     assert result.exit_code == 2 and "already exists; pass --force" in result.output
     result = CliRunner().invoke(cli, ["relocate", str(checkpoint), "--auto", "--force", "--json"])
