@@ -151,16 +151,23 @@ _format_option = click.option("--format", "fmt", type=click.Choice(["canonical",
 @common_options
 @catch_exception
 def savepoint(job_id: str, target_dir: str | None, fmt: str, timeout: str, **_: Any) -> None:
-    """Trigger a savepoint of JOB_ID (id or unique prefix) into TARGET_DIR; print its path."""
+    """Trigger a savepoint of JOB_ID (id or unique prefix) into TARGET_DIR; print its path.
+
+    TARGET_DIR defaults to $STATEKIT_SAVEPOINT_DIR, else the profile's savepoint_dir, else the job's.
+    """
+    from statekit.cli.config import resolve
     from statekit.runtime.control import parse_duration, trigger_savepoint
 
     wait_s = parse_duration(timeout, what="timeout") / 1000
+    target_dir = resolve("savepoint_dir", target_dir).value
     get_output().show(trigger_savepoint(job_id, target_dir, timeout=wait_s, native=fmt == "native"))
 
 
 @click.command()
 @click.argument("job_id")
-@click.option("-p", "--savepoint-path", metavar="DIR", help="Directory for the savepoint (default: the job's).")
+@click.option("-p", "--savepoint-path", metavar="DIR",
+              help="Directory for the savepoint (default: $STATEKIT_SAVEPOINT_DIR, the profile's savepoint_dir, "
+                   "else the job's).")
 @click.option("-d", "--drain", is_flag=True, help="End the sources first (flush timers and windows) as at end of input.")
 @_format_option
 @_timeout_option
@@ -168,9 +175,11 @@ def savepoint(job_id: str, target_dir: str | None, fmt: str, timeout: str, **_: 
 @catch_exception
 def stop(job_id: str, savepoint_path: str | None, drain: bool, fmt: str, timeout: str, **_: Any) -> None:
     """Stop JOB_ID with a savepoint (stop-with-savepoint); print the savepoint path."""
+    from statekit.cli.config import resolve
     from statekit.runtime.control import parse_duration, stop_job
 
     wait_s = parse_duration(timeout, what="timeout") / 1000
+    savepoint_path = resolve("savepoint_dir", savepoint_path).value
     get_output().show(stop_job(job_id, savepoint_path, drain=drain, timeout=wait_s, native=fmt == "native"))
 
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from statekit.cli.config import ConfigReport
     from statekit.flink.dispatch import FlinkDisposal, FlinkInspection, FlinkVerifyReport, SnapshotList
     from statekit.flink.key_group_lookup import KeyGroupLookup
     from statekit.flink.relocation import FlinkRelocation
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from statekit.readers.verification import VerifyReport
     from statekit.runtime.compatibility import CompatibilityReport
     from statekit.runtime.control import CancelResult, JobList, RunResult, SavepointResult
+    from statekit.spark.connect_server import SparkServerStatus
     from statekit.spark.export import ExportResult
     from statekit.writers.bootstrap import BootstrapReport
     from statekit.writers.disposal import DisposalPlan
@@ -47,6 +49,7 @@ if TYPE_CHECKING:
         | RescaleReport | ModifyReport | BootstrapReport | FlinkRescaleReport | FlinkModifyReport
         | RunResult | JobList | SavepointResult | CancelResult
         | CompatibilityReport | MigrationReport | ReportResult
+        | ConfigReport | SparkServerStatus
     )
 
 # Result is a name for annotations only (defined under TYPE_CHECKING)
@@ -88,6 +91,9 @@ RENDERERS: dict[str, str] = {
     "statekit.runtime.compatibility.CompatibilityReport": "compatibility.compatibility_report",
     "statekit.writers.migration.MigrationReport": "compatibility.migration_report",
     "statekit.writers.report.ReportResult": "report.report_result",  # statekit report
+    # settings: config show, spark start|status|stop
+    "statekit.cli.config.ConfigReport": "settings.config_report",
+    "statekit.spark.connect_server.SparkServerStatus": "settings.spark_server_status",
 }
 
 

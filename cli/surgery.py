@@ -158,7 +158,7 @@ def bootstrap(inputs: tuple[str, ...], input_format: str | None, uid: str, state
               key_serializer: str, value_serializer: str, user_key_serializer: str, max_parallelism: int | None,
               parallelism: int, name: str | None, ttl_ms: int | None, ttl_reference_time: int | None,
               from_savepoint: str | None, output: str,
-              engine: str, batch_size: int, spill_dir: str | None, memory_budget: int, master: str,
+              engine: str, batch_size: int, spill_dir: str | None, memory_budget: int, master: str | None,
               conf: tuple[str, ...], **_: Any) -> None:
     """Create a savepoint (or add an operator to a copy of one, --from) from rows.
 

@@ -153,7 +153,8 @@ def test_an_unreachable_endpoint_on_the_command_line_is_exit_2(s3_server: dict[s
     assert result.stderr.startswith("statekit: error: object store: EndpointConnectionError: ")
 
 
-NO_PATH = {"keygroup", "list", "savepoint", "stop", "cancel"}  # savepoint targets: the job's own options
+# savepoint targets: the job's own options; config and spark take no path
+NO_PATH = {"keygroup", "list", "savepoint", "stop", "cancel", "config", "spark"}
 
 
 def test_every_command_that_takes_a_path_has_the_option() -> None:
