@@ -41,7 +41,7 @@ from statekit.statefmt.errors import BadInputError
 __all__ = [
     "CONFIG_ENV", "PROFILE_ENV", "SPARK_MASTER_ENV", "SPARK_REMOTE_ENV", "SAVEPOINT_DIR_ENV", "OUTPUT_ENV",
     "Profile", "ConfigFile", "Setting", "ConfigReport", "config_path", "load_config", "active_profile",
-    "resolve", "config_report",
+    "resolve", "config_report", "use_profile",
 ]
 
 CONFIG_ENV = "STATEKIT_CONFIG"
@@ -224,6 +224,15 @@ class Setting:
         return {"key": self.key, "value": self.value, "source": self.source, "detail": self.detail}
 
 
+_FLAG_PROFILE: str | None = None  # --profile of the running command
+
+
+def use_profile(name: str | None) -> None:
+    """Make ``name`` (``--profile``; ``None``: none given) the profile of the running command."""
+    global _FLAG_PROFILE
+    _FLAG_PROFILE = name
+
+
 def active_profile(name: str | None = None, environ: Mapping[str, str] | None = None) -> tuple[Profile | None, str]:
     """The profile in effect and why: ``name`` (``--profile``), ``STATEKIT_PROFILE``, the file's
     ``default_profile``, or a profile named ``default``; ``(None, reason)`` when none applies.
@@ -233,7 +242,7 @@ def active_profile(name: str | None = None, environ: Mapping[str, str] | None = 
     """
     env = os.environ if environ is None else environ
     config = load_config(config_path(env))
-    for chosen, why in ((name, "--profile"), (env.get(PROFILE_ENV) or None, PROFILE_ENV),
+    for chosen, why in ((name or _FLAG_PROFILE, "--profile"), (env.get(PROFILE_ENV) or None, PROFILE_ENV),
                         (config.default_profile, f"default_profile of {config.path}")):
         if chosen:
             if chosen not in config.profiles:

@@ -99,14 +99,10 @@ def cli(ctx: click.Context, as_json: bool, plain: bool | None, verbose: bool) ->
 
 
 def _use_profile(name: str | None) -> None:
-    """``--profile NAME``: the profile of this process and the processes it starts ($STATEKIT_PROFILE)."""
-    if name is None:
-        return
-    import os
+    """``--profile NAME``: the profile of this command (over $STATEKIT_PROFILE)."""
+    from statekit.cli import config
 
-    from statekit.cli.config import PROFILE_ENV
-
-    os.environ[PROFILE_ENV] = name
+    config.use_profile(name)
 
 
 def main() -> Any:

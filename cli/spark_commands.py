@@ -60,7 +60,7 @@ def spark_settings(master: str | None, conf: tuple[str, ...], verbose: bool, rem
 
     server = running_server()
     if server is not None:
-        return SparkSettings(DEFAULT_MASTER, settings_conf, verbose, remote=server.url, managed=True)
+        return SparkSettings(DEFAULT_MASTER, settings_conf, verbose, remote=server.session_url, managed=True)
     return SparkSettings(DEFAULT_MASTER, settings_conf, verbose)
 
 

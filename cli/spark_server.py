@@ -35,7 +35,8 @@ def spark() -> None:
 @common_options
 @catch_exception
 def start(master: str, port: int | None, conf: tuple[str, ...], timeout: float, **_: Any) -> None:
-    """Start the server (or report the one running); return once it listens."""
+    """Start the server (or report the one running); return once it listens and has run a
+    small export (its Python workers warm for the first command)."""
     from statekit.cli.spark_commands import parse_conf
     from statekit.spark.connect_server import start_server
 

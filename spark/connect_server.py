@@ -21,7 +21,11 @@ Invariants:
     * ``start``/``stop`` hold a lock file, so two at once start one server;
     * its Python workers run the interpreter that started it, statekit importable from the
       same installation: nothing is shipped to it (:attr:`SparkSettings.managed`), and a command
-      run by another interpreter does not use it.
+      run by another interpreter does not use it;
+    * commands share one Spark Connect session of it (its id is in the state file): Spark
+      Connect starts Python workers per session (``SPARK_JOB_ARTIFACT_UUID``), so a session
+      per command would pay their start every time; each command tags its operations, and a
+      Ctrl-C interrupts its own only.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -43,7 +48,7 @@ from typing import Any
 from statekit.statefmt.errors import BadInputError, StatekitError
 
 __all__ = ["RUNTIME_DIR_ENV", "SERVER_CLASS", "ServerInfo", "SparkServerStatus", "runtime_dir", "running_server",
-           "server_status", "start_server", "stop_server"]
+           "server_status", "start_server", "stop_server", "warm_up"]
 
 RUNTIME_DIR_ENV = "STATEKIT_RUNTIME_DIR"
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
@@ -53,6 +58,7 @@ LOCK_FILE = "spark-connect.lock"
 START_TIMEOUT_S = 180.0
 STOP_TIMEOUT_S = 20.0
 PROBE_TIMEOUT_S = 0.5
+WARM_UP_ROWS = 250_000  # the export start runs: Python workers start, the JVM loads and compiles the export path
 
 
 class SparkServerError(StatekitError):  # type: ignore[misc, unused-ignore]
@@ -72,10 +78,17 @@ class ServerInfo:
     pyspark: str
     started_ms: int
     log: str
+    session_id: str = ""
 
     @property
     def url(self) -> str:
         return f"sc://127.0.0.1:{self.port}"
+
+    @property
+    def session_url(self) -> str:
+        """The URL commands connect with: the server's one session (its Python workers stay
+        warm between commands: a Spark Connect session starts workers of its own)."""
+        return f"{self.url}/;session_id={self.session_id}" if self.session_id else self.url
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "url": self.url}
@@ -131,7 +144,7 @@ def _read_state(directory: str) -> ServerInfo | None:
     try:
         with open(_state_path(directory), encoding="utf-8") as f:
             data = json.load(f)
-        return ServerInfo(**{key: data[key] for key in ServerInfo.__dataclass_fields__})
+        return ServerInfo(**{key: data[key] for key in ServerInfo.__dataclass_fields__ if key in data})
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -196,7 +209,8 @@ def server_status() -> SparkServerStatus:
 
 def start_server(master: str = "local[*]", conf: Mapping[str, str] | None = None, port: int | None = None,
                  timeout_s: float = START_TIMEOUT_S) -> SparkServerStatus:
-    """Start the user's server (or find it running) and return once it listens.
+    """Start the user's server (or find it running) and return once it listens and ran a small
+    export (:func:`warm_up`).
 
     Raises:
         BadInputError: No pyspark or no Spark Connect client packages, a port in use.
@@ -232,9 +246,40 @@ def start_server(master: str = "local[*]", conf: Mapping[str, str] | None = None
             raise
         import pyspark
 
-        info = ServerInfo(process.pid, port, master, sys.executable, pyspark.__version__, int(time.time() * 1000), log)
+        info = ServerInfo(process.pid, port, master, sys.executable, pyspark.__version__, int(time.time() * 1000), log,
+                          str(uuid.uuid4()))
         _write_state(directory, info)
-    return SparkServerStatus("started", info, directory, f"Spark Connect server started at {info.url}")
+    warm = warm_up(info)
+    return SparkServerStatus("started", info, directory, f"Spark Connect server started at {info.url}"
+                             + ("" if warm is None else f" (not warmed up: {warm})"))
+
+
+def warm_up(info: ServerInfo) -> str | None:
+    """Run a small export on the server's shared session, so that the first real command does
+    not pay for its Python workers' start and the JVM's first loading of the export's classes;
+    returns why it failed (the server serves anyway), or ``None``."""
+    import shutil
+
+    from statekit.spark.engine import export
+    from statekit.spark.export import ExportSpec
+    from statekit.spark.session import SparkSettings, stop_spark
+    from statekit.statefmt.metadata import StateDescriptor, StateKind
+    from statekit.writers.savepoint_writer import SavepointWriter
+
+    work = tempfile.mkdtemp(prefix="statekit-warm-up-")
+    try:
+        count = StateDescriptor("count", StateKind.VALUE, value_type="int")
+        SavepointWriter.new_savepoint(128).with_operator(
+            "warm-up", {count: [(f"key-{i}", i) for i in range(WARM_UP_ROWS)]}, parallelism=2,
+        ).write(os.path.join(work, "savepoint"))
+        settings = SparkSettings(remote=info.session_url, managed=True)
+        export(ExportSpec(os.path.join(work, "savepoint"), os.path.join(work, "export"), spark=settings), "spark")
+        stop_spark()
+        return None
+    except StatekitError as error:
+        return str(error)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def stop_server() -> SparkServerStatus:

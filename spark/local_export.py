@@ -260,8 +260,8 @@ def _split_fields(text: str, separator: str) -> list[tuple[str, str]]:
     """``name<separator>type`` pairs of a comma-separated list at nesting depth 0."""
     parts, depth, start = [], 0, 0
     for i, ch in enumerate(text):
-        depth += ch == "<"
-        depth -= ch == ">"
+        depth += ch in "<("
+        depth -= ch in ">)"
         if ch == "," and depth == 0:
             parts.append(text[start:i])
             start = i + 1
@@ -305,8 +305,8 @@ class _DdlParser:
 def _split_top(text: str) -> tuple[str, str]:
     depth = 0
     for i, ch in enumerate(text):
-        depth += ch == "<"
-        depth -= ch == ">"
+        depth += ch in "<("
+        depth -= ch in ">)"
         if ch == "," and depth == 0:
             return text[:i], text[i + 1:]
     raise BadInputError(f"map<{text}> needs a key and a value type")

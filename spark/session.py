@@ -64,6 +64,8 @@ CONNECT_DEFAULT_PORT = 15002
 CONNECT_TIMEOUT_S = 3.0  # a --remote where nothing accepts a connection fails within this (exit 2)
 CONNECT_FIRST_CALL_S = 6.0  # ... and one that accepts but does not answer Spark Connect's first call
 CONNECT_RETRIES = 4  # of a failed Connect call, backing off 50 ms .. 1 s: a few seconds, not 10 minutes
+# the tag of this process's Spark Connect operations (a session may be shared: statekit spark start)
+OPERATION_TAG = f"statekit-{os.getpid()}-{os.urandom(4).hex()}"
 ABORT_GRACE_S = 1.0  # a Ctrl-C waits this long for the killed JVM (and a Connect server's interrupt)
 
 QUIET_LOG4J2 = """\
@@ -83,6 +85,7 @@ _SESSION: SparkSession | None = None
 _JVM: Any = None  # the JVM this process launched (a Popen), ended by abort_spark
 _PREVIOUS_HANDLER: Any = None  # the SIGINT handler _on_interrupt replaced
 _ABORTED = False  # abort_spark ran: calls that fail now fail because of it
+_SHARED_SESSION = False  # the Connect session is the shared one of `statekit spark start`
 _KEEP_LOG = False
 
 
@@ -174,8 +177,12 @@ class SparkSettings:
         return self.remote or self.master
 
     def master_of(self, session: SparkSession) -> str:
-        """The master ``session`` runs on, as results name it (the Connect URL over Connect)."""
-        return self.remote if is_connect(session) and self.remote else str(session.sparkContext.master)
+        """The master ``session`` runs on, as results name it (over Connect the server's URL,
+        without its parameters: a session id, a token)."""
+        if is_connect(session) and self.remote:
+            host, port = connect_address(self.remote)
+            return f"{CONNECT_SCHEME}{host}:{port}"
+        return str(session.sparkContext.master)
 
     def session(self) -> SparkSession:
         """The process's session (:func:`get_spark`) with these settings."""
@@ -208,6 +215,8 @@ def get_spark(
                                     + " Spark session already: one kind of session per process")
             _apply_runtime_conf(_SESSION, conf or {})
             return _SESSION
+        global _SHARED_SESSION
+        _SHARED_SESSION = remote is not None and not ship
         try:
             session = _new_session(master, conf or {}, verbose, remote, ship)
         except BaseException:  # a Ctrl-C while the JVM starts (pyspark's own handler) leaves none behind
@@ -293,8 +302,10 @@ def _start_remote(url: str, conf: Mapping[str, str], ship: bool = True) -> Spark
     with spark_errors():
         session = SparkSession.builder.remote(url).getOrCreate()
         _bounded_retries(session)
+        session.addTag(OPERATION_TAG)  # a Ctrl-C interrupts this process's operations only
         _answers_within(session, url, CONNECT_FIRST_CALL_S)
-        _apply_runtime_conf(session, {**_CONNECT_SQL_CONF, **dict(conf)})
+        # the server of `statekit spark start` has statekit's settings: only the user's are set
+        _apply_runtime_conf(session, {**({} if not ship else _CONNECT_SQL_CONF), **dict(conf)})
         if ship:
             from statekit.spark.shipping import ship_package
 
@@ -561,11 +572,12 @@ def _end_launching_jvms() -> None:
 
 
 def _interrupt_connect(session: SparkSession, grace_s: float) -> None:
-    """Interrupt every operation of ``session`` on its server and close the client (so its exit
-    hook sends nothing more), waiting at most ``grace_s``."""
+    """Interrupt this process's operations of ``session`` on its server (tagged
+    :data:`OPERATION_TAG`) and close the client (so its exit hook sends nothing more), waiting
+    at most ``grace_s``."""
     def interrupt() -> None:
         try:
-            session.interruptAll()
+            session.interruptTag(OPERATION_TAG)
         except Exception:  # noqa: BLE001 - the server may be gone: nothing is left to interrupt
             pass
         try:
@@ -579,10 +591,14 @@ def _interrupt_connect(session: SparkSession, grace_s: float) -> None:
 
 
 def stop_spark() -> None:
-    """Stop the process's session (tests and long-lived tools; the CLI lets exit stop it)."""
+    """Stop the process's session (tests and long-lived tools; the CLI lets exit stop it). The
+    shared session of the server of ``statekit spark start`` stays on the server: only this
+    process's connection to it ends."""
     global _SESSION
     with _LOCK:
         if _SESSION is not None:
+            if is_connect(_SESSION) and _SHARED_SESSION:
+                _SESSION.release_session_on_close = False  # type: ignore[union-attr, unused-ignore]
             _SESSION.stop()
             _SESSION = None
 
