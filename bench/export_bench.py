@@ -57,9 +57,9 @@ def main() -> None:
         settings = SparkSettings(args.master)
         start_s, spark = timed(settings.session)
         cores = spark.sparkContext.defaultParallelism
-        export_s, result = timed(lambda: export(ExportSpec(savepoint, out, spark=settings)))
+        export_s, result = timed(lambda: export(ExportSpec(savepoint, out, spark=settings), "spark"))
         assert result.rows == n, result.rows
-        warm_s, _ = timed(lambda: export(ExportSpec(savepoint, out + "-warm", spark=settings)))
+        warm_s, _ = timed(lambda: export(ExportSpec(savepoint, out + "-warm", spark=settings), "spark"))
         table = ds.dataset(os.path.join(out, "operator_uid=counter", "state_name=count"), format="parquet").to_table()
         baseline_s, _ = timed(lambda: pq.write_table(table, baseline))
         print(f"entries                 {n:,} (savepoint p={args.parallelism}, built in {setup_s:.1f} s)")

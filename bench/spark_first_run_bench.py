@@ -117,7 +117,7 @@ def fresh_session(savepoint: str, work: str, master: str, conf: dict[str, str]) 
     cpus = [cpu()]
     runs = []
     for n in range(3):
-        runs.append(timed(lambda n=n: export(ExportSpec(savepoint, os.path.join(work, f"export-{n}"), spark=settings)))[0])
+        runs.append(timed(lambda n=n: export(ExportSpec(savepoint, os.path.join(work, f"export-{n}"), spark=settings), "spark"))[0])
         cpus.append(cpu())
     return [("session start", start_s), ("export, first of the session", runs[0]), ("export again (warm)", runs[1]),
             ("export a third time", runs[2]), ("session start + first export", start_s + runs[0]),
@@ -137,8 +137,8 @@ def steps(savepoint: str, work: str, master: str, conf: dict[str, str]) -> list[
     cores = spark.sparkContext.defaultParallelism
     job_s, _ = timed(lambda: spark.sparkContext.parallelize(range(cores), cores).map(lambda x: x).collect())
     plan_s, _ = timed(lambda: read_state(spark, savepoint, "counter", "count").schema)
-    cold_s, _ = timed(lambda: export(ExportSpec(savepoint, os.path.join(work, "cold"), spark=settings)))
-    warm_s, _ = timed(lambda: export(ExportSpec(savepoint, os.path.join(work, "warm"), spark=settings)))
+    cold_s, _ = timed(lambda: export(ExportSpec(savepoint, os.path.join(work, "cold"), spark=settings), "spark"))
+    warm_s, _ = timed(lambda: export(ExportSpec(savepoint, os.path.join(work, "warm"), spark=settings), "spark"))
     return [("session start", start_s), ("first Python job (RDD workers start)", job_s),
             ("plan the state's DataFrame", plan_s), ("export (first after the steps above)", cold_s),
             ("export again (warm)", warm_s)]
@@ -157,7 +157,7 @@ def floor(savepoint: str, work: str, master: str, conf: dict[str, str]) -> list[
         seconds, _ = timed(lambda: map_in_arrow(spark.range(0, cores, 1, cores), _passed_on, "id long").collect())
         figures.append((f"trivial mapInArrow job #{n + 1}", seconds))
     for n in range(2):
-        seconds, _ = timed(lambda n=n: export(ExportSpec(savepoint, os.path.join(work, f"floor-{n}"), spark=settings)))
+        seconds, _ = timed(lambda n=n: export(ExportSpec(savepoint, os.path.join(work, f"floor-{n}"), spark=settings), "spark"))
         figures.append((f"export #{n + 1} after the trivial jobs", seconds))
     figures.append(("fixed cost of a session's first job", figures[1][1] - figures[2][1]))
     return figures

@@ -29,7 +29,7 @@ import click
 
 from statekit.statefmt.errors import EXIT_BAD_INPUT, IncompatibleStateError, StatekitError
 
-__all__ = ["catch_exception", "error_json", "json_mode", "report_usage_error", "EXIT_INTERNAL", "EXIT_INTERRUPTED"]
+__all__ = ["BadInputUsage", "catch_exception", "exit_now", "error_json", "json_mode", "report_usage_error", "EXIT_INTERNAL", "EXIT_INTERRUPTED"]
 
 EXIT_INTERNAL = 3
 EXIT_INTERRUPTED = 130
@@ -48,13 +48,19 @@ def _verbose() -> bool:
 
 
 def json_mode(ctx: click.Context | None = None) -> bool:
-    """Whether ``--json`` was given, before the command or after it."""
+    """Whether ``--json`` was given, before the command or after it, or the output style is
+    ``json`` ($STATEKIT_OUTPUT or the profile's; a config file that does not load counts as not)."""
     node = ctx if ctx is not None else click.get_current_context(silent=True)
     while node is not None:
         if (isinstance(node.obj, dict) and node.obj.get("json")) or node.params.get("as_json"):
             return True
         node = node.parent
-    return False
+    from statekit.cli.config import output_style
+
+    try:
+        return output_style() == "json"
+    except StatekitError:
+        return False
 
 
 def error_json(message: str, code: int, path: str | None, kind: str) -> str:
@@ -62,9 +68,11 @@ def error_json(message: str, code: int, path: str | None, kind: str) -> str:
     return json.dumps({"error": {"message": message, "path": path, "exit_code": code, "type": kind}})
 
 
-def _fail(message: str, code: int, path: str | None = None, kind: str = "Error", *, reasons: bool = False) -> None:
+def _fail(message: str, code: int, path: str | None = None, kind: str = "Error", *, reasons: bool = False,
+          now: bool = False) -> None:
     """Print the failure and exit; with ``reasons`` each line of ``message`` is one reason
-    (IncompatibleStateError lists several), else the message is folded into one line."""
+    (IncompatibleStateError lists several), else the message is folded into one line; ``now``:
+    :func:`exit_now`."""
     if _verbose():
         traceback.print_exc(file=sys.stderr)
     parts = message.splitlines() if reasons else [message]
@@ -74,7 +82,41 @@ def _fail(message: str, code: int, path: str | None = None, kind: str = "Error",
     else:
         for one_line in lines:
             click.echo(f"statekit: error: {one_line}", err=True)
+    if now:
+        exit_now(code)
     sys.exit(code)
+
+
+def exit_now(code: int) -> None:
+    """Exit at once (after Ctrl-C): the exit hooks run (temporary files go) and the streams are
+    flushed, but the interpreter's teardown of pyarrow, pyspark and their objects — seconds on a
+    busy machine — is skipped. Under a test runner's captured streams, an ordinary exit."""
+    if sys.stdout is not sys.__stdout__ or sys.stderr is not sys.__stderr__:
+        sys.exit(code)
+    import atexit
+    import os
+
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
+class BadInputUsage(click.ClickException):
+    """Bad input found while the arguments are parsed (a broken config file read by an option's
+    callback): exit 2, the one-line form of every other failure."""
+
+    exit_code = EXIT_BAD_INPUT
+
+    def __init__(self, error: StatekitError) -> None:
+        super().__init__(" ".join(str(error).split()))
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"statekit: error: {self.format_message()}", err=True)
 
 
 def report_usage_error(error: click.ClickException) -> None:
@@ -118,7 +160,7 @@ def catch_exception(func: F) -> F:
             _fail(str(exc), exc.exit_code, exc.path, type(exc).__name__,
                   reasons=isinstance(exc, IncompatibleStateError))
         except KeyboardInterrupt:
-            _fail("interrupted", EXIT_INTERRUPTED, kind="KeyboardInterrupt")
+            _fail("interrupted", EXIT_INTERRUPTED, kind="KeyboardInterrupt", now=True)
         except BrokenPipeError:
             sys.exit(0)
         except OSError as exc:  # the environment, not statekit: disk full, permissions, name too long

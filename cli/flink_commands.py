@@ -87,7 +87,7 @@ def keygroup(key: str, flink: bool, key_type: str, max_parallelism: int | None, 
 @catch_exception
 def relocate(path: str, old_prefix: str | None, new_prefix: str | None, auto: bool, output: str | None,
              force: bool, **_: Any) -> None:
-    """Rewrite the absolute paths of a Flink _metadata (PATH: snapshot dir or _metadata).
+    """Rewrite the absolute paths of an Apache Flink _metadata (PATH: snapshot dir or _metadata).
 
     \b
     By prefix:   statekit relocate CHK --from file:/old/ckpt --to s3://bucket/ckpt -o OUT

@@ -192,10 +192,12 @@ def savepoint(job_id: str | None, target_dir: str | None, fmt: str, timeout: str
     """Trigger a savepoint of JOB_ID (id or unique prefix) into TARGET_DIR; print its path.
 
     \b
-    Without TARGET_DIR the job's default savepoint directory is used (`statekit run --savepoint-dir`).
+    TARGET_DIR defaults to $STATEKIT_SAVEPOINT_DIR, else the profile's savepoint_dir, else the
+    job's default savepoint directory (`statekit run --savepoint-dir`).
     --detached prints the trigger id and returns; `statekit savepoint --status TRIGGER_ID` tells
     the outcome later, also after the job ended.
     """
+    from statekit.cli.config import resolve
     from statekit.runtime.api.time import parse_duration
     from statekit.runtime.control.client import savepoint_status, trigger_savepoint, trigger_savepoint_detached
 
@@ -209,6 +211,7 @@ def savepoint(job_id: str | None, target_dir: str | None, fmt: str, timeout: str
         return
     if job_id is None:
         raise click.UsageError("Missing argument 'JOB_ID' (or --status TRIGGER_ID).")
+    target_dir = resolve("savepoint_dir", target_dir).value
     if detached:
         get_output().show(trigger_savepoint_detached(job_id, target_dir, native=fmt == "native"))
         return
@@ -218,7 +221,9 @@ def savepoint(job_id: str | None, target_dir: str | None, fmt: str, timeout: str
 
 @click.command()
 @click.argument("job_id")
-@click.option("-p", "--savepoint-path", metavar="DIR", help="Directory for the savepoint (default: the job's).")
+@click.option("-p", "--savepoint-path", metavar="DIR",
+              help="Directory for the savepoint (default: $STATEKIT_SAVEPOINT_DIR, the profile's savepoint_dir, "
+                   "else the job's).")
 @click.option("-d", "--drain", is_flag=True, help="End the sources first (flush timers and windows) as at end of input.")
 @_format_option
 @_timeout_option
@@ -226,10 +231,12 @@ def savepoint(job_id: str | None, target_dir: str | None, fmt: str, timeout: str
 @catch_exception
 def stop(job_id: str, savepoint_path: str | None, drain: bool, fmt: str, timeout: str, **_: Any) -> None:
     """Stop JOB_ID with a savepoint (stop-with-savepoint); print the savepoint path."""
+    from statekit.cli.config import resolve
     from statekit.runtime.api.time import parse_duration
     from statekit.runtime.control.client import stop_job
 
     wait_s = parse_duration(timeout, what="timeout") / 1000
+    savepoint_path = resolve("savepoint_dir", savepoint_path).value
     get_output().show(stop_job(job_id, savepoint_path, drain=drain, timeout=wait_s, native=fmt == "native"))
 
 

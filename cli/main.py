@@ -37,6 +37,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "check": ("statekit.cli.check", "check", "Will a job restore from a snapshot? Compatibility, offline."),
     "migrate": ("statekit.cli.migrate", "migrate", "Migrate a state to a new declared value type."),
     "report": ("statekit.cli.report", "report", "One self-contained HTML page about a snapshot."),
+    "spark": ("statekit.cli.spark_server", "spark", "A local Spark Connect server that export, diff and bootstrap reuse."),
+    "config": ("statekit.cli.config_commands", "config", "The config file: profiles, and what is in effect."),
 }
 
 
@@ -78,10 +80,15 @@ class LazyGroup(click.Group):
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON output for every command.")
+@click.option("--plain", is_flag=True, default=None,
+              help="Tables without borders for every command (the default when stdout is not a terminal).")
 @click.option("--verbose", "-v", is_flag=True, help="Show tracebacks and engine logs.")
+@click.option("--profile", metavar="NAME", expose_value=False, callback=lambda ctx, param, value: _use_profile(value),
+              help="Settings from this profile of the config file (else $STATEKIT_PROFILE, else the file's "
+                   "default_profile); see `statekit config show`.")
 @click.version_option(package_name="statekit")
 @click.pass_context
-def cli(ctx: click.Context, as_json: bool, verbose: bool) -> None:
+def cli(ctx: click.Context, as_json: bool, plain: bool | None, verbose: bool) -> None:
     """statekit: savepoints, checkpoints and state of stream jobs.
 
     \b
@@ -91,11 +98,32 @@ def cli(ctx: click.Context, as_json: bool, verbose: bool) -> None:
     from statekit.statefmt.pandas_probe import answer_pandas_probe_on_import
 
     answer_pandas_probe_on_import()  # pyarrow's first array would otherwise import pandas (~0.4 s)
-    ctx.obj = {"json": as_json, "verbose": verbose}
+    ctx.obj = {"json": as_json, "plain": plain, "verbose": verbose}
+
+
+def _use_profile(name: str | None) -> None:
+    """``--profile NAME``: the profile of this command (over $STATEKIT_PROFILE)."""
+    from statekit.cli import config
+
+    config.use_profile(name)
 
 
 def main() -> Any:
-    return cli(prog_name="statekit")
+    """The console script: ``cli`` with statekit's exits — a Ctrl-C anywhere (also while the
+    arguments are parsed or modules load) is ``statekit: error: interrupted``, exit 130."""
+    import sys
+
+    try:
+        result = cli.main(prog_name="statekit", standalone_mode=False)
+    except click.ClickException as error:
+        error.show()
+        sys.exit(error.exit_code)
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        from statekit.cli.errors import EXIT_INTERRUPTED, exit_now
+
+        click.echo("statekit: error: interrupted", err=True)
+        exit_now(EXIT_INTERRUPTED)
+    sys.exit(result if isinstance(result, int) else 0)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,8 @@ checkpoints.add_command(checkpoints_history)
 @common_options
 @catch_exception
 def checkpoints_list(directory: str, **_: Any) -> None:
-    """Every chk-N and savepoint under DIRECTORY: id, complete/incomplete, kind, size, age."""
+    """Every chk-N and savepoint under DIRECTORY (statekit's and Apache Flink's): id,
+    complete/incomplete, kind, size, age."""
     from statekit.flink.dispatch import list_any
 
     get_output().show(list_any(directory))

@@ -13,8 +13,10 @@ __all__ = ["common_options", "storage_option", "trust_pickle_option", "uid_optio
 
 
 def common_options(func: F) -> F:
-    """``--json`` and ``--verbose`` on every command (also accepted before the command)."""
+    """``--json``, ``--plain`` and ``--verbose`` on every command (also accepted before the command)."""
     func = click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON output.")(func)
+    func = click.option("--plain", is_flag=True, default=None,
+                        help="Tables without borders (the default when stdout is not a terminal).")(func)
     func = click.option("--verbose", "-v", is_flag=True, help="Show tracebacks and engine logs.")(func)
     return func
 
@@ -55,18 +57,26 @@ def storage_option(func: F) -> F:
         callback=_install_storage_options,
         help="fsspec option for s3://, gs://, ... paths (repeatable), e.g. anon=true, "
              "client_kwargs.endpoint_url=http://127.0.0.1:9000, client_kwargs.region_name=eu-west-1; "
-             "over $STATEKIT_STORAGE_OPTIONS (a JSON object). See docs/CLI.md.")(func)
+             "over $STATEKIT_STORAGE_OPTIONS (a JSON object) over the profile's. See docs/CLI.md.")(func)
 
 
 def _install_storage_options(ctx: click.Context, param: click.Parameter, pairs: tuple[str, ...]) -> None:
+    """The options in effect — the profile's, ``$STATEKIT_STORAGE_OPTIONS`` over them, the flags on
+    top (key by key) — written to ``$STATEKIT_STORAGE_OPTIONS`` of this process."""
     import os
 
+    from statekit.cli.config import profile_storage_options
+    from statekit.cli.errors import BadInputUsage
     from statekit.statefmt.errors import BadInputError
     from statekit.statefmt.storage_options import StorageOptions
 
     try:
-        options = StorageOptions.from_env().merged(StorageOptions.parse(pairs))
+        profile = StorageOptions.of(profile_storage_options())
+    except BadInputError as error:
+        raise BadInputUsage(error) from None
+    try:
+        options = profile.merged(StorageOptions.from_env()).merged(StorageOptions.parse(pairs))
     except BadInputError as error:
         raise click.BadParameter(str(error), ctx=ctx, param=param) from None
-    if pairs:
+    if pairs or profile:
         os.environ.update(options.to_env())

@@ -65,17 +65,41 @@ class JsonOutput(Output):
         click.echo(text, err=True)
 
 
-class RichOutput(Output):
-    def __init__(self) -> None:
-        from rich.console import Console
+def _whole_words_console() -> type:
+    from rich.console import Console
+    from rich.text import Text
 
-        self.console = Console(highlight=False, soft_wrap=False, width=console_width())
-        self.err = Console(stderr=True, highlight=False)
+    class WholeWordsConsole(Console):
+        """A console on which ``print(..., soft_wrap=True)`` (a line that names a path, a uid)
+        never breaks a word: a line whose words all fit the width is word-wrapped to it, one with
+        a longer word (an identifier wider than the terminal) is left for the terminal to wrap."""
+
+        def print(self, *objects: Any, soft_wrap: bool | None = None, **kwargs: Any) -> None:
+            if soft_wrap and objects and all(isinstance(o, str) for o in objects):
+                words = " ".join(Text.from_markup(o).plain for o in objects).split()
+                soft_wrap = any(len(word) > self.width for word in words)
+            super().print(*objects, soft_wrap=soft_wrap, **kwargs)
+
+    return WholeWordsConsole
+
+
+class RichOutput(Output):
+    """Rich tables for people: ``plain`` True draws them without borders, False with borders,
+    ``None`` with borders on a terminal only; every table fits the console's width
+    (``statekit.cli.renderers.markup.print_table``)."""
+
+    def __init__(self, plain: bool | None = None) -> None:
+        WholeWordsConsole = _whole_words_console()
+        self.plain = plain  # None: borders on a terminal only
+        self.console = WholeWordsConsole(highlight=False, soft_wrap=False, width=console_width())
+        self.err = WholeWordsConsole(stderr=True, highlight=False)
 
     def show(self, result: Result) -> None:
         from statekit.cli.render import render
+        from statekit.cli.renderers.markup import plain_tables
 
-        render(self.console, result)
+        with plain_tables(self.plain):
+            render(self.console, result)
 
     def message(self, text: str) -> None:
         self.console.print(text)
@@ -91,7 +115,7 @@ class RichOutput(Output):
         from statekit.cli.renderers.jobs import live_status_line
 
         with Live("", console=self.console, transient=True, refresh_per_second=4) as live:
-            yield lambda status: live.update(live_status_line(status))
+            yield lambda status: live.update(live_status_line(status, self.console.width - 1))
 
     @contextmanager
     def progress(self, description: str, total: int | None = None, unit: str = "bytes") -> Iterator[Advance]:
@@ -102,7 +126,7 @@ class RichOutput(Output):
         from rich.progress import Progress as RichProgress
 
         columns: list[Any] = [TextColumn("{task.description}"), BarColumn()]
-        columns.append(DownloadColumn() if unit == "bytes" else TextColumn("{task.completed}/{task.total}"))
+        columns.append(DownloadColumn(binary_units=True) if unit == "bytes" else TextColumn("{task.completed}/{task.total}"))
         columns.append(TimeRemainingColumn())
         with RichProgress(*columns, console=self.err, transient=True) as bar:
             task = bar.add_task(description, total=total)
@@ -110,14 +134,25 @@ class RichOutput(Output):
 
 
 def get_output() -> Output:
+    """The output of the running command: JSON with ``--json``, else rich (plain with ``--plain``),
+    before or after the command name, or from the config file's ``[output]`` (statekit.cli.config)."""
     ctx = click.get_current_context()
-    as_json = False
+    as_json = plain = False
     node: click.Context | None = ctx
     while node is not None:
         if node.params.get("as_json") or (isinstance(node.obj, dict) and node.obj.get("json")):
             as_json = True
+        if node.params.get("plain") or (isinstance(node.obj, dict) and node.obj.get("plain")):
+            plain = True
         node = node.parent
-    return JsonOutput() if as_json else RichOutput()
+    style: bool | None = True if plain else None
+    if not (as_json or plain):
+        from statekit.cli.config import output_style
+
+        configured = output_style()
+        as_json = configured == "json"
+        style = {"plain": True, "rich": False}.get(configured or "")
+    return JsonOutput() if as_json else RichOutput(plain=style)
 
 
 def stdout_is_tty() -> bool:

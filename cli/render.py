@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from statekit.cli.config import ConfigReport
     from statekit.flink.convert import ConvertReport
     from statekit.flink.key_group_lookup import KeyGroupLookup
     from statekit.flink.offline_results import FlinkDisposal, FlinkInspection, FlinkVerifyReport, SnapshotList
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
         SavepointTrigger,
     )
     from statekit.runtime.jobmaster.compatibility import CompatibilityReport
+    from statekit.spark.connect_server import SparkServerStatus
     from statekit.spark.export import ExportResult
     from statekit.writers.bootstrap import BootstrapReport
     from statekit.writers.disposal import DisposalPlan
@@ -61,6 +63,7 @@ if TYPE_CHECKING:
         | RunResult | JobList | SavepointResult | CancelResult
         | CheckpointResult | SavepointTrigger | SavepointStatus | CheckpointHistory
         | CompatibilityReport | MigrationReport | ReportResult | FlinkUpgradeReport
+        | ConfigReport | SparkServerStatus
     )
 
 # Result is a name for annotations only (defined under TYPE_CHECKING)
@@ -110,6 +113,9 @@ RENDERERS: dict[str, str] = {
     "statekit.runtime.jobmaster.compatibility.CompatibilityReport": "compatibility.compatibility_report",
     "statekit.writers.migration.MigrationReport": "compatibility.migration_report",
     "statekit.writers.report.ReportResult": "report.report_result",  # statekit report
+    # settings: config show, spark start|status|stop
+    "statekit.cli.config.ConfigReport": "settings.config_report",
+    "statekit.spark.connect_server.SparkServerStatus": "settings.spark_server_status",
 }
 
 

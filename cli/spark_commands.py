@@ -35,13 +35,33 @@ def _verbose(local: bool) -> bool:
     return local or bool(isinstance(ctx.find_root().obj, dict) and ctx.find_root().obj.get("verbose"))
 
 
-def spark_settings(master: str, conf: tuple[str, ...], verbose: bool, remote: str | None = None) -> SparkSettings:
-    """The ``--master`` or ``--remote``, ``--conf`` and ``--verbose`` options (checked whatever the engine)."""
-    from statekit.spark.session import SparkSettings
+def spark_settings(master: str | None, conf: tuple[str, ...], verbose: bool, remote: str | None = None) -> SparkSettings:
+    """Where a command's Spark runs: ``--master`` or ``--remote``, else ``$STATEKIT_SPARK_MASTER`` /
+    ``$STATEKIT_SPARK_REMOTE``, else the profile's ``spark.master`` / ``spark.remote``, else the
+    server of ``statekit spark start`` when it runs, else embedded ``local[*]``; ``--conf`` over
+    the profile's ``spark.conf``. Checked whatever the engine."""
+    from statekit.cli.config import resolve
+    from statekit.spark.session import DEFAULT_MASTER, SparkSettings
 
-    if remote is not None and _given("master"):
+    if remote is not None and master is not None:
         raise BadInputError("--master and --remote exclude each other: give one")
-    return SparkSettings(master, parse_conf(conf), _verbose(verbose), remote=remote)
+    settings_conf = {**(resolve("spark.conf").value or {}), **parse_conf(conf)}
+    verbose = _verbose(verbose)
+    if master is not None or remote is not None:
+        return SparkSettings(master or DEFAULT_MASTER, settings_conf, verbose, remote=remote)
+    configured_master, configured_remote = resolve("spark.master"), resolve("spark.remote")
+    if configured_master.value is not None or configured_remote.value is not None:
+        # the nearer source wins (env over profile); within one source a remote wins over a master
+        rank = {"env": 0, "profile": 1, "default": 2}
+        if configured_remote.value is not None and rank[configured_remote.source] <= rank[configured_master.source]:
+            return SparkSettings(DEFAULT_MASTER, settings_conf, verbose, remote=configured_remote.value)
+        return SparkSettings(configured_master.value, settings_conf, verbose)
+    from statekit.spark.connect_server import running_server
+
+    server = running_server()
+    if server is not None:
+        return SparkSettings(DEFAULT_MASTER, settings_conf, verbose, remote=server.session_url, managed=True)
+    return SparkSettings(DEFAULT_MASTER, settings_conf, verbose)
 
 
 def _given(name: str) -> bool:
@@ -61,8 +81,9 @@ def remote_option(func: Any) -> Any:
 def spark_options(func: Any) -> Any:
     func = click.option("--conf", "conf", multiple=True, metavar="KEY=VALUE",
                         help="Spark configuration (repeatable).")(func)
-    func = click.option("--master", default="local[*]", show_default=True,
-                        help="Spark master: embedded local mode by default, or a cluster URL.")(func)
+    func = click.option("--master", default=None, metavar="URL",
+                        help="Spark master: a cluster URL, or local[N] (default: the profile's, the server of "
+                             "`statekit spark start` when it runs, else embedded local[*]).")(func)
     return func
 
 
@@ -74,6 +95,9 @@ def spark_options(func: Any) -> Any:
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default=DEFAULT_FORMAT, show_default=True,
               help="parquet (typed columns), csv (nested values as JSON text) or jsonl (JSON Lines).")
 @click.option("--include-expired", is_flag=True, help="Keep entries whose TTL has expired.")
+@click.option("--engine", type=click.Choice(["auto", "local", "spark"]), default="auto", show_default=True,
+              help="local: pyarrow on this machine, no JVM; spark: on Spark (--master, --remote, or the server of "
+                   "`statekit spark start`); auto: local below 1 GiB of state, else Spark (it says which).")
 @uid_option
 @value_type_option
 @spark_options
@@ -83,27 +107,22 @@ def spark_options(func: Any) -> Any:
 @common_options
 @catch_exception
 def export(path: str, output: str, operator: str | None, state: str | None, fmt: str, include_expired: bool,
-           uids: tuple[str, ...], value_types: tuple[str, ...], master: str, conf: tuple[str, ...],
-           remote: str | None, trust_pickle: bool, verbose: bool, **_: Any) -> None:
-    """Export state through Spark, Hive-partitioned by operator_uid and state_name.
+           engine: str, uids: tuple[str, ...], value_types: tuple[str, ...], master: str | None,
+           conf: tuple[str, ...], remote: str | None, trust_pickle: bool, verbose: bool, **_: Any) -> None:
+    """Export state, Hive-partitioned by operator_uid and state_name (the same files on either engine).
 
     PATH is a statekit snapshot or an Apache Flink snapshot (its keyed state): a canonical
     savepoint, a native RocksDB savepoint, an incremental RocksDB or a heap checkpoint.
     """
+    from statekit.flink.pyflink import value_type_options
     from statekit.spark.engine import export as run_export
     from statekit.spark.export import ExportSpec
 
     out = get_output()
     spec = ExportSpec(path, output, operator=operator, state=state, fmt=fmt, include_expired=include_expired,
                       trust_pickle=trust_pickle, spark=spark_settings(master, conf, verbose, remote))
-    if uids or value_types:
-        from statekit.flink.pyflink import value_type_options
-        from statekit.spark.flink_export import export_flink_options
-
-        out.show(export_flink_options(spec, out.progress, uids=uids,
-                                      value_types=value_type_options(value_types, state)))
-        return
-    out.show(run_export(spec, progress=out.progress))
+    out.show(run_export(spec, engine, progress=out.progress, uids=uids,
+                        value_types=value_type_options(value_types, state) if value_types else None))
 
 
 @click.command()
@@ -126,7 +145,8 @@ def export(path: str, output: str, operator: str | None, state: str | None, fmt:
 @common_options
 @catch_exception
 def diff(a: str, b: str, operator: str | None, state: str | None, keys: bool, limit: int, engine: str,
-         output: str | None, uids: tuple[str, ...], value_types: tuple[str, ...], master: str, conf: tuple[str, ...],
+         output: str | None, uids: tuple[str, ...], value_types: tuple[str, ...], master: str | None,
+         conf: tuple[str, ...],
          remote: str | None, trust_pickle: bool, verbose: bool, **_: Any) -> None:
     """Compare savepoint A (before) with B (after): exit 0 when equal, 1 when different.
 

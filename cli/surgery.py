@@ -186,7 +186,7 @@ def bootstrap(inputs: tuple[str, ...], input_format: str | None, uid: str | None
               parallelism: int, name: str | None, ttl_ms: int | None, ttl_reference_time: int | None,
               from_savepoint: str | None, fmt: str, spec_file: str | None, metadata_version: int | None,
               output: str | None, engine: str, batch_size: int, spill_dir: str | None, memory_budget: int,
-              master: str, conf: tuple[str, ...], **_: Any) -> None:
+              master: str | None, conf: tuple[str, ...], **_: Any) -> None:
     """Create a savepoint (or add an operator to a copy of one, --from) from rows.
 
     \b

@@ -204,13 +204,14 @@ def inspect_any(url: str, *, skew: bool = True, uids: tuple[str, ...] = ()) -> S
 
 def _verify_flink(url: str, on_file: Progress | None, uids: tuple[str, ...]) -> FlinkVerifyReport:
     from statekit.flink.storage import load_snapshot, moved_note, referenced_files
-    from statekit.flink.verify import rocksdb_stores, verify_snapshot
+    from statekit.flink.verify import moved_hint, rocksdb_stores, verify_snapshot
 
     snapshot = load_snapshot(url, uids=uids, in_place=True)
     report = FlinkVerifyReport(snapshot.path, snapshot.metadata_path, snapshot.checkpoint_id,
                                moved=moved_note(snapshot))
     report.problems = verify_snapshot(snapshot)
     report.rocksdb_stores = len(rocksdb_stores(snapshot))
+    report.hint = moved_hint(snapshot, report.problems)
     seen: set[object] = set()
     for ref in referenced_files(snapshot):
         key = ref.key or ref.location

@@ -197,6 +197,9 @@ class FlinkVerifyReport:
         inline_bytes: State inlined in ``_metadata`` (nothing to check on disk).
         rocksdb_stores: Subtasks' RocksDB stores whose every entry was read, block checksums verified.
         problems: Everything found wrong; empty when the snapshot is whole.
+        moved: A moved checkpoint read in place (said once).
+        hint: What to do about the problems, said once (a moved checkpoint whose files are
+            not in place: the relocate command).
     """
 
     path: str
@@ -208,6 +211,7 @@ class FlinkVerifyReport:
     rocksdb_stores: int = 0
     problems: list[FlinkProblem] = field(default_factory=list)
     moved: str | None = None
+    hint: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -219,7 +223,7 @@ class FlinkVerifyReport:
         return {"engine": "flink", "path": self.path, "metadata_path": self.metadata_path,
                 "checkpoint_id": self.checkpoint_id, "ok": self.ok, "files": self.files,
                 "bytes": self.bytes, "inline_bytes": self.inline_bytes, "rocksdb_stores": self.rocksdb_stores,
-                "problems": [asdict(p) for p in self.problems], "moved": self.moved}
+                "problems": [asdict(p) for p in self.problems], "moved": self.moved, "hint": self.hint}
 
 
 @dataclass(frozen=True)

@@ -40,8 +40,8 @@ from statekit.flink.model import FlinkOperatorState, KeyedHandleKind, KeyedState
 from statekit.flink.storage import FlinkFileRef, FlinkSnapshot, referenced_files
 from statekit.statefmt.errors import StatekitError
 
-__all__ = ["FlinkProblem", "verify_snapshot", "rocksdb_stores", "moved_job_dir", "job_counterpart", "counterpart_path",
-           "key_group_offset_problem", "JOB_FILE"]
+__all__ = ["FlinkProblem", "verify_snapshot", "rocksdb_stores", "moved_hint", "moved_job_dir", "job_counterpart",
+           "counterpart_path", "key_group_offset_problem", "JOB_FILE"]
 
 # A non-empty key group holds at least a state id (2 bytes); the offset of one points
 # before the last 2 bytes of the stream.
@@ -232,19 +232,30 @@ def _moved(snapshot: FlinkSnapshot, problems: list[FlinkProblem], refs: dict[str
     moved = moved_job_dir(snapshot, [r.location for r in missing if r.scope == "external"])
     if moved is None:
         return problems
-    old, new = moved
     out = []
     for problem in problems:
         ref = refs.get(problem.path)
         if problem.kind == "missing" and ref is not None and ref.scope == "external":
             here = job_counterpart(snapshot, ref.location)
-            problem = FlinkProblem(
-                problem.kind, problem.path,
-                f"{problem.message}; the checkpoint was moved from {old} to {new} ({here} is that file): "
-                f"rewrite its paths with `statekit relocate {snapshot.path} --auto --force`",
-                problem.operator, problem.subtask, here)
+            problem = FlinkProblem(problem.kind, problem.path, f"{problem.message}; {here} is that file here",
+                                   problem.operator, problem.subtask, here)
         out.append(problem)
     return out
+
+
+def moved_hint(snapshot: FlinkSnapshot, problems: list[FlinkProblem]) -> str | None:
+    """One line for a moved checkpoint (said once, not per file): where it was moved from and
+    the command that rewrites its paths; ``None`` unless :func:`verify_snapshot` found one."""
+    if not any(p.moved_to for p in problems):
+        return None
+    refs = {ref.url: ref for ref in referenced_files(snapshot)}
+    locations = [refs[p.path].location for p in problems if p.moved_to and p.path in refs]
+    moved = moved_job_dir(snapshot, locations)
+    if moved is None:
+        return None
+    old, new = moved
+    return (f"the checkpoint was moved from {old} to {new}: rewrite its paths with "
+            f"`statekit relocate {snapshot.path} --auto --force`")
 
 
 def verify_snapshot(snapshot: FlinkSnapshot, *, operators: Collection[str] | None = None) -> list[FlinkProblem]:

@@ -120,8 +120,8 @@ def read_metadata(io: FileIO, directory: str) -> CheckpointMetadata:
     data = io.read_bytes(path, limit=layout.MAX_METADATA_BYTES)
     if is_flink_metadata_bytes(data[:4]):
         raise MetadataError(
-            "this is an Apache Flink _metadata file; statekit reads it with the Flink commands "
-            "(inspect, verify, checkpoints list, dispose)",
+            "this is an Apache Flink _metadata file, which this command does not read (statekit reads Apache "
+            f"Flink snapshots with {', '.join(layout.FLINK_COMMANDS)}: docs/FLINK.md)",
             path=io.url(path),
         )
     return parse_metadata(data, source=io.url(path))

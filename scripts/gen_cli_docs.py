@@ -20,9 +20,11 @@ INTRO = """# statekit command reference
 Generated from the commands' help by `scripts/gen_cli_docs.py`; `tests/cli/test_docs.py`
 fails when this file and the commands disagree.
 
-Every command takes `--json` (machine-readable output) and `--verbose` (tracebacks and
-engine logs), before or after the command name. Paths are local paths or fsspec URLs
-(`file://`, `memory://`, `s3://`, ...).
+Every command takes `--json` (machine-readable output), `--plain` (tables without borders)
+and `--verbose` (tracebacks and engine logs), before or after the command name; `--profile
+NAME` (settings from the config file) goes before it. Paths are local paths or fsspec URLs
+(`file://`, `memory://`, `s3://`, ...). Sizes are written in binary units everywhere (`512 B`,
+`1.5 KiB`, `2.0 GiB`; JSON carries plain byte counts).
 
 ## Exit codes
 
@@ -34,12 +36,18 @@ engine logs), before or after the command name. Paths are local paths or fsspec 
 | 3 | internal error (a bug): rerun with `--verbose` for the traceback and report it |
 | 130 | interrupted |
 
-## Output in pipes and scripts
+## Output: terminals, pipes and scripts
 
-Tables are drawn for the terminal they go to. When stdout is not a terminal (a pipe, a file)
-they are not cut to 80 columns: every value is printed whole, and lines are as long as the
-values need. `COLUMNS=N` sets the width explicitly, on a terminal or off one. For scripts,
-`--json` prints one JSON document per command on stdout.
+Tables are drawn for the terminal they go to, and never cut an identifier (a uid, a state
+name, a job id, a path). On a terminal a table fits its width: the secondary columns go first
+(named in a dimmed line under the table: a wider terminal or `--json` shows them), then long
+non-identifier cells fold onto several lines, and when even that does not fit, each row is
+printed vertically, one `column  value` line per cell. The live status line of `statekit run`
+drops its least useful parts to fit the terminal. `--plain` draws tables without borders;
+when stdout is not a terminal (a pipe, a file) tables are always plain and never narrowed:
+every value is printed whole, and lines are as long as the values need. `COLUMNS=N` sets the
+width explicitly, on a terminal or off one. For scripts, `--json` prints one JSON document per
+command on stdout.
 
 With `--json`, a failure is JSON too: stdout stays empty (a redirected result file is never
 half an answer) and stderr holds exactly one line, one JSON object:
@@ -94,6 +102,70 @@ variable (`--conf spark.executorEnv.STATEKIT_STORAGE_OPTIONS=...`). A running jo
 savepoints with the options it was started with, so `savepoint`, `stop` and `cancel` take none. An unreachable endpoint,
 missing or wrong credentials, or a denied access is exit 2 (`statekit: error: object store:
 ...`).
+
+## The config file: profiles
+
+`~/.config/statekit/config.toml` (`$XDG_CONFIG_HOME/statekit/config.toml`; another file with
+`STATEKIT_CONFIG`) holds named profiles of settings that the command line otherwise takes as
+flags. A setting comes from the command's flag, else its environment variable, else the
+profile in effect (`--profile NAME` before the command, else `STATEKIT_PROFILE`, else the
+file's `default_profile`, else a profile named `default`), else statekit's default:
+
+```toml
+default_profile = "minio"
+
+[profiles.minio]
+savepoint_dir = "s3://state/savepoints"   # statekit savepoint JOB_ID / stop without a directory
+storage_options = { key = "minioadmin", secret = "minioadmin", client_kwargs = { endpoint_url = "http://127.0.0.1:9000" } }
+spark = { remote = "sc://spark.internal:15002", conf = { "spark.sql.shuffle.partitions" = "64" } }
+output = "plain"                          # or "json", "rich"
+
+[profiles.laptop]
+spark.master = "local[4]"
+```
+
+| setting | flag | environment variable |
+|---|---|---|
+| `storage_options` | `--storage-option KEY=VALUE` (key by key) | `STATEKIT_STORAGE_OPTIONS` (key by key) |
+| `spark.master`, `spark.remote` | `--master`, `--remote` | `STATEKIT_SPARK_MASTER`, `STATEKIT_SPARK_REMOTE` |
+| `spark.conf` | `--conf KEY=VALUE` (key by key) | – |
+| `savepoint_dir` | `savepoint JOB_ID DIR`, `stop -p DIR` | `STATEKIT_SAVEPOINT_DIR` |
+| `output` (`json`, `plain`, `rich`) | `--json`, `--plain` | `STATEKIT_OUTPUT` |
+
+`statekit config show` prints every setting in effect and where it came from (flag, env,
+profile, default). A file that does not parse, an unknown key, a value of the wrong type or a
+profile that is not in the file is exit 2, naming the file and the key.
+
+## Spark without the wait: `--engine`, `statekit spark start`
+
+`export` runs on this machine (`--engine local`: pyarrow, no JVM) or on Spark (`--engine
+spark`); `--engine auto` (the default) takes the local engine below 1 GiB of state (the
+recorded sizes of the states it exports) and says so under the result, Spark from there, or
+when `--master`/`--remote` names a cluster or the output is not a local path. Both engines
+write the same files, columns and rows. `diff` and `bootstrap` take `--engine local|spark`.
+
+A command on Spark pays for a session start (a JVM, 10–60 s on a busy machine).
+`statekit spark start` starts one local Spark Connect server for the user (127.0.0.1 only,
+from the installed pyspark; state and log in the user's runtime directory); while it runs,
+`export`, `diff` and `bootstrap` on Spark connect to it unless `--master`, `--remote` or the
+config names another Spark, so the second command in a shell pays no session start.
+`statekit spark status` shows it, `statekit spark stop` ends it. `--remote` to an address
+where nothing answers fails within 10 s (exit 2, naming the address); Ctrl-C ends any
+Spark-backed command within 2 s and leaves no JVM or Python worker behind.
+
+## Shell completion
+
+statekit completes commands, options and choices in bash, zsh and fish (click's completion):
+
+```bash
+eval "$(_STATEKIT_COMPLETE=bash_source statekit)"      # in ~/.bashrc
+eval "$(_STATEKIT_COMPLETE=zsh_source statekit)"       # in ~/.zshrc
+_STATEKIT_COMPLETE=fish_source statekit > ~/.config/fish/completions/statekit.fish
+```
+
+Or once, into a file the shell reads at start (faster than running statekit each time):
+`_STATEKIT_COMPLETE=bash_source statekit > ~/.statekit-complete.bash`, then
+`. ~/.statekit-complete.bash` in `~/.bashrc`.
 
 ## The HTML report: `statekit report PATH -o report.html`
 

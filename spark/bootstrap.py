@@ -7,10 +7,12 @@ engines write the same entries. The plan:
 1. Spark reads the input (Parquet, CSV with a header, JSON lines) and the executors encode
    each Arrow batch (``mapInArrow``): serialized key, namespace, user key and value, the
    key's hash and key group, cut into one Arrow IPC chunk per target subtask;
-2. chunks are partitioned by subtask exactly (one Spark partition per subtask, an
-   identity partitioner), and each partition sorts its entries by key group with bounded
-   memory (:class:`~statekit.writers.key_group_sorter.KeyGroupSorter`) and writes that
-   subtask's state file into the staged output directory;
+2. chunks are partitioned and sorted by subtask (DataFrame operations only: classic sessions
+   and Spark Connect alike), so each subtask's chunks meet in one partition as one run; the
+   task sorts a run's entries by key group with bounded memory
+   (:class:`~statekit.writers.key_group_sorter.KeyGroupSorter`) and writes that subtask's
+   state file into the staged output directory (a subtask no row maps to gets its empty file
+   from the driver);
 3. the driver collects (size, checksum, entries) of every file and commits ``_metadata``
    last (:func:`~statekit.writers.state_writer.commit_metadata`): the savepoint appears
    whole or not at all.
@@ -25,7 +27,7 @@ for an ordered update log. The output must be storage the executors share with t
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from statekit.spark.session import SparkSettings, map_in_arrow, spark_errors
@@ -46,6 +48,7 @@ if TYPE_CHECKING:
 __all__ = ["bootstrap_with_spark"]
 
 _ENCODED_SCHEMA = "subtask int, rows long, payload binary"
+_WRITTEN_SCHEMA = "subtask int, path string, size long, checksum string, entries long, rows long"
 
 
 def bootstrap_with_spark(spec: BootstrapSpec, spark: SparkSettings | None = None, *,
@@ -105,15 +108,18 @@ def _arrow_schema(frame: DataFrame) -> pa.Schema:
 
 def _write_subtasks(frame: DataFrame, plan: BootstrapPlan, directory_url: str,
                     storage_options: dict[str, Any] | None, memory_budget: int) -> list[tuple[Any, ...]]:
+    """Every subtask's state file, written by the executors: the chunks of one subtask meet in
+    one partition, in a run of their own (partitioned and sorted by subtask: DataFrame
+    operations only, so classic sessions and Spark Connect alike); a subtask without rows gets
+    its empty file from the driver."""
     encoded = map_in_arrow(frame.select(*plan.spec.columns), _Encode(plan), _ENCODED_SCHEMA)
-    pairs = encoded.rdd.map(lambda row: (row[0], (row[1], row[2])))
-    writer = _WriteSubtask(plan, directory_url, storage_options, memory_budget)
-    results = pairs.partitionBy(plan.parallelism, _identity).mapPartitionsWithIndex(writer).collect()
-    return sorted(results)
-
-
-def _identity(subtask: int) -> int:
-    return subtask
+    grouped = encoded.repartition(plan.parallelism, "subtask").sortWithinPartitions("subtask")
+    writer = _WriteSubtasks(plan, directory_url, storage_options, memory_budget)
+    results = {int(row[0]): tuple(row) for row in map_in_arrow(grouped, writer, _WRITTEN_SCHEMA).collect()}
+    for index in range(plan.parallelism):
+        if index not in results:
+            results[index] = writer.write(index)
+    return [results[index] for index in range(plan.parallelism)]
 
 
 class _Encode:
@@ -152,8 +158,10 @@ class _Encode:
                 names=["subtask", "rows", "payload"])
 
 
-class _WriteSubtask:
-    """Executors: all chunks of one subtask -> that subtask's state file (sorted, bounded memory)."""
+class _WriteSubtasks:
+    """Executors: runs of chunks, one run per subtask (the partition is sorted by subtask) ->
+    that subtask's state file each, its entries sorted by key group with bounded memory (each
+    chunk goes to the sorter as it comes); one row per file written."""
 
     def __init__(self, plan: BootstrapPlan, directory_url: str, storage_options: dict[str, Any] | None,
                  memory_budget: int) -> None:
@@ -162,20 +170,75 @@ class _WriteSubtask:
         self.storage_options = storage_options
         self.memory_budget = memory_budget
 
-    def __call__(self, index: int, chunks: Iterable[tuple[int, tuple[int, bytes]]]) -> Iterator[tuple[Any, ...]]:
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        run = _SubtaskRun(self)
+        try:
+            for batch in batches:
+                for subtask, rows, payload in zip(*(batch.column(i).to_pylist() for i in range(3))):
+                    if run.subtask is not None and subtask != run.subtask:
+                        yield _written_batch(run.finish())
+                    run.add(subtask, rows, payload)
+            if run.subtask is not None:
+                yield _written_batch(run.finish())
+        finally:
+            run.close()
+
+    def write(self, index: int) -> tuple[Any, ...]:
+        """Subtask ``index``'s state file without entries (a subtask no row maps to)."""
+        run = _SubtaskRun(self)
+        try:
+            run.open(index)
+            return run.finish()
+        finally:
+            run.close()
+
+
+class _SubtaskRun:
+    """The subtask being written: its sorter and the rows it took."""
+
+    def __init__(self, writer: _WriteSubtasks) -> None:
+        self.writer = writer
+        self.subtask: int | None = None
+        self.rows = 0
+        self.sorter: KeyGroupSorter | None = None
+
+    def open(self, subtask: int) -> None:
+        plan = self.writer.plan
+        self.subtask, self.rows = subtask, 0
+        self.sorter = KeyGroupSorter(plan.max_parallelism, plan.parallelism, memory_budget=self.writer.memory_budget,
+                                     duplicates=plan.duplicates)
+
+    def add(self, subtask: int, rows: int, payload: bytes) -> None:
         import pyarrow as pa
 
+        if self.subtask != subtask or self.sorter is None:
+            self.open(subtask)
+        assert self.sorter is not None
+        self.rows += rows
+        self.sorter.add(pa.ipc.open_stream(payload).read_all())
+
+    def finish(self) -> tuple[Any, ...]:
+        """Write the subtask's file; (subtask, path, size, checksum, entries, rows read)."""
         from statekit.statefmt.fileio import FileIO
 
-        plan = self.plan
-        rows_in = 0
-        with KeyGroupSorter(plan.max_parallelism, plan.parallelism, memory_budget=self.memory_budget,
-                            duplicates=plan.duplicates) as sorter:
-            for subtask, (rows, payload) in chunks:
-                assert subtask == index, f"chunk of subtask {subtask} in partition {index}"
-                rows_in += rows
-                sorter.add(pa.ipc.open_stream(payload).read_all())
-            io, directory = FileIO.for_path(self.directory_url, self.storage_options)
-            file = write_keyed_file(io, directory, plan.file_path(index), plan.descriptor.name,
-                                    sorter.subtask_groups(index))
-        yield index, file.path, file.size, file.checksum, file.entries, rows_in
+        assert self.subtask is not None and self.sorter is not None
+        plan, index = self.writer.plan, self.subtask
+        io, directory = FileIO.for_path(self.writer.directory_url, self.writer.storage_options)
+        file = write_keyed_file(io, directory, plan.file_path(index), plan.descriptor.name,
+                                self.sorter.subtask_groups(index))
+        result = (index, file.path, file.size, file.checksum, file.entries, self.rows)
+        self.close()
+        return result
+
+    def close(self) -> None:
+        if self.sorter is not None:
+            self.sorter.close()
+        self.sorter, self.subtask = None, None
+
+
+def _written_batch(row: tuple[Any, ...]) -> pa.RecordBatch:
+    import pyarrow as pa
+
+    types = [pa.int32(), pa.string(), pa.int64(), pa.string(), pa.int64(), pa.int64()]
+    return pa.RecordBatch.from_arrays([pa.array([value], type_) for value, type_ in zip(row, types)],
+                                      names=["subtask", "path", "size", "checksum", "entries", "rows"])

@@ -119,14 +119,30 @@ class ExportedState:
 
 @dataclass(frozen=True)
 class ExportResult:
+    """What an export wrote.
+
+    Attributes:
+        source: The snapshot.
+        output: The new directory.
+        format: Its format.
+        master: The Spark master (or Connect URL) it ran on; ``None`` on the local engine.
+        states: Every state exported, with its rows and files.
+        seconds: Wall time.
+        skipped: (uid, state, reason) of states that could not be exported (Flink snapshots).
+        engine: ``spark`` or ``local``.
+        engine_note: Why ``--engine auto`` chose the engine (``None`` when it was given).
+    """
+
     source: str
     output: str
     format: str
-    master: str
+    master: str | None
     states: tuple[ExportedState, ...]
     seconds: float
     skipped: tuple[tuple[str, str, str], ...] = ()
     notes: tuple[str, ...] = ()
+    engine: str = "spark"
+    engine_note: str | None = None
 
     @property
     def rows(self) -> int | None:
@@ -134,8 +150,9 @@ class ExportResult:
         return None if any(c is None for c in counts) else sum(c for c in counts if c is not None)
 
     def to_json(self) -> dict[str, Any]:
-        return {"source": self.source, "output": self.output, "format": self.format, "master": self.master,
-                "rows": self.rows, "seconds": round(self.seconds, 3), "states": [s.to_json() for s in self.states],
+        return {"source": self.source, "output": self.output, "format": self.format, "engine": self.engine,
+                "engine_note": self.engine_note, "master": self.master, "rows": self.rows,
+                "seconds": round(self.seconds, 3), "states": [s.to_json() for s in self.states],
                 "skipped": [{"operator_uid": uid, "state_name": name, "reason": why} for uid, name, why in self.skipped],
                 "notes": list(self.notes)}
 

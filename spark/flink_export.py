@@ -29,11 +29,11 @@ from statekit.statefmt.errors import BadInputError, CorruptStateError, StateNotF
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.types import StructType
 
     from statekit.flink.storage import FlinkSnapshot
 
-__all__ = ["FlinkExportPlan", "export_flink", "export_flink_options", "plan_flink_export", "flink_state_frame"]
+__all__ = ["FlinkExportPlan", "SliceDecoder", "export_flink", "export_flink_options", "plan_flink_export",
+           "flink_state_frame"]
 
 
 @dataclass(frozen=True)
@@ -108,19 +108,22 @@ def flink_state_frame(spark: SparkSession, *, snapshot: FlinkSnapshot, uid: str,
     ``mapInArrow`` task per slice over ``spark.range`` returns Arrow batches (classic sessions
     and Spark Connect alike).
     """
+    from pyspark.sql.pandas.types import to_arrow_schema
+
     from statekit.flink.entries import key_group_slices
     from statekit.spark.session import default_parallelism, map_slices
 
     slices = key_group_slices(snapshot, uid, default_parallelism(spark))
     struct = spark.createDataFrame([], schema).schema  # the DDL as a StructType (no job)
-    decode = _SliceDecoder(snapshot.path, uid, state, snapshot.storage_options, snapshot.uids, value_type, struct)
+    decode = SliceDecoder(snapshot.path, uid, state, snapshot.storage_options, snapshot.uids, value_type,
+                          to_arrow_schema(struct, timezone="UTC"))
     return map_slices(spark, [tuple(s) for s in slices], decode, struct)
 
 
 @dataclass(frozen=True)
-class _SliceDecoder:
-    """Reads one slice of key groups of a state (executor side), as Arrow batches of the
-    state's Spark schema."""
+class SliceDecoder:
+    """Reads one slice of key groups of a state (a Spark task, or the local engine), as Arrow
+    batches of the state's schema ``target`` (Spark's Arrow form of its DDL schema)."""
 
     path: str
     uid: str
@@ -128,14 +131,12 @@ class _SliceDecoder:
     storage_options: dict[str, Any] | None
     uids: tuple[str, ...]
     value_type: str | None
-    schema: StructType
+    target: pa.Schema
 
     def __call__(self, key_groups: tuple[int, ...]) -> Iterator[pa.RecordBatch]:
         import itertools
 
-        from pyspark.sql.pandas.types import to_arrow_schema
-
-        target = to_arrow_schema(self.schema, timezone="UTC")
+        target = self.target
         given = epoch_ms_schema(target)
         rows = _decode_slice(self.path, self.uid, self.state, self.storage_options, self.uids, self.value_type,
                              list(key_groups))

@@ -4,7 +4,8 @@ Every Spark output of statekit (``statekit export --format``, the Spark diff's `
 new directory of ``part-*`` files written by :func:`write_table`:
 
 * ``parquet`` (default): the columns as typed, timestamps as ``TIMESTAMP_MICROS``;
-* ``csv``: one header line per file, RFC 4180 quoting (a ``"`` inside a value is doubled);
+* ``csv``: one header line per file, RFC 4180 quoting (a ``"`` inside a value is doubled),
+  leading and trailing white space kept (Spark would trim it);
   a struct, list or map column becomes its JSON text, a binary column base64 text, a
   timestamp ISO-8601 text in UTC (``2024-05-01T12:00:00.000000Z``); an empty string is
   ``""``, a null is an empty field;
@@ -43,7 +44,9 @@ class _Format:
 
 _FORMATS = {
     "parquet": _Format("parquet", ".parquet", {}),
-    "csv": _Format("csv", ".csv", {"header": "true", "escape": '"', "timestampFormat": TIMESTAMP_FORMAT}),
+    # Spark trims leading and trailing white space of CSV values by default when writing: kept here
+    "csv": _Format("csv", ".csv", {"header": "true", "escape": '"', "timestampFormat": TIMESTAMP_FORMAT,
+                                   "ignoreLeadingWhiteSpace": "false", "ignoreTrailingWhiteSpace": "false"}),
     "jsonl": _Format("json", ".json", {"ignoreNullFields": "false", "timestampFormat": TIMESTAMP_FORMAT}),
 }
 FORMATS = tuple(_FORMATS)

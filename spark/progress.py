@@ -84,7 +84,10 @@ def task_progress(spark: SparkSession, progress: ProgressFactory | None, descrip
         yield
     finally:
         poller.finish()
-        context._jsc.clearJobGroup()
+        try:
+            context._jsc.clearJobGroup()
+        except Exception:  # noqa: BLE001 - best effort: after a Ctrl-C the JVM is gone
+            pass
 
 
 class _Poller(threading.Thread):

@@ -24,6 +24,7 @@ import atexit
 import importlib.util
 import os
 import re
+import signal
 import sys
 import tempfile
 import threading
@@ -45,7 +46,7 @@ T = TypeVar("T")
 __all__ = [
     "SparkSettings", "get_spark", "stop_spark", "spark_log_path", "spark_errors", "map_in_arrow", "map_slices",
     "SparkJobError", "OutputDir", "DEFAULT_MASTER", "QUIET_LOG4J2", "is_connect", "default_parallelism",
-    "CONNECT_SCHEME",
+    "CONNECT_SCHEME", "base_conf", "connect_client_missing", "connect_address", "check_reachable", "abort_spark",
 ]
 
 CONNECT_SCHEME = "sc://"
@@ -59,6 +60,13 @@ _CONNECT_SQL_CONF = {
 }
 
 DEFAULT_MASTER = "local[*]"
+CONNECT_DEFAULT_PORT = 15002
+CONNECT_TIMEOUT_S = 3.0  # a --remote where nothing accepts a connection fails within this (exit 2)
+CONNECT_FIRST_CALL_S = 6.0  # ... and one that accepts but does not answer Spark Connect's first call
+CONNECT_RETRIES = 4  # of a failed Connect call, backing off 50 ms .. 1 s: a few seconds, not 10 minutes
+# the tag of this process's Spark Connect operations (a session may be shared: statekit spark start)
+OPERATION_TAG = f"statekit-{os.getpid()}-{os.urandom(4).hex()}"
+ABORT_GRACE_S = 1.0  # a Ctrl-C waits this long for the killed JVM (and a Connect server's interrupt)
 
 QUIET_LOG4J2 = """\
 rootLogger.level = error
@@ -74,10 +82,14 @@ logger.repl.level = error
 
 _LOCK = threading.Lock()
 _SESSION: SparkSession | None = None
+_JVM: Any = None  # the JVM this process launched (a Popen), ended by abort_spark
+_PREVIOUS_HANDLER: Any = None  # the SIGINT handler _on_interrupt replaced
+_ABORTED = False  # abort_spark ran: calls that fail now fail because of it
+_SHARED_SESSION = False  # the Connect session is the shared one of `statekit spark start`
 _KEEP_LOG = False
 
 
-def _base_conf(master: str, verbose: bool, class_archive: str | None = "false") -> dict[str, str]:
+def base_conf(master: str, verbose: bool, class_archive: str | None = "false") -> dict[str, str]:
     """statekit's Spark settings; ``class_archive`` is the ``spark.statekit.classArchive`` value
     of a session that launches its JVM (:mod:`statekit.spark.class_archive`)."""
     conf = {
@@ -144,12 +156,16 @@ class SparkSettings:
         conf: Extra Spark configuration.
         verbose: Keep Spark's logs (level WARN) and show the JVM's output.
         remote: A Spark Connect server (``sc://HOST:PORT``); when set, ``master`` is unused.
+        managed: ``remote`` is the server of ``statekit spark start`` (:mod:`statekit.spark.connect_server`),
+            chosen because nothing else was asked for: its Python workers run this interpreter
+            with statekit importable, so nothing is shipped to it.
     """
 
     master: str = DEFAULT_MASTER
     conf: Mapping[str, str] = field(default_factory=dict)
     verbose: bool = False
     remote: str | None = None
+    managed: bool = False
 
     def __post_init__(self) -> None:
         if self.remote is not None and not self.remote.startswith(CONNECT_SCHEME):
@@ -161,17 +177,21 @@ class SparkSettings:
         return self.remote or self.master
 
     def master_of(self, session: SparkSession) -> str:
-        """The master ``session`` runs on, as results name it (the Connect URL over Connect)."""
-        return self.remote if is_connect(session) and self.remote else str(session.sparkContext.master)
+        """The master ``session`` runs on, as results name it (over Connect the server's URL,
+        without its parameters: a session id, a token)."""
+        if is_connect(session) and self.remote:
+            host, port = connect_address(self.remote)
+            return f"{CONNECT_SCHEME}{host}:{port}"
+        return str(session.sparkContext.master)
 
     def session(self) -> SparkSession:
         """The process's session (:func:`get_spark`) with these settings."""
-        return get_spark(self.master, self.conf, self.verbose, remote=self.remote)
+        return get_spark(self.master, self.conf, self.verbose, remote=self.remote, ship=not self.managed)
 
 
 def get_spark(
     master: str = DEFAULT_MASTER, conf: Mapping[str, str] | None = None, verbose: bool = False,
-    remote: str | None = None,
+    remote: str | None = None, ship: bool = True,
 ) -> SparkSession:
     """The process's SparkSession, started on first use.
 
@@ -181,6 +201,8 @@ def get_spark(
             SQL configuration when the session exists already.
         verbose: keep Spark's logs (level WARN) instead of errors only.
         remote: a Spark Connect URL (``sc://HOST:PORT``): a Connect session instead of a JVM.
+        ship: send statekit to a Connect server (not to the server of ``statekit spark start``,
+            whose workers import this installation).
 
     Returns:
         The session, with the ``statekit`` data source registered.
@@ -193,23 +215,37 @@ def get_spark(
                                     + " Spark session already: one kind of session per process")
             _apply_runtime_conf(_SESSION, conf or {})
             return _SESSION
+        global _SHARED_SESSION
+        _SHARED_SESSION = remote is not None and not ship
+        try:
+            session = _new_session(master, conf or {}, verbose, remote, ship)
+        except BaseException:  # a Ctrl-C while the JVM starts (pyspark's own handler) leaves none behind
+            abort_spark()
+            _end_launching_jvms()
+            raise
+        _SESSION = session
+        _interrupt_ends_spark()
+        return session
+
+
+def _new_session(master: str, conf: Mapping[str, str], verbose: bool, remote: str | None, ship: bool) -> SparkSession:
+    if remote is not None:
+        session = _start_remote(remote, conf, ship)
+    else:
         from pyspark.sql import SparkSession
 
-        if remote is not None:
-            session = _start_remote(remote, conf or {})
+        active = SparkSession.getActiveSession()
+        if active is None:
+            session = _start(master, conf, verbose)
         else:
-            active = SparkSession.getActiveSession()
-            if active is None:
-                session = _start(master, conf or {}, verbose)
-            else:
-                session = active
-                _apply_runtime_conf(session, conf or {})
-            session.sparkContext.setLogLevel("WARN" if verbose else "ERROR")
-        from statekit.spark.source import register_data_source
+            session = active
+            _apply_runtime_conf(session, conf)
+        _interrupt_ends_spark()  # over the handler pyspark's SparkContext installed
+        session.sparkContext.setLogLevel("WARN" if verbose else "ERROR")
+    from statekit.spark.source import register_data_source
 
-        register_data_source(session)
-        _SESSION = session
-        return session
+    register_data_source(session)
+    return session
 
 
 def _start(master: str, conf: Mapping[str, str], verbose: bool) -> SparkSession:
@@ -225,16 +261,23 @@ def _start(master: str, conf: Mapping[str, str], verbose: bool) -> SparkSession:
     # the user's own driver JVM options replace statekit's, the archive's too
     own_options = "spark.driver.extraJavaOptions" in conf
     class_archive = conf.get(CLASS_ARCHIVE_CONF) if launching and not own_options else "false"
-    for key, value in {**_base_conf(master, verbose, class_archive), **dict(conf)}.items():
+    for key, value in {**base_conf(master, verbose, class_archive), **dict(conf)}.items():
         spark_conf.set(key, value)
-    if not verbose and launching:
+    if launching:
         # The JVM prints a few lines before log4j starts (module warnings) and copies the
-        # Python workers' stderr into its own: quiet mode sends both to a log file.
+        # Python workers' stderr into its own: quiet mode sends both to a log file. The JVM
+        # process is kept: a Ctrl-C ends it (abort_spark).
         from pyspark.java_gateway import launch_gateway
 
-        log = open(spark_log_path(), "wb")  # noqa: SIM115 - lives as long as the JVM
-        atexit.register(_remove_log)
-        gateway = launch_gateway(spark_conf, popen_kwargs={"stdout": log, "stderr": log})  # type: ignore[no-untyped-call]
+        popen_kwargs: dict[str, Any] = {}
+        if not verbose:
+            log = open(spark_log_path(), "wb")  # noqa: SIM115 - lives as long as the JVM
+            atexit.register(_remove_log)
+            popen_kwargs = {"stdout": log, "stderr": log}
+        gateway = launch_gateway(spark_conf, popen_kwargs=popen_kwargs)  # type: ignore[no-untyped-call]
+        global _JVM
+        _JVM = gateway.proc
+        _interrupt_ends_spark()
         SparkContext._ensure_initialized(gateway=gateway, conf=spark_conf)
     session = SparkSession.builder.config(conf=spark_conf).getOrCreate()
     from statekit.spark.shipping import ship_package
@@ -243,21 +286,132 @@ def _start(master: str, conf: Mapping[str, str], verbose: bool) -> SparkSession:
     return session
 
 
-def _start_remote(url: str, conf: Mapping[str, str]) -> SparkSession:
-    """A Spark Connect session on ``url`` with statekit shipped to the server's Python workers."""
-    from pyspark.sql import SparkSession
+def _start_remote(url: str, conf: Mapping[str, str], ship: bool = True) -> SparkSession:
+    """A Spark Connect session on ``url`` with statekit shipped to the server's Python workers.
 
-    missing = [name for name in CONNECT_CLIENT_MODULES if importlib.util.find_spec(name) is None]
+    Nothing answering at ``url`` fails within :data:`CONNECT_TIMEOUT_S`, before the client is
+    imported (its own retries would wait 10 minutes); the client retries a failed call for
+    seconds, not minutes (:func:`_bounded_retries`)."""
+    missing = connect_client_missing()
     if missing:
         raise BadInputError(f"--remote needs the Spark Connect client packages, missing: {', '.join(missing)} "
                             "(pip install 'statekit[connect]')")
+    check_reachable(url)
+    from pyspark.sql import SparkSession
+
     with spark_errors():
         session = SparkSession.builder.remote(url).getOrCreate()
-        _apply_runtime_conf(session, {**_CONNECT_SQL_CONF, **dict(conf)})
-        from statekit.spark.shipping import ship_package
+        _bounded_retries(session)
+        session.addTag(OPERATION_TAG)  # a Ctrl-C interrupts this process's operations only
+        _answers_within(session, url, CONNECT_FIRST_CALL_S)
+        # the server of `statekit spark start` has statekit's settings: only the user's are set
+        _apply_runtime_conf(session, {**({} if not ship else _CONNECT_SQL_CONF), **dict(conf)})
+        if ship:
+            from statekit.spark.shipping import ship_package
 
-        ship_package(session, url)  # before the data source is registered, as with a classic session
+            ship_package(session, url)  # before the data source is registered, as with a classic session
     return session
+
+
+def connect_address(url: str) -> tuple[str, int]:
+    """(host, port) of a ``sc://HOST[:PORT][/;params]`` URL (Spark Connect's default port 15002).
+
+    Raises:
+        BadInputError: No host, or a port that is not a number.
+    """
+    rest = url[len(CONNECT_SCHEME):] if url.startswith(CONNECT_SCHEME) else url
+    hostport = rest.split("/", 1)[0].split(";", 1)[0]
+    host, sep, port = hostport.rpartition(":") if not hostport.endswith("]") else (hostport, "", "")
+    if not sep:
+        host, port = hostport, str(CONNECT_DEFAULT_PORT)
+    host = host.strip("[]")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise BadInputError(f"--remote {url!r} is not a Spark Connect URL (sc://HOST:PORT)")
+    return host, int(port)
+
+
+def check_reachable(url: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+    """Refuse ``url`` when nothing accepts a connection at its address within ``timeout_s``.
+
+    Raises:
+        BadInputError: Connection refused, no route, unknown host, or no answer in time (exit 2).
+    """
+    import socket
+
+    host, port = connect_address(url)
+    tls = "use_ssl=true" in url.lower()
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s) as connection:
+            if tls or _speaks_http2(connection):
+                return
+            cause = f"it accepted a connection but did not answer gRPC's HTTP/2 greeting within {timeout_s:.0f} s"
+    except TimeoutError:
+        cause = f"no answer within {timeout_s:.0f} s"
+    except OSError as error:
+        cause = error.strerror or type(error).__name__
+    raise BadInputError(f"no Spark Connect server answers at {host}:{port} ({cause}); start one "
+                        "(statekit spark start, for this machine) or check the address", path=url)
+
+
+_HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])  # + empty SETTINGS
+
+
+def _speaks_http2(connection: Any) -> bool:
+    """Whether the peer answers an HTTP/2 client preface with a frame (gRPC servers send SETTINGS)."""
+    try:
+        connection.sendall(_HTTP2_PREFACE)
+        header = connection.recv(9)
+    except OSError:  # TimeoutError included: a silent peer
+        return False
+    return len(header) >= 4 and header[3] == 4
+
+
+def _answers_within(session: SparkSession, url: str, timeout_s: float) -> None:
+    """The session's first call, given ``timeout_s`` to answer (a port that accepts but never
+    speaks Spark Connect would otherwise hold the command until gRPC gives up).
+
+    Raises:
+        BadInputError: No answer in time (the client is closed: its exit hook sends nothing).
+    """
+    done = threading.Event()
+    failure: list[BaseException] = []
+
+    def first_call() -> None:
+        try:
+            session.conf.get("spark.sql.session.timeZone", None)
+        except BaseException as error:  # noqa: BLE001 - handed to the caller's thread
+            failure.append(error)
+        finally:
+            done.set()
+
+    threading.Thread(target=first_call, name="statekit-connect-first-call", daemon=True).start()
+    if not done.wait(timeout_s):
+        try:
+            session.client.close()
+        except Exception:  # noqa: BLE001
+            pass
+        host, port = connect_address(url)
+        raise BadInputError(f"no Spark Connect server answers at {host}:{port} (it accepted a connection but did "
+                            f"not answer within {timeout_s:.0f} s); check the address", path=url)
+    if failure:
+        raise failure[0]
+
+
+def _bounded_retries(session: SparkSession) -> None:
+    """The Connect client's retries of a failed call, bounded to seconds (its default waits at
+    least 10 minutes, also at exit and after a Ctrl-C)."""
+    try:
+        from pyspark.sql.connect.client.retries import DefaultPolicy
+
+        session.client.set_retry_policies([DefaultPolicy(max_retries=CONNECT_RETRIES, max_backoff=1000,
+                                                         max_server_retry_delay=5000)])
+    except Exception:  # noqa: BLE001 - an older client without the policy API keeps its own
+        return
+
+
+def connect_client_missing() -> list[str]:
+    """The Spark Connect client modules that are not installed (statekit's ``connect`` extra)."""
+    return [name for name in CONNECT_CLIENT_MODULES if importlib.util.find_spec(name) is None]
 
 
 def is_connect(session: SparkSession) -> bool:
@@ -306,11 +460,145 @@ def _apply_runtime_conf(session: SparkSession, conf: Mapping[str, str]) -> None:
             continue
 
 
+def _interrupt_ends_spark() -> None:
+    """A Ctrl-C (SIGINT) of this process first ends its Spark work (:func:`abort_spark`), then
+    raises KeyboardInterrupt as usual: so a command ends within seconds, leaves no JVM or Python
+    worker behind, and its staged output is removed only once nothing writes into it any more.
+    Installed from the main thread only, over Python's default handler or pyspark's (which
+    only asks the JVM to cancel its jobs, and leaves the JVM running after this process exits);
+    any other handler (a job runner's) is left alone."""
+    global _PREVIOUS_HANDLER
+    if threading.current_thread() is not threading.main_thread():
+        return
+    current = signal.getsignal(signal.SIGINT)
+    if current is _on_interrupt:
+        return
+    pyspark_handler = getattr(current, "__qualname__", "").startswith("SparkContext._do_init")
+    if current is signal.default_int_handler or pyspark_handler:
+        _PREVIOUS_HANDLER = current
+        signal.signal(signal.SIGINT, _on_interrupt)
+
+
+def _on_interrupt(signum: int, frame: Any) -> None:
+    if _JVM is None and _SESSION is None and callable(_PREVIOUS_HANDLER):
+        _PREVIOUS_HANDLER(signum, frame)  # nothing of ours runs: pyspark's or Python's own
+    abort_spark()
+    raise KeyboardInterrupt
+
+
+def abort_spark(grace_s: float = ABORT_GRACE_S) -> None:
+    """End this process's Spark work now: the JVM it launched (SIGKILL: its Python workers end
+    with it, their daemon sees the JVM gone), or every operation of its Connect session on the
+    server; waits at most ``grace_s`` and never raises. The session is gone afterwards; the
+    next :func:`get_spark` starts a new one."""
+    global _SESSION, _JVM, _ABORTED
+    _ABORTED = True
+    import logging
+
+    logging.disable(logging.CRITICAL)  # py4j and the Connect client log every call the ending cut off
+    session, _SESSION = _SESSION, None
+    if session is not None and is_connect(session):
+        _interrupt_connect(session, grace_s)
+    process, _JVM = _JVM, None
+    if process is None or process.poll() is not None:
+        return
+    import subprocess
+
+    workers = _descendants(process.pid)  # Python workers, daemons, planners: before they lose their parent
+    process.kill()  # at once: a SIGTERM runs Spark's shutdown hooks, which wait for the running tasks
+    for pid in workers:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            continue
+    try:
+        process.wait(grace_s)
+    except subprocess.TimeoutExpired:  # a loaded machine: the kernel reaps it soon; never raise from here
+        pass
+    from pyspark import SparkContext
+
+    # pyspark's globals would point at the dead JVM: a later call fails at once instead of hanging
+    SparkContext._active_spark_context = None
+    SparkContext._gateway = None
+    SparkContext._jvm = None
+
+
+def _children() -> dict[int, list[int]]:
+    """Every process's children, from ``/proc`` (empty where there is none)."""
+    children: dict[int, list[int]] = {}
+    if not os.path.isdir("/proc"):
+        return children
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as f:
+                    parent = int(f.read().rsplit(b")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(parent, []).append(int(entry))
+    return children
+
+
+def _descendants(pid: int) -> list[int]:
+    """The processes ``pid`` started, and theirs, at this moment."""
+    children = _children()
+    found: list[int] = []
+    frontier = [pid]
+    while frontier:
+        frontier = [child for parent in frontier for child in children.get(parent, []) if child not in found]
+        found += frontier
+    return found
+
+
+def _end_launching_jvms() -> None:
+    """Kill the Spark JVMs this process started whose launch did not finish (an interrupted
+    ``launch_gateway`` returns no process to end): its children running ``SparkSubmit``."""
+    for child in _children().get(os.getpid(), []):
+        try:
+            with open(f"/proc/{child}/cmdline", "rb") as f:
+                command = f.read()
+        except OSError:
+            continue
+        if b"org.apache.spark.deploy.SparkSubmit" in command or b"spark-submit" in command:
+            for pid in [child, *_descendants(child)]:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    continue
+            try:
+                os.waitpid(child, 0)
+            except ChildProcessError:
+                continue
+
+
+def _interrupt_connect(session: SparkSession, grace_s: float) -> None:
+    """Interrupt this process's operations of ``session`` on its server (tagged
+    :data:`OPERATION_TAG`) and close the client (so its exit hook sends nothing more), waiting
+    at most ``grace_s``."""
+    def interrupt() -> None:
+        try:
+            session.interruptTag(OPERATION_TAG)
+        except Exception:  # noqa: BLE001 - the server may be gone: nothing is left to interrupt
+            pass
+        try:
+            session.client.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+    worker = threading.Thread(target=interrupt, name="statekit-connect-interrupt", daemon=True)
+    worker.start()
+    worker.join(grace_s)
+
+
 def stop_spark() -> None:
-    """Stop the process's session (tests and long-lived tools; the CLI lets exit stop it)."""
+    """Stop the process's session (tests and long-lived tools; the CLI lets exit stop it). The
+    shared session of the server of ``statekit spark start`` stays on the server: only this
+    process's connection to it ends."""
     global _SESSION
     with _LOCK:
         if _SESSION is not None:
+            if is_connect(_SESSION) and _SHARED_SESSION:
+                _SESSION.release_session_on_close = False  # type: ignore[union-attr, attr-defined, unused-ignore]
             _SESSION.stop()
             _SESSION = None
 
@@ -378,13 +666,16 @@ def spark_errors(verbose: bool = False) -> Iterator[None]:
     Executors raise statekit errors (a damaged block, an untrusted serializer); Spark wraps
     them in a JVM exception whose text carries the Python traceback. The last statekit
     error line of that text is re-raised as its own class, so the CLI exit code and message
-    are the same as with the local engine.
+    are the same as with the local engine. After a Ctrl-C (:func:`abort_spark`), whatever the
+    dead JVM or the interrupted server makes a call raise is the KeyboardInterrupt it follows.
     """
     try:
         yield
     except StatekitError:
         raise
     except Exception as exc:
+        if _ABORTED:
+            raise KeyboardInterrupt from exc
         if not _is_spark_exception(exc):
             raise
         text = str(exc)

@@ -73,7 +73,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from statekit.readers.typed_columns import ColumnTypes, TypedDecoder, column_type, namespace_type, python_values
+from statekit.readers.state_columns import BATCH_ROWS, decode_pending, drop_expired, repeated, resolve_column_types
+from statekit.readers.typed_columns import ColumnTypes, TypedDecoder
 from statekit.statefmt.errors import BadInputError, StateNotFoundError
 from statekit.statefmt.keygroups import assign_to_key_group
 from statekit.statefmt.metadata import CheckpointMetadata, OperatorMetadata, StateDescriptor, StateKind
@@ -105,10 +106,8 @@ __all__ = [
 ]
 
 FORMAT_NAME = "statekit"
-BATCH_ROWS = 65536
 DEFAULT_MIN_PARTITIONS = 8
 BYTES_PER_PARTITION = 32 << 20
-SAMPLE_FILES = 4
 _PUSHABLE_KEY_TYPES = ("int", "string", "bytes")
 
 
@@ -360,48 +359,8 @@ def _build_plan(options: Any) -> _Plan:
     plan = replace(plan, mode="keyed" if descriptor.keyed else "operator", uid=uid, state=name,
                    metadata=replace(reader.metadata, operators=(op,)))
     if not plan.raw:
-        plan.types = _column_types(reader, op, descriptor, options)
+        plan.types = resolve_column_types(reader, op, descriptor, options)
     return plan
-
-
-def _column_types(reader: SavepointReader, op: OperatorMetadata, descriptor: StateDescriptor, options: Any) -> ColumnTypes:
-    key_override, user_key_override = options.get("keyType"), options.get("userKeyType")
-    key_sample: list[Any] | None = None
-    user_key_sample: list[Any] | None = None
-    if descriptor.keyed and not key_override and (op.key_serializer or "msgpack") in ("msgpack", "json", "pickle"):
-        key_sample = []
-    if (descriptor.kind.has_user_key and not user_key_override and not descriptor.user_key_type
-            and (descriptor.user_key_serializer or "msgpack") in ("msgpack", "json", "pickle")):
-        user_key_sample = []
-    if key_sample is not None or user_key_sample is not None:
-        _sample(reader, op, descriptor, key_sample, user_key_sample)
-    return ColumnTypes(
-        key=column_type(op.key_serializer or "msgpack", None, override=key_override, sample=key_sample),
-        user_key=column_type(descriptor.user_key_serializer or "msgpack", descriptor.user_key_type,
-                             override=user_key_override, sample=user_key_sample),
-        value=column_type(descriptor.value_serializer, descriptor.value_type, override=options.get("valueType")),
-        namespace=namespace_type(descriptor, options.get("namespaceType")),
-    )
-
-
-def _sample(reader: SavepointReader, op: OperatorMetadata, descriptor: StateDescriptor,
-            keys: list[Any] | None, user_keys: list[Any] | None) -> None:
-    """Decoded keys (and user keys) of the first block of a few files: the key type's evidence."""
-    codec = reader.codec(op.uid, descriptor.name)
-    files = [f for st in op.subtasks for f in st.files if f.state == descriptor.name and f.entries > 0]
-    for file in files[:SAMPLE_FILES]:
-        with reader.open_file(file) as state_file:
-            if not state_file.index:
-                continue
-            batch = state_file.read_block(state_file.index[0].key_group)
-        assert batch is not None
-        if descriptor.keyed:
-            if keys is not None and codec.key is not None:
-                keys.extend(python_values(batch.column("key"), codec.key, "key", reader.path))
-            if user_keys is not None and codec.user_key is not None:
-                user_keys.extend(python_values(batch.column("user_key"), codec.user_key, "user key", reader.path))
-        elif user_keys is not None and codec.user_key is not None:
-            user_keys.extend(python_values(batch.column("key"), codec.user_key, "user key", reader.path))
 
 
 def _metadata_rows(metadata: CheckpointMetadata) -> list[tuple[Any, ...]]:
@@ -576,10 +535,8 @@ class StatekitReader(DataSourceReader):
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        if not self.plan.include_expired and batch.column("expiry").null_count < batch.num_rows:
-            expiry = batch.column("expiry")
-            keep = pc.or_kleene(pc.is_null(expiry), pc.greater_equal(expiry, pa.scalar(self.plan.now_ms, pa.int64())))
-            batch = batch.filter(keep)
+        if not self.plan.include_expired:
+            batch = drop_expired(batch, self.plan.now_ms)
         if self.key_bytes is not None:
             batch = batch.filter(pc.is_in(batch.column("key"), value_set=pa.array(sorted(self.key_bytes), pa.binary())))
         return batch
@@ -587,19 +544,18 @@ class StatekitReader(DataSourceReader):
     def _emit(self, pending: list[tuple[int, int, pa.RecordBatch]], target: pa.Schema) -> pa.RecordBatch:
         import pyarrow as pa
 
+        if not self.plan.raw:
+            return _conform(decode_pending(self._decoder(), pending), target)
         table = pa.Table.from_batches([b for _, _, b in pending])
-        key_groups = _repeated([(kg, b.num_rows) for _, kg, b in pending])
-        subtasks = _repeated([(st, b.num_rows) for st, _, b in pending])
-        if self.plan.raw:
-            value = self._serializer().serialized_values(table.column("value"))  # typed columns as stored bytes
-            batch = pa.RecordBatch.from_arrays(
-                [table.column(n).combine_chunks() for n in ("key", "namespace", "user_key")] + [value]
-                + [table.column("key_hash").combine_chunks().cast(pa.int64()),
-                   table.column("expiry").combine_chunks().cast(pa.timestamp("ms", tz="UTC")), key_groups, subtasks],
-                names=["key", "namespace", "user_key", "value", "key_hash", "expiry", "key_group", "subtask"],
-            )
-        else:
-            batch = self._decoder().decode_keyed(table, key_groups, subtasks)
+        key_groups = repeated([(kg, b.num_rows) for _, kg, b in pending])
+        subtasks = repeated([(st, b.num_rows) for st, _, b in pending])
+        value = self._serializer().serialized_values(table.column("value"))  # typed columns as stored bytes
+        batch = pa.RecordBatch.from_arrays(
+            [table.column(n).combine_chunks() for n in ("key", "namespace", "user_key")] + [value]
+            + [table.column("key_hash").combine_chunks().cast(pa.int64()),
+               table.column("expiry").combine_chunks().cast(pa.timestamp("ms", tz="UTC")), key_groups, subtasks],
+            names=["key", "namespace", "user_key", "value", "key_hash", "expiry", "key_group", "subtask"],
+        )
         return _conform(batch, target)
 
     def _serializer(self) -> StateCodec:
@@ -643,15 +599,6 @@ class StatekitReader(DataSourceReader):
                 yield _conform(raw, target)
             else:
                 yield _conform(self._decoder().decode_operator(batch, partition.subtask), target)
-
-
-def _repeated(runs: list[tuple[int, int]]) -> pa.Array:
-    """An int32 column of each (value, count) run in turn: one Arrow fill per block, no Python
-    object per row."""
-    import pyarrow as pa
-
-    arrays = [pa.repeat(pa.scalar(value, pa.int32()), count) for value, count in runs]
-    return pa.concat_arrays(arrays) if arrays else pa.array([], pa.int32())
 
 
 def _conform(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:

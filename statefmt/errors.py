@@ -108,3 +108,12 @@ class JobFailedError(StatekitError):
 class IncompatibleStateError(BadInputError):
     """A job cannot restore a snapshot's state (unmapped uid, changed kind, serializer or type);
     the message has one line per reason."""
+
+
+class JobScriptError(BadInputError):
+    """A job script that does not compile or import: the message starts with ``file:line``
+    (``path`` is the file)."""
+
+    def __init__(self, message: str, *, path: str, line: int | None = None) -> None:
+        super().__init__(message, path=f"{path}:{line}" if line else path)
+        self.path = path

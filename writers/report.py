@@ -28,6 +28,7 @@ from statekit.readers.savepoint_reader import SavepointReader
 from statekit.statefmt.errors import BadInputError
 from statekit.statefmt.fileio import FileIO
 from statekit.statefmt.keygroups import compute_key_group_range_for_operator_index, subtask_skew
+from statekit.statefmt.units import human_bytes
 from statekit.writers.rescale import plan_rescale
 
 __all__ = ["DEFAULT_PARALLELISMS", "HistoryPoint", "KeyedSizes", "ReportOperator", "ReportResult", "ReportState",
@@ -272,20 +273,9 @@ def _e(text: object) -> str:
     return html.escape(str(text), quote=True)
 
 
-def _size(n: int | None) -> str:
-    if n is None:
-        return "-"
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{n:,} B" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{n} B"
-
-
 def _summary(report: SnapshotReport) -> str:
     rows = [("engine", report.engine), ("kind", report.kind), ("format", report.format),
-            ("checkpoint id", str(report.checkpoint_id)), ("size", f"{_size(report.bytes)} ({report.bytes:,} bytes)"),
+            ("checkpoint id", str(report.checkpoint_id)), ("size", f"{human_bytes(report.bytes)} ({report.bytes:,} bytes)"),
             ("operators", str(len(report.operators))), *report.facts]
     body = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows)
     return f'<h2>Summary</h2><table id="summary">{body}</table>'
@@ -409,7 +399,7 @@ def _time_chart(points: list[TimelinePoint], value: Any, unit: str, title: str) 
               for p in points if p.status == "FAILED"]
     axis = (f'<line x1="{left}" y1="{12 + plot_h}" x2="{width - 10}" y2="{12 + plot_h}" stroke="#57606a"/>'
             f'<line x1="{left}" y1="12" x2="{left}" y2="{12 + plot_h}" stroke="#57606a"/>'
-            f'<text x="{left - 4}" y="18" text-anchor="end" font-size="11">{_e(_size(top) if unit == "bytes" else f"{top:,} ms")}</text>'
+            f'<text x="{left - 4}" y="18" text-anchor="end" font-size="11">{_e(human_bytes(top) if unit == "bytes" else f"{top:,} ms")}</text>'
             f'<text x="{left - 4}" y="{12 + plot_h}" text-anchor="end" font-size="11">0</text>'
             f'<text x="{left}" y="{height - 8}" font-size="11">{_e(_utc_ms(start))}</text>'
             f'<text x="{width - 10}" y="{height - 8}" text-anchor="end" font-size="11">{_e(_utc_ms(max(times)))} UTC</text>')

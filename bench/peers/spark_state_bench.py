@@ -120,7 +120,7 @@ def main() -> int:
             return int(spark.read.parquet(os.path.join(work, name)).count())
 
         def statekit_export(name: str) -> int:
-            result = export(ExportSpec(savepoint, os.path.join(work, name), fmt="parquet", spark=settings))
+            result = export(ExportSpec(savepoint, os.path.join(work, name), fmt="parquet", spark=settings), "spark")
             return int(result.rows or 0)
 
         print(f"Spark {spark.version}, {args.master}; {args.keys:,} keys, {args.partitions} partitions "

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from statekit.cli.renderers.markup import _e, print_table
+from statekit.cli.renderers.markup import Column, _e, print_table
 
 if TYPE_CHECKING:
     from statekit.runtime.jobmaster.compatibility import CompatibilityReport
@@ -21,12 +21,14 @@ def _count(value: int | None) -> str:
 
 def compatibility_report(console: Console, r: CompatibilityReport) -> None:
     console.print(f"[bold]Restore check[/] of {_e(r.job)} from {_e(r.snapshot)}", soft_wrap=True)
-    print_table(console, "operators", ["uid", "mapping", "parallelism", "max parallelism", "notes"], [
+    print_table(console, "operators", [Column("uid", key=True), Column("mapping"), Column("parallelism"),
+                                       Column("max parallelism", right=True, drop=1), Column("notes")], [
         [o.uid, o.mapping.value, f"{_count(o.old_parallelism)} -> {_count(o.new_parallelism)}",
          _count(o.max_parallelism), "; ".join(o.notes)] for o in r.operators
     ])
     if r.states:
-        print_table(console, "states", ["uid/state", "status", "kind", "declared type", "changes"], [
+        print_table(console, "states", [Column("uid/state", key=True), Column("status"), Column("kind", drop=2),
+                                        Column("declared type", drop=1), Column("changes")], [
             [f"{s.uid}/{s.state}", s.status.value,
              _pair(s.old.kind.value if s.old else None, s.new.kind.value if s.new else None),
              _pair(_type(s.old.value_type) if s.old else None, _type(s.new.value_type) if s.new else None),

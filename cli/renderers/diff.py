@@ -6,9 +6,8 @@ import json
 from typing import TYPE_CHECKING
 
 from rich.console import Console
-from rich.table import Table
 
-from statekit.cli.renderers.markup import _e
+from statekit.cli.renderers.markup import Column, _e, print_table
 
 if TYPE_CHECKING:
     from statekit.readers.diff import SavepointDiff
@@ -22,36 +21,28 @@ def savepoint_diff(console: Console, r: SavepointDiff) -> None:
     for note in r.notes:
         console.print(f"[yellow]{_e(note)}[/]", soft_wrap=True)
     if r.structural:
-        table = Table(title="Structure", title_justify="left")
-        for column in ("change", "operator", "state", "field", "A", "B"):
-            table.add_column(column)
+        rows = []
         for c in r.structural:
             label = f"{c.change} (layout)" if c.layout else c.change
-            table.add_row(_e(label), _e(c.operator_uid), _e(c.state_name or "-"), _e(c.field or "-"),
-                          "-" if c.a is None else _e(c.a), "-" if c.b is None else _e(c.b))
-        console.print(table)
+            rows.append([label, c.operator_uid, c.state_name or "-", c.field or "-",
+                         "-" if c.a is None else str(c.a), "-" if c.b is None else str(c.b)])
+        print_table(console, "Structure", [Column("change"), Column("operator", key=True), Column("state", key=True),
+                                           Column("field"), Column("A"), Column("B")], rows)
     if r.states:
-        table = Table(title="Data", title_justify="left")
-        counts = ("only A", "only B", "changed", "same", "skipped kg")
-        table.add_column("state", no_wrap=True, min_width=min(40, max(len(f"{s.operator_uid}/{s.state_name}") for s in r.states)))
-        table.add_column("kind")
-        table.add_column("status", min_width=8)
-        for column in counts:
-            table.add_column(column, justify="right")
-        for s in r.states:
-            table.add_row(_e(f"{s.operator_uid}/{s.state_name}"), _e(s.kind), _e(f"{s.status}: {s.reason}" if s.reason else s.status),
-                          f"{s.only_in_a:,}", f"{s.only_in_b:,}", f"{s.changed:,}", f"{s.unchanged:,}",
-                          f"{s.key_groups_skipped:,}")
-        console.print(table)
+        rows = [[f"{s.operator_uid}/{s.state_name}", s.kind, f"{s.status}: {s.reason}" if s.reason else s.status,
+                 f"{s.only_in_a:,}", f"{s.only_in_b:,}", f"{s.changed:,}", f"{s.unchanged:,}", f"{s.key_groups_skipped:,}"]
+                for s in r.states]
+        print_table(console, "Data", [Column("state", key=True), Column("kind", drop=2), Column("status"),
+                                      Column("only A", right=True), Column("only B", right=True),
+                                      Column("changed", right=True), Column("same", right=True, drop=1),
+                                      Column("skipped kg", right=True, drop=3)], rows)
     for s in r.states:
         if s.examples:
-            table = Table(title=_e(f"Differences in {s.operator_uid}/{s.state_name} (first {len(s.examples)})"),
-                          title_justify="left")
-            for column in ("change", "key", "namespace", "user key", "value in A", "value in B"):
-                table.add_column(column)
-            for e in s.examples:
-                table.add_row(_e(e.change), *(_e(_cell(v)) for v in (e.key, e.namespace, e.user_key, e.value_a, e.value_b)))
-            console.print(table)
+            print_table(console, f"Differences in {s.operator_uid}/{s.state_name} (first {len(s.examples)})",
+                        [Column("change"), Column("key"), Column("namespace", drop=2), Column("user key", drop=1),
+                         Column("value in A"), Column("value in B")],
+                        [[e.change, *(_cell(v) for v in (e.key, e.namespace, e.user_key, e.value_a, e.value_b))]
+                         for e in s.examples])
     if r.output:
         console.print(f"differences written to {_e(r.output)}", soft_wrap=True)
 

@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
-from statekit.cli.renderers.markup import human_age, human_bytes
+from statekit.cli.renderers.markup import Column, human_age, human_bytes, print_table
+from statekit.cli.renderers.snapshots import LISTING_COLUMNS
 
 if TYPE_CHECKING:
     from statekit.flink.key_group_lookup import KeyGroupLookup
@@ -36,45 +36,46 @@ def _range(kg: Sequence[int] | None) -> str:
     return "-" if not kg else f"{kg[0]}-{kg[1]}"
 
 
+_LISTING_COLUMNS = [Column("engine", drop=5), *LISTING_COLUMNS]
+
+
 def snapshot_list(console: Console, result: SnapshotList) -> None:
-    table = Table(title=f"Snapshots in {escape(result.path)}", title_justify="left")
-    for column in ("engine", "job", "id", "kind", "status", "format", "size", "age", "path"):
-        table.add_column(column, justify="right" if column in ("id", "size", "age") else "left")
+    rows = []
     for row in result.listings:
         status = f"[{_STATUS_STYLES.get(row.status, 'white')}]{row.status}[/]"
         if row.problem and row.status == "damaged":
             status += f" ({escape(row.problem[:80])})"
-        table.add_row(escape(row.engine), escape(row.job_id[:12] or "-"),
-                      "-" if row.checkpoint_id is None else str(row.checkpoint_id), escape(row.kind), status,
-                      escape(row.format or "-"), human_bytes(row.size), human_age(row.age_s), escape(row.path))
-    console.print(table)
+        rows.append([escape(row.engine), escape(row.job_id[:12] or "-"),
+                     "-" if row.checkpoint_id is None else str(row.checkpoint_id), escape(row.kind), status,
+                     escape(row.format or "-"), human_bytes(row.size), human_age(row.age_s), escape(row.path)])
+    print_table(console, f"Snapshots in {result.path}", _LISTING_COLUMNS, rows, markup=True)
 
 
 def flink_inspection(console: Console, result: FlinkInspection) -> None:
     s = result.summary
-    console.print(f"[bold]Flink {escape(s.kind or 'snapshot')}[/] ({escape(s.format)}) {escape(s.path)}")
+    console.print(f"[bold]Flink {escape(s.kind or 'snapshot')}[/] ({escape(s.format)}) {escape(s.path)}", soft_wrap=True)
     console.print(
         f"checkpoint {s.checkpoint_id}  metadata v{s.metadata_version} ({human_bytes(s.metadata_bytes)})  "
         f"{len(s.operators)} operators  {human_bytes(s.bytes)}: inline {human_bytes(s.inline_bytes)}, "
         f"files {human_bytes(s.file_bytes)}, shared {human_bytes(s.shared_bytes)}"
     )
     if s.moved:
-        console.print(f"[yellow]{escape(s.moved)}[/]")
-    ops = Table(title="Operators", title_justify="left")
-    for column in ("uid / id", "name", "parallelism", "max parallelism", "key groups", "states",
-                   "bytes", "inline", "files", "shared"):
-        ops.add_column(column, justify="right" if column in ("parallelism", "max parallelism", "bytes",
-                                                             "inline", "files", "shared") else "left")
+        console.print(f"[yellow]{escape(s.moved)}[/]", soft_wrap=True)
+    rows = []
     for index, op in enumerate(s.operators):
         ranges = result.key_group_ranges(index)
         counts = [(len(op.keyed_states), "keyed"), (len(result.operator_states(index)), "operator")]
         states = ", ".join(f"{n} {what}" for n, what in counts if n)
-        ops.add_row(escape(op.label), escape(op.name or "-"), str(op.parallelism), str(op.max_parallelism),
-                    (", ".join(_range(r) for r in ranges[:4]) + (" ..." if len(ranges) > 4 else ""))
-                    if _keyed(op) else "-",
-                    states or "-", _bytes(op.bytes), _bytes(op.inline_bytes),
-                    _bytes(op.file_bytes), _bytes(op.shared_bytes))
-    console.print(ops)
+        rows.append([op.label, op.name or "-", str(op.parallelism), str(op.max_parallelism),
+                     (", ".join(_range(r) for r in ranges[:4]) + (" ..." if len(ranges) > 4 else ""))
+                     if _keyed(op) else "-",
+                     states or "-", _bytes(op.bytes), _bytes(op.inline_bytes), _bytes(op.file_bytes),
+                     _bytes(op.shared_bytes)])
+    print_table(console, "Operators", [
+        Column("uid / id", key=True), Column("name", drop=4), Column("parallelism", right=True),
+        Column("max parallelism", right=True, drop=3), Column("key groups", drop=5), Column("states", drop=2),
+        Column("bytes", right=True), Column("inline", right=True, drop=6), Column("files", right=True, drop=7),
+        Column("shared", right=True, drop=8)], rows)
     for index, op in enumerate(s.operators):
         if op.bytes or op.keyed_states or op.keyed_state_problem or op.splits_problem:
             _operator_detail(console, result, index)
@@ -87,44 +88,42 @@ def _keyed(op: FlinkOperatorSummary) -> bool:
 
 def _operator_detail(console: Console, result: FlinkInspection, index: int) -> None:
     op = result.summary.operators[index]
-    title = f"Operator {escape(op.label)}" + (f" (id {op.operator_id})" if op.uid else "")
+    title = f"Operator {op.label}" + (f" (id {op.operator_id})" if op.uid else "")
     if op.keyed_states:
-        states = Table(title=f"{title}: keyed state", title_justify="left")
-        for column in ("state", "kind", "serializers", "problem"):
-            states.add_column(column)
+        rows = []
         for st in op.keyed_states:
             serializers = ", ".join(f"{ser.key.split('_')[0].lower()}={ser.short_name}" for ser in st.serializers)
-            states.add_row(escape(st.name), escape(st.kind), escape(serializers) or "-", escape(st.problem or "-"))
-        console.print(states)
+            rows.append([st.name, st.kind, serializers or "-", st.problem or "-"])
+        print_table(console, f"{title}: keyed state",
+                    [Column("state", key=True), Column("kind"), Column("serializers"), Column("problem")], rows)
     if op.keyed_state_problem:
-        console.print(f"[yellow]{title}: keyed state names: {escape(op.keyed_state_problem)}[/]")
+        console.print(f"[yellow]{escape(title)}: keyed state names: {escape(op.keyed_state_problem)}[/]", soft_wrap=True)
     if op.splits:
-        splits = Table(title=f"{title}: source splits", title_justify="left")
-        for column in ("subtask", "connector", "split", "position"):
-            splits.add_column(column)
-        for split in op.splits:
-            splits.add_row(str(split.subtask), escape(split.connector), escape(split.split_id or "-"),
-                           escape(split.describe))
-        console.print(splits)
+        print_table(console, f"{title}: source splits",
+                    [Column("subtask", right=True), Column("connector"), Column("split", key=True),
+                     Column("position", key=True)],
+                    [[str(split.subtask), split.connector, split.split_id or "-", split.describe]
+                     for split in op.splits])
     if op.splits_problem:
-        console.print(f"[yellow]{title}: {escape(op.splits_problem)}[/]")
+        console.print(f"[yellow]{escape(title)}: {escape(op.splits_problem)}[/]", soft_wrap=True)
     operator_states = result.operator_states(index)
-    subtasks = Table(title=f"{title}: subtasks", title_justify="left")
-    for column in ("subtask", "key groups", "handle", "bytes", "inline", "files", "shared", "operator state"):
-        subtasks.add_column(column, justify="right" if column in ("bytes", "inline", "files", "shared") else "left")
+    rows = []
     for sub in op.subtasks:
         names = ", ".join(f"{o.name} ({o.mode})" for o in sub.operator_states)
         handle = sub.keyed_handle or "-"
         if sub.finished:
             handle = "finished"
-        subtasks.add_row(str(sub.index), _range(None if sub.key_group_range is None or not sub.keyed_handle
-                                                  else (sub.key_group_range.start, sub.key_group_range.end)),
-                         handle, _bytes(sub.bytes), _bytes(sub.inline_bytes), _bytes(sub.file_bytes),
-                         _bytes(sub.shared_bytes), escape(names) or "-")
+        rows.append([str(sub.index), _range(None if sub.key_group_range is None or not sub.keyed_handle
+                                            else (sub.key_group_range.start, sub.key_group_range.end)),
+                     handle, _bytes(sub.bytes), _bytes(sub.inline_bytes), _bytes(sub.file_bytes),
+                     _bytes(sub.shared_bytes), names or "-"])
     if op.subtasks:
-        console.print(subtasks)
+        print_table(console, f"{title}: subtasks", [
+            Column("subtask", key=True), Column("key groups"), Column("handle", drop=4),
+            Column("bytes", right=True), Column("inline", right=True, drop=2), Column("files", right=True, drop=3),
+            Column("shared", right=True, drop=1), Column("operator state")], rows)
     elif operator_states:
-        console.print(f"{title}: operator state {escape(', '.join(operator_states))}")
+        console.print(f"{escape(title)}: operator state {escape(', '.join(operator_states))}", soft_wrap=True)
 
 
 def flink_verify_report(console: Console, r: FlinkVerifyReport) -> None:
@@ -135,11 +134,13 @@ def flink_verify_report(console: Console, r: FlinkVerifyReport) -> None:
                   else "")
         console.print(f"[green]OK[/] {escape(r.path)}: {_count(r.files, 'file')}, {human_bytes(r.bytes)} present with "
                       f"their recorded sizes (+ {human_bytes(r.inline_bytes)} inline){blocks}; "
-                      "Flink's _metadata records no checksums")
+                      "Flink's _metadata records no checksums", soft_wrap=True)
         return
-    console.print(f"[red]DAMAGED[/] {escape(r.path)}: {_count(len(r.problems), 'problem')} in {_count(r.files, 'file')}")
+    console.print(f"[red]DAMAGED[/] {escape(r.path)}: {_count(len(r.problems), 'problem')} in {_count(r.files, 'file')}", soft_wrap=True)
     for p in r.problems:
-        console.print(f"  {p.kind}: {escape(p.message)}")
+        console.print(f"  {p.kind}: {escape(p.message)}", soft_wrap=True)
+    if r.hint:
+        console.print(f"[yellow]hint:[/] {escape(r.hint)}", soft_wrap=True)
 
 
 def flink_disposal(console: Console, r: FlinkDisposal) -> None:
@@ -147,19 +148,19 @@ def flink_disposal(console: Console, r: FlinkDisposal) -> None:
     verb = "would delete" if r.result.dry_run else "deleted"
     shared = f" and {_count(len(plan.delete_shared), 'shared file')}" if plan.delete_shared else ""
     console.print(f"{verb} {escape(plan.snapshot)} ({_count(len(plan.delete_files), 'file')}{shared}, "
-                  f"{human_bytes(plan.bytes_to_free)})")
+                  f"{human_bytes(plan.bytes_to_free)})", soft_wrap=True)
     if r.result.dry_run:
         for f in r.files:
-            console.print(f"  {escape(f)}")
+            console.print(f"  {escape(f)}", soft_wrap=True)
     for path, refs in plan.keep_shared:
         by = ", ".join(refs) or "a checkpoint that could not be read"
-        console.print(f"  kept shared {escape(path)}: referenced by {escape(by)}")
+        console.print(f"  kept shared {escape(path)}: referenced by {escape(by)}", soft_wrap=True)
     for path in plan.keep_exclusive:
-        console.print(f"  kept {escape(path)}: referenced by another checkpoint")
+        console.print(f"  kept {escape(path)}: referenced by another checkpoint", soft_wrap=True)
     for path in plan.keep_external:
-        console.print(f"  kept {escape(path)}: outside the snapshot and its job's shared/ directory")
+        console.print(f"  kept {escape(path)}: outside the snapshot and its job's shared/ directory", soft_wrap=True)
     for path in plan.missing:
-        console.print(f"  [yellow]already missing[/] {escape(path)}")
+        console.print(f"  [yellow]already missing[/] {escape(path)}", soft_wrap=True)
     for warning in plan.warnings:
         console.print(f"[yellow]warning:[/] {escape(warning)}")
 
@@ -167,10 +168,10 @@ def flink_disposal(console: Console, r: FlinkDisposal) -> None:
 def flink_relocation(console: Console, r: FlinkRelocation) -> None:
     console.print(f"rewrote {r.paths_changed} of {_count(r.paths, 'absolute path')} "
                   f"({_count(r.handles_changed, 'file handle')}) "
-                  f"in {escape(r.source)}")
-    console.print(f"wrote {escape(r.output)} ({human_bytes(r.bytes)})" + (", replacing it" if r.overwritten else ""))
+                  f"in {escape(r.source)}", soft_wrap=True)
+    console.print(f"wrote {escape(r.output)} ({human_bytes(r.bytes)})" + (", replacing it" if r.overwritten else ""), soft_wrap=True)
     for old, new in r.examples:
-        console.print(f"  {escape(old)} -> {escape(new)}")
+        console.print(f"  {escape(old)} -> {escape(new)}", soft_wrap=True)
     for warning in r.warnings:
         console.print(f"[yellow]warning:[/] {escape(warning)}")
 

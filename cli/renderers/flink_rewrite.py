@@ -5,9 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rich.console import Console
-from rich.table import Table
 
-from statekit.cli.renderers.markup import _e, human_bytes
+from statekit.cli.renderers.markup import Column, _e, human_bytes, print_table
 
 if TYPE_CHECKING:
     from statekit.flink.rewrite_report import FlinkModifyReport, FlinkOperatorPlan, FlinkRescaleReport
@@ -29,13 +28,11 @@ _PATHS = {
 
 
 def _subtasks(console: Console, op: FlinkOperatorPlan) -> None:
-    table = Table(show_edge=False, pad_edge=False)
-    for column in ("subtask", "key groups", "with state", "entries", "bytes"):
-        table.add_column(column, justify="left" if column == "key groups" else "right")
-    for s in op.subtasks:
-        kg = s.key_group_range
-        table.add_row(str(s.index), f"{kg.start}-{kg.end}", str(s.key_groups), str(s.entries), human_bytes(s.bytes))
-    console.print(table)
+    print_table(console, None, [Column("subtask", key=True, right=True), Column("key groups"),
+                                Column("with state", right=True, drop=1), Column("entries", right=True),
+                                Column("bytes", right=True)],
+                [[str(s.index), f"{s.key_group_range.start}-{s.key_group_range.end}", str(s.key_groups),
+                  str(s.entries), human_bytes(s.bytes)] for s in op.subtasks])
     console.print(f"  keys {_e(op.key_type)}, states {_e(', '.join(op.states))}: {op.entries} entries, "
                   f"{human_bytes(op.bytes)}, skew {op.skew:.2f} (largest subtask / mean)", soft_wrap=True)
 
@@ -73,10 +70,9 @@ def flink_modify_report(console: Console, r: FlinkModifyReport) -> None:
         console.print(f"  removed operator {_e(label)} (id {_e(op_id)})", soft_wrap=True)
     for old, new, op_id in r.renamed:
         console.print(f"  renamed {_e(old)} -> {_e(new)} (operator id {_e(op_id)})", soft_wrap=True)
-    table = Table(show_edge=False, pad_edge=False)
-    for column in ("uid / id", "operator id", "was", "parallelism", "max parallelism", "files", "bytes"):
-        table.add_column(column)
-    for op in r.operators:
-        table.add_row(_e(op.label), _e(op.operator_id), _e(op.renamed_from or ""), str(op.parallelism),
-                      str(op.max_parallelism), str(op.files), human_bytes(op.bytes))
-    console.print(table)
+    print_table(console, None, [Column("uid / id", key=True), Column("operator id", key=True, drop=3),
+                                Column("was", key=True), Column("parallelism", right=True),
+                                Column("max parallelism", right=True, drop=2), Column("files", right=True, drop=1),
+                                Column("bytes", right=True)],
+                [[op.label, op.operator_id, op.renamed_from or "", str(op.parallelism), str(op.max_parallelism),
+                  str(op.files), human_bytes(op.bytes)] for op in r.operators])

@@ -10,9 +10,11 @@ import datetime as dt
 from typing import TYPE_CHECKING
 
 import click
+from rich.cells import cell_len
 from rich.console import Console
+from rich.text import Text
 
-from statekit.cli.renderers.markup import _e, human_age, human_bytes
+from statekit.cli.renderers.markup import Column, _e, human_age, human_bytes, print_table
 
 if TYPE_CHECKING:
     from statekit.runtime.control.results import CancelResult, JobList, LastCheckpoint, RunResult, SavepointResult
@@ -45,32 +47,22 @@ def job_list(console: Console, r: JobList) -> None:
     if not r.jobs:
         console.print("No jobs in the registry." if r.include_all else "No running jobs.")
         return
-    from rich import box
-    from rich.table import Table
-
-    table = Table(title=None if r.include_all else "Running jobs", title_justify="left", box=box.SIMPLE_HEAD,
-                  show_edge=False, pad_edge=False)
-    table.add_column("job id", no_wrap=True, min_width=32)
-    table.add_column("name")
-    table.add_column("state")
-    table.add_column("pid", justify="right")
-    table.add_column("uptime", justify="right")
-    table.add_column("last checkpoint", justify="right")
-    table.add_column("age", justify="right")
-    table.add_column("size", justify="right")
     styles = {"RUNNING": "green", "CRASHED": "red", "FAILED": "red", "FINISHED": "cyan", "CANCELED": "yellow"}
     now_ms = dt.datetime.now(tz=dt.timezone.utc).timestamp() * 1000
+    rows = []
     for index, job in enumerate(r.jobs):
-        state = f"[{styles.get(job.status, 'white')}]{job.status}[/]"
-        if job.crash_reason:
-            state += f" ({_e(job.crash_reason)})"
-        elif job.failure:
-            state += f" ({_e(job.failure)})"
         end = job.end_time_ms if job.end_time_ms is not None else (None if job.status == "CRASHED" else now_ms)
         uptime = human_age((end - job.start_time_ms) / 1000) if end is not None else "-"
-        table.add_row(_e(job.job_id), _e(job.name), state, str(job.pid), uptime,
-                      *_last_checkpoint_cells(r.last_checkpoint(index), now_ms))
-    console.print(table)
+        rows.append([_e(job.job_id), _e(job.name), f"[{styles.get(job.status, 'white')}]{job.status}[/]",
+                     str(job.pid), uptime, *_last_checkpoint_cells(r.last_checkpoint(index), now_ms),
+                     _e(job.crash_reason or job.failure or "")])
+    columns = [Column("job id", key=True), Column("name", key=True), Column("state", key=True),
+               Column("pid", right=True, drop=3), Column("uptime", right=True, drop=2),
+               Column("last checkpoint", right=True), Column("age", right=True, drop=1),
+               Column("size", right=True, drop=4), Column("reason", drop=5)]
+    if not any(row[-1] for row in rows):
+        columns, rows = columns[:-1], [row[:-1] for row in rows]
+    print_table(console, None if r.include_all else "Running jobs", columns, rows, markup=True)
 
 
 def _last_checkpoint_cells(last: LastCheckpoint | None, now_ms: float) -> list[str]:
@@ -81,8 +73,10 @@ def _last_checkpoint_cells(last: LastCheckpoint | None, now_ms: float) -> list[s
     return [f"chk-{last.checkpoint_id}", age, "-" if last.size is None else human_bytes(last.size)]
 
 
-def live_status_line(s: LiveStatus) -> str:
-    """One line (rich markup) of a running job: rates, checkpoints, last checkpoint, backpressure."""
+def live_status_line(s: LiveStatus, width: int | None = None) -> str:
+    """One line (rich markup) of a running job: rates, checkpoints, last checkpoint, backpressure;
+    within ``width`` cells, the parts of least interest (backpressure, the last checkpoint, the
+    rates) left out first."""
     last = "-"
     if s.last_checkpoint_id is not None:
         duration = "-" if s.last_checkpoint_duration_ms is None else f"{s.last_checkpoint_duration_ms} ms"
@@ -90,19 +84,26 @@ def live_status_line(s: LiveStatus) -> str:
         last = f"chk-{s.last_checkpoint_id} {duration}, {size}"
     failed = f"[red]{s.checkpoints_failed} failed[/]" if s.checkpoints_failed else "0 failed"
     pressure = f"[yellow]{s.backpressured_tasks}[/]" if s.backpressured_tasks else "0"
-    return (f"[bold]{_e(s.state)}[/]  in {s.records_in_per_s:,.0f} rec/s  out {s.records_out_per_s:,.0f} rec/s  "
-            f"checkpoints {s.checkpoints_completed} done, {failed}  last {_e(last)}  "
-            f"backpressured {pressure}/{s.tasks} tasks{_watermark(s.low_watermark)}")
+    parts = [f"[bold]{_e(s.state)}[/]", f"in {s.records_in_per_s:,.0f} rec/s", f"out {s.records_out_per_s:,.0f} rec/s",
+             f"checkpoints {s.checkpoints_completed} done, {failed}", f"last {_e(last)}",
+             f"backpressured {pressure}/{s.tasks} tasks", _watermark(s.low_watermark)]
+    # the order parts are given up in when the line is too wide (the state always stays)
+    for drop in (6, 5, 4, 2, 1, 3):
+        line = "  ".join(p for p in parts if p)
+        if width is None or cell_len(Text.from_markup(line).plain) <= width:
+            return line
+        parts[drop] = ""
+    return parts[0]
 
 
 def _watermark(low: int | None) -> str:
-    """``  watermark 12:00:03 (-1.2 s)``: how far event time came through the whole job (none: no event time)."""
+    """``watermark 12:00:03 (-1.2 s)``: how far event time came through the whole job (none: no event time)."""
     from statekit.runtime.api.watermarks import MAX_WATERMARK
 
     if low is None:
         return ""
     if low >= MAX_WATERMARK:
-        return "  watermark end of input"
+        return "watermark end of input"
     lag = dt.datetime.now(tz=dt.timezone.utc).timestamp() - low / 1000
     clock = dt.datetime.fromtimestamp(low / 1000, tz=dt.timezone.utc).strftime("%H:%M:%S")
-    return f"  watermark {clock} (-{max(0.0, lag):.1f} s)"
+    return f"watermark {clock} (-{max(0.0, lag):.1f} s)"

@@ -5,9 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rich.console import Console
-from rich.table import Table
 
-from statekit.cli.renderers.markup import _e, human_bytes
+from statekit.cli.renderers.markup import Column, _e, human_bytes, print_table
 
 if TYPE_CHECKING:
     from statekit.writers.bootstrap import BootstrapReport
@@ -15,6 +14,9 @@ if TYPE_CHECKING:
     from statekit.writers.savepoint_modification import ModifyReport
 
 __all__ = ["rescale_report", "modify_report", "bootstrap_report"]
+
+_SUBTASK = Column("subtask", key=True, right=True)
+_KEY_GROUPS = Column("key groups")
 
 
 def rescale_report(console: Console, r: RescaleReport) -> None:
@@ -31,14 +33,10 @@ def rescale_report(console: Console, r: RescaleReport) -> None:
         console.print(f"operator [bold]{_e(op.uid)}[/]: {_e(op.action)}, {_e(change)}", soft_wrap=True)
         if op.keyed_states:
             estimated = " (estimated)" if op.bytes_estimated else ""
-            table = Table(show_edge=False, pad_edge=False)
-            for column in ("subtask", "key groups", "with state", f"bytes{estimated}", "entries"):
-                table.add_column(column, justify="left" if column == "key groups" else "right")
-            for s in op.subtasks:
-                kg = s.key_group_range
-                table.add_row(str(s.index), f"{kg.start}-{kg.end}", str(s.key_groups), human_bytes(s.bytes),
-                              str(s.entries))
-            console.print(table)
+            print_table(console, None, [_SUBTASK, _KEY_GROUPS, Column("with state", right=True, drop=1),
+                                        Column(f"bytes{estimated}", right=True), Column("entries", right=True)],
+                        [[str(s.index), f"{s.key_group_range.start}-{s.key_group_range.end}", str(s.key_groups),
+                          human_bytes(s.bytes), str(s.entries)] for s in op.subtasks])
             console.print(f"  keyed states {_e(', '.join(op.keyed_states))}: {human_bytes(op.bytes)}, "
                           f"{_e(op.entries)} entries, skew {op.skew:.2f} (largest subtask / mean)", soft_wrap=True)
         for st in op.operator_states:
@@ -56,13 +54,11 @@ def modify_report(console: Console, r: ModifyReport) -> None:
         console.print(f"  removed state {_e(uid)}/{_e(state)}", soft_wrap=True)
     for old, new in r.renamed:
         console.print(f"  renamed {_e(old)} -> {_e(new)}", soft_wrap=True)
-    table = Table(show_edge=False, pad_edge=False)
-    for column in ("uid", "was", "parallelism", "max parallelism", "states", "files", "bytes"):
-        table.add_column(column)
-    for op in r.operators:
-        table.add_row(_e(op.uid), _e(op.renamed_from or ""), str(op.parallelism), str(op.max_parallelism),
-                      _e(", ".join(op.states) or "-"), str(op.files), human_bytes(op.bytes))
-    console.print(table)
+    print_table(console, None, [Column("uid", key=True), Column("was", key=True), Column("parallelism", right=True),
+                                Column("max parallelism", right=True, drop=2), Column("states"),
+                                Column("files", right=True, drop=1), Column("bytes", right=True)],
+                [[op.uid, op.renamed_from or "", str(op.parallelism), str(op.max_parallelism),
+                  ", ".join(op.states) or "-", str(op.files), human_bytes(op.bytes)] for op in r.operators])
 
 
 def bootstrap_report(console: Console, r: BootstrapReport) -> None:
@@ -72,10 +68,6 @@ def bootstrap_report(console: Console, r: BootstrapReport) -> None:
                   f"value type {_e(r.value_type or 'any')} ({_e(r.value_serializer)})", soft_wrap=True)
     if r.copied_operators:
         console.print(f"  copied from {_e(r.from_savepoint)}: {_e(', '.join(r.copied_operators))}", soft_wrap=True)
-    table = Table(show_edge=False, pad_edge=False)
-    for column in ("subtask", "key groups", "bytes", "entries"):
-        table.add_column(column, justify="left" if column == "key groups" else "right")
-    for s in r.subtasks:
-        kg = s.key_group_range
-        table.add_row(str(s.index), f"{kg.start}-{kg.end}", human_bytes(s.bytes), str(s.entries))
-    console.print(table)
+    print_table(console, None, [_SUBTASK, _KEY_GROUPS, Column("bytes", right=True), Column("entries", right=True)],
+                [[str(s.index), f"{s.key_group_range.start}-{s.key_group_range.end}", human_bytes(s.bytes),
+                  str(s.entries)] for s in r.subtasks])

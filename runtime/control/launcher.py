@@ -1,6 +1,6 @@
 """Run a job script with :class:`RunOptions`, as ``flink run`` runs a jar.
 
-``run_job_file(path, options)`` sets the options, runs the script with ``runpy`` as
+``run_job_file(path, options)`` sets the options, runs the script (:func:`run_job_script`) as
 ``__main__`` with ``sys.argv = [path, *options.job_args]`` and returns the status of the
 last job the script executed. From a shell, ``statekit run [OPTIONS] JOB.py [ARGS...]`` does
 the same (through :mod:`statekit.runtime.control.submission`, which also registers the job
@@ -9,12 +9,12 @@ and serves its REST API).
 
 from __future__ import annotations
 
-import runpy
 import sys
 import threading
 
 from statekit.runtime.dataflow.job_handle import JobHandle, JobStatus
 from statekit.runtime.dataflow.run_options import RunOptions, add_job_listener, remove_job_listener, set_run_options
+from statekit.runtime.dataflow.user_code import run_job_script
 from statekit.statefmt.errors import PathNotFoundError
 
 __all__ = ["run_job_file"]
@@ -32,6 +32,7 @@ def run_job_file(path: str, options: RunOptions) -> JobStatus:
 
     Raises:
         PathNotFoundError: ``path`` is not a file.
+        JobScriptError: The script does not compile, or an import in it fails (``file:line``).
         StatekitError: From the job (restore failures, JobFailedError, ...).
     """
     import os
@@ -50,7 +51,7 @@ def run_job_file(path: str, options: RunOptions) -> JobStatus:
     set_run_options(options)
     try:
         sys.argv = [path, *options.job_args]
-        runpy.run_path(path, run_name="__main__")
+        run_job_script(path)
     finally:
         sys.argv = saved_argv
         set_run_options(None)

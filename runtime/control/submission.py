@@ -62,6 +62,7 @@ def validate_run(job_file: str, options: RunOptions) -> None:
 
     Raises:
         PathNotFoundError: The job file (or a local restore path) does not exist.
+        JobScriptError: The job file does not compile (``file:line``).
         BadInputError: A bad job id, parallelism, state backend, interval, restore path, or
             an in-memory savepoint-on-finish directory.
         JobError: The job id is registered by a job that still runs.
@@ -76,6 +77,9 @@ def validate_run(job_file: str, options: RunOptions) -> None:
             check_savepoint_target(target)
     if not os.path.isfile(job_file):
         raise PathNotFoundError("job file not found; pass the path of a Python job script", path=job_file)
+    from statekit.runtime.dataflow.user_code import compile_job_script
+
+    compile_job_script(job_file)
     options.check_checkpointing()
     from statekit.statefmt.keygroups import UPPER_BOUND_MAX_PARALLELISM, check_parallelism
 
@@ -309,7 +313,9 @@ def run_job(
             fallback, failure = "FINISHED", None
         raise
     except Exception as error:
-        failure = f"{type(error).__name__}: {error}"
+        from statekit.runtime.dataflow.user_code import with_user_location
+
+        failure = with_user_location(f"{type(error).__name__}: {error}", error)
         raise JobFailedError(f"job script {job_file} failed: {failure}") from error
     finally:
         remove_job_listener(supervisor.job_started)
@@ -421,6 +427,8 @@ def submit_detached(job_file: str, options: RunOptions, *, startup_timeout: floa
                 code = process.wait(FETCH_GRACE_S)
             except subprocess.TimeoutExpired:
                 code = None
+            if code == 2 and (line := _error_line(log_path)) is not None:
+                raise BadInputError(line)  # the background run's own one-line error (bad input)
             error = BadInputError if code == 2 else JobFailedError
             raise error(f"job {job_id} failed: {entry.failure or 'see the log'}; {_log_tail(log_path)}")
         code = process.poll()
@@ -428,6 +436,8 @@ def submit_detached(job_file: str, options: RunOptions, *, startup_timeout: floa
             entry = _own_entry(registry, job_id, process.pid)
             if entry is not None and entry.status in ("FINISHED", "CANCELED"):
                 return RunResult(job_id=job_id, name=entry.name, state=entry.status, detached=True, log_path=log_path)
+            if code == 2 and (line := _error_line(log_path)) is not None:
+                raise BadInputError(line)  # the background run's own one-line error (a job file that does not import)
             error = BadInputError if code == 2 else JobFailedError
             raise error(f"job {job_id} exited with code {code} before it ran; {_log_tail(log_path)}")
         if time.monotonic() > deadline:
@@ -460,6 +470,20 @@ def _log_tail(log_path: str) -> str:
         lines = []
     tail = " | ".join(lines[-LOG_TAIL_LINES:]) or "(empty)"
     return f"log {log_path}: {tail}"
+
+
+def _error_line(log_path: str) -> str | None:
+    """The last ``statekit: error: ...`` line of a background run's log, without its prefix."""
+    prefix = "statekit: error: "
+    try:
+        with open(log_path, "rb") as log:
+            log.seek(0, os.SEEK_END)
+            log.seek(max(0, log.tell() - 8192))
+            lines = log.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return None
+    found = [line[len(prefix):].strip() for line in lines if line.startswith(prefix)]
+    return found[-1] if found else None
 
 
 def _absolute(path: str) -> str:

@@ -10,7 +10,6 @@ environment exactly as the job master resolves it.
 from __future__ import annotations
 
 import os
-import runpy
 import sys
 import types
 from dataclasses import dataclass
@@ -18,7 +17,8 @@ from typing import TYPE_CHECKING
 
 from statekit.runtime.dataflow.executor import executing_with
 from statekit.runtime.dataflow.run_options import RunOptions, get_run_options, set_run_options
-from statekit.statefmt.errors import BadInputError, PathNotFoundError
+from statekit.runtime.dataflow.user_code import compile_job_script, run_job_script, with_user_location
+from statekit.statefmt.errors import BadInputError, PathNotFoundError, StatekitError
 
 if TYPE_CHECKING:
     from statekit.runtime.dataflow.environment import StreamEnvironment
@@ -73,7 +73,8 @@ def capture_job_file(path: str, options: RunOptions, *, keep_main: bool = False)
 
     Raises:
         PathNotFoundError: ``path`` is not a file.
-        BadInputError: The script ended (or exited) without calling ``execute()``.
+        JobScriptError: The script does not compile, or an import in it fails (``file:line``).
+        BadInputError: The script ended (or exited, or failed) without calling ``execute()``.
     """
     if not os.path.isfile(path):
         raise PathNotFoundError("job file not found; pass the path of a Python job script", path=path)
@@ -83,9 +84,10 @@ def capture_job_file(path: str, options: RunOptions, *, keep_main: bool = False)
         sys.argv = [path, *options.job_args]
         with executing_with(CapturingExecutor()):
             if keep_main:
+                compile_job_script(path)
                 _run_as_main(path)
             else:
-                runpy.run_path(path, run_name="__main__")
+                run_job_script(path)
     except JobCaptured as captured:
         return CapturedJob(path, captured.env, captured.job_name, options)
     except SystemExit as exc:
@@ -93,6 +95,11 @@ def capture_job_file(path: str, options: RunOptions, *, keep_main: bool = False)
             f"the job script exited (code {exc.code}) before it called execute(); check the job arguments",
             path=path,
         ) from None
+    except StatekitError:
+        raise
+    except Exception as error:  # the script's own code failed before execute(): it defines no job to check
+        raise BadInputError(with_user_location(f"the job script failed before it called execute(): "
+                                               f"{type(error).__name__}: {error}", error), path=path) from error
     finally:
         if not keep_main:  # a TaskManager's user functions see the job's arguments, as the job master's do
             sys.argv = saved_argv

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from statekit.runtime.checkpoint.handles import TaskStateSnapshot
 from statekit.runtime.checkpoint.restore import RestorePlan
+from statekit.runtime.dataflow.user_code import with_user_location
 from statekit.runtime.task.mails import Cancel, Resume, Terminate
 from statekit.runtime.task.metrics import TaskReport
 from statekit.runtime.task.task import Task
@@ -182,7 +183,9 @@ class Execution:
     def task_failed(self, task: DeployedTask, error: BaseException) -> None:
         if not self.cancelled.is_set():
             # one line; the traceback only when DEBUG is on for the logger (statekit run --verbose)
-            log.warning("task %s failed: %s: %s", task.name, type(error).__name__, one_line(str(error)),
+            text = f"{type(error).__name__}: {one_line(str(error))}"
+            log.warning("task %s failed: %s", task.name,
+                        text if isinstance(error, StatekitError) else with_user_location(text, error),
                         exc_info=error if log.isEnabledFor(logging.DEBUG) else None)
         self.post("failed", task, error)
 

@@ -32,6 +32,7 @@ from statekit.runtime.dataflow.environment import StreamEnvironment
 from statekit.runtime.dataflow.graph import JobGraph, build_job_graph
 from statekit.runtime.dataflow.job_handle import JobExecutionResult, JobHandle, JobStatus
 from statekit.runtime.dataflow.run_options import RunOptions, get_run_options, notify_job_listeners
+from statekit.runtime.dataflow.user_code import with_user_location
 from statekit.runtime.jobmaster.checkpoint_stats import checkpoint_config_json
 from statekit.runtime.jobmaster.coordinator import CheckpointCoordinator, OperatorInfo
 from statekit.runtime.jobmaster.execution import JOIN_TIMEOUT_S, Deployer, Execution, ThreadDeployer, one_line
@@ -411,10 +412,11 @@ def _unrecoverable(error: BaseException) -> bool:
 
 
 def _describe(error: BaseException) -> str:
-    """One line: the message of a StatekitError, else ``Type: message``."""
+    """One line: the message of a StatekitError, else ``Type: message`` ending with the user's
+    code where it failed (``(at job.py:7, in explode)``, :mod:`statekit.runtime.dataflow.user_code`)."""
     if isinstance(error, StatekitError):
         return one_line(str(error))
-    return f"{type(error).__name__}: {one_line(str(error))}"
+    return with_user_location(f"{type(error).__name__}: {one_line(str(error))}", error)
 
 
 def check_event_time_checkpoints(transformations: list[Any], unaligned: bool) -> None:

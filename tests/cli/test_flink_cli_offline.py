@@ -66,7 +66,7 @@ def snapshot(name: str) -> Path:
 
 
 def run(*args: str) -> Result:
-    return CliRunner(env={"COLUMNS": "250"}).invoke(cli, list(args))
+    return CliRunner(env={"COLUMNS": "250", "STATEKIT_OUTPUT": "rich"}).invoke(cli, list(args))
 
 
 def run_json(*args: str, code: int = 0) -> Any:

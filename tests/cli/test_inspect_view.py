@@ -21,6 +21,7 @@ NOT_METADATA = "not a statekit or Apache Flink _metadata file"
 @pytest.fixture(autouse=True)
 def wide_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "250")
+    monkeypatch.setenv("STATEKIT_OUTPUT", "rich")  # bordered tables off a terminal too: the tests read cells by │
 
 
 def run(*args: str) -> Result:

@@ -39,17 +39,21 @@ def statekit(*args: str, columns: str | None = None) -> subprocess.CompletedProc
 def test_a_piped_table_keeps_full_values(long_savepoint: Path) -> None:
     result = statekit("inspect", str(long_savepoint))
     assert result.returncode == 0, result.stderr
-    # the whole uid on one line of the operators table, not cut to 80 columns or wrapped
-    row = next(line for line in result.stdout.splitlines() if line.startswith("│ " + LONG_UID[:20]))
-    assert LONG_UID in row
+    # the whole uid on one line of the plain operators table, not cut to 80 columns or wrapped
+    row = next(line for line in result.stdout.splitlines() if line.startswith(LONG_UID[:20]))
+    assert row.split()[:2] == [LONG_UID, LONG_UID]  # uid, name
     assert max(len(line) for line in result.stdout.splitlines()) > 80
+    assert "│" not in result.stdout and "hidden to fit" not in result.stdout
 
 
 def test_columns_is_respected_off_a_terminal(long_savepoint: Path) -> None:
+    """At 60 columns the uid and the path (wider than that) are printed whole, the row's lines
+    vertical; every other line fits."""
     result = statekit("inspect", str(long_savepoint), columns="60")
     assert result.returncode == 0, result.stderr
-    assert max(len(line) for line in result.stdout.splitlines()) <= 60
-    assert LONG_UID not in result.stdout
+    lines = result.stdout.splitlines()
+    assert max(len(line) for line in lines if LONG_UID not in line and str(long_savepoint) not in line) <= 60
+    assert "uid              " + LONG_UID in lines
 
 
 def test_a_piped_listing_keeps_full_paths(long_savepoint: Path) -> None:

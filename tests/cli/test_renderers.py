@@ -9,6 +9,7 @@ import dataclasses
 import importlib
 import inspect
 import io
+import re
 import shutil
 import types
 import typing
@@ -57,8 +58,9 @@ def _library_calls() -> dict[str, list[str]]:
         tree = ast.parse((CLI_DIR / f"{module_name.rsplit('.', 1)[1]}.py").read_text(encoding="utf-8"))
         found = calls.setdefault(module_name, [])
         for node in ast.walk(tree):
+            # the CLI's own modules are not the library, except its config file (statekit config show)
             if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("statekit.") \
-                    and not node.module.startswith("statekit.cli"):
+                    and (not node.module.startswith("statekit.cli") or node.module == "statekit.cli.config"):
                 found.extend(f"{node.module}.{alias.name}" for alias in node.names)
     return calls
 
@@ -210,7 +212,7 @@ def test_flink_kind_format_and_state_kind_from_the_snapshot_are_text() -> None:
                                                   operators=tuple(operators)))
     text = _text(crafted)
     assert text.splitlines()[0] == f"Flink {MARKUP} ({MARKUP}fmt) {FLINK_CHECKPOINT}"
-    assert f"│ {state.name} │ {MARKUP} │ value=TimerSerializer" in text
+    assert re.search(rf"^{re.escape(state.name)} +{re.escape(MARKUP)} +value=TimerSerializer", text, re.MULTILINE)
 
 
 def test_a_listing_with_flink_snapshots_shows_a_markup_job_directory_as_text(tmp_path: Path) -> None:
@@ -221,7 +223,8 @@ def test_a_listing_with_flink_snapshots_shows_a_markup_job_directory_as_text(tmp
     (job / "chk-3" / "part").write_bytes(b"x")
     result = CliRunner(env={"COLUMNS": "250"}).invoke(cli, ["checkpoints", "list", str(job)])
     assert result.exit_code == 0, result.output
-    assert "│ [red]job " in result.output
+    assert any(line.endswith(f"{job}/chk-3") and " incomplete " in line for line in result.output.splitlines())
+    assert result.output.splitlines()[0] == f"Snapshots in {job}"
 
 
 def test_a_savepoint_path_is_printed_as_written() -> None:

@@ -153,8 +153,9 @@ def test_an_unreachable_endpoint_on_the_command_line_is_exit_2(s3_server: dict[s
     assert result.stderr.startswith("statekit: error: object store: EndpointConnectionError: ")
 
 
-# savepoint targets: the job's own options; a job id, or no argument at all
-NO_PATH = {"keygroup", "list", "savepoint", "stop", "cancel", "checkpoint", "checkpoints history", "ui"}
+# savepoint targets: the job's own options; a job id, or no argument at all; config and spark take no path
+NO_PATH = {"keygroup", "list", "savepoint", "stop", "cancel", "checkpoint", "checkpoints history", "ui", "config",
+           "spark"}
 
 
 def test_every_command_that_takes_a_path_has_the_option() -> None:

@@ -41,11 +41,11 @@ def test_rescale_dry_run_text(savepoint: str) -> None:
     assert result.output == f"""\
 Rescale plan for {savepoint} (dry run: nothing written)
 operator counter: rescale, parallelism 2 -> 3, max parallelism 8
-subtask ┃ key groups ┃ with state ┃   bytes ┃ entries
-━━━━━━━━╇━━━━━━━━━━━━╇━━━━━━━━━━━━╇━━━━━━━━━╇━━━━━━━━
-      0 │ 0-2        │          3 │ 1.6 KiB │      16
-      1 │ 3-5        │          3 │ 1.6 KiB │      14
-      2 │ 6-7        │          2 │ 1.2 KiB │      10
+subtask  key groups  with state    bytes  entries
+-------  ----------  ----------  -------  -------
+      0  0-2                  3  1.6 KiB       16
+      1  3-5                  3  1.6 KiB       14
+      2  6-7                  2  1.2 KiB       10
   keyed states count: 4.5 KiB, 40 entries, skew 1.10 (largest subtask / mean)
   operator-list state offsets: elements per subtask [1, 1, 1]
 """
@@ -128,10 +128,10 @@ def test_modify_text_json_and_errors(savepoint: str, tmp_path: Path) -> None:
     assert plan.output == f"""\
 Modify plan for {savepoint} (dry run: nothing written)
   renamed counter -> c2
-uid ┃ was     ┃ parallelism ┃ max parallelism ┃ states         ┃ files ┃ bytes  
-━━━━╇━━━━━━━━━╇━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━╇━━━━━━━╇━━━━━━━━
-c2  │ counter │ 2           │ 8               │ count, offsets │ 4     │ 4.9 KiB
-"""  # noqa: W291 (rich pads the last column)
+uid  was      parallelism  max parallelism  states          files    bytes
+---  -------  -----------  ---------------  --------------  -----  -------
+c2   counter            2                8  count, offsets      4  4.9 KiB
+"""
     out = str(tmp_path / "out")
     result = invoke("--json", "modify", savepoint, "-o", out, "--rename-uid", "counter=c2",
                     "--remove-state", "counter/offsets")
@@ -157,10 +157,10 @@ def test_bootstrap_text_and_json(tmp_path: Path, savepoint: str) -> None:
     assert lines[0].endswith(" s: 3 rows -> 2 entries, 1.5 KiB")
     assert lines[1:] == [
         "  parallelism 2, max parallelism 128, value type int (msgpack)",
-        "subtask ┃ key groups ┃   bytes ┃ entries",
-        "━━━━━━━━╇━━━━━━━━━━━━╇━━━━━━━━━╇━━━━━━━━",
-        "      0 │ 0-63       │ 1.1 KiB │       2",
-        "      1 │ 64-127     │   436 B │       0",
+        "subtask  key groups    bytes  entries",
+        "-------  ----------  -------  -------",
+        "      0  0-63        1.1 KiB        2",
+        "      1  64-127        436 B        0",
     ]
     assert {e.key: e.value for e in SavepointReader.read(out).read_keyed_state("counter", "count")} == {"a": 3, "b": 2}
     added = str(tmp_path / "added")

@@ -11,7 +11,7 @@ import pytest
 
 from statekit.readers.diff import DiffSpec
 from statekit.spark import engine
-from statekit.spark.export import ExportSpec
+from statekit.spark.export import ExportResult, ExportSpec
 from statekit.statefmt.errors import BadInputError
 from statekit.statefmt.metadata import StateDescriptor, StateKind
 from statekit.writers.savepoint_writer import SavepointWriter
@@ -49,9 +49,13 @@ def test_spark_without_pyspark_is_bad_input(tmp_path: Path, monkeypatch: pytest.
     a = savepoint(tmp_path / "a", 3)
     with pytest.raises(BadInputError, match=r"^--engine spark needs PySpark: pip install 'statekit\[spark\]'$"):
         engine.diff(DiffSpec(a, a), "spark")
-    with pytest.raises(BadInputError, match=r"^statekit export needs PySpark"):
-        engine.export(ExportSpec(a, str(tmp_path / "out")))
+    with pytest.raises(BadInputError, match=r"^statekit export on Spark needs PySpark"):
+        engine.export(ExportSpec(a, str(tmp_path / "out")), "spark")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a"]
+    # the local engine (and auto, which picks it) needs no PySpark
+    result = engine.export(ExportSpec(a, str(tmp_path / "out")))
+    assert (result.engine, result.master, result.rows) == ("local", None, 3)
+    assert result.engine_note is not None and result.engine_note.startswith("auto: the local engine for ")
 
 
 def test_export_chooses_the_exporter_by_the_snapshot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -60,11 +64,19 @@ def test_export_chooses_the_exporter_by_the_snapshot(tmp_path: Path, monkeypatch
     from statekit.spark import flink_export
 
     chosen: list[tuple[str, str]] = []
-    monkeypatch.setattr(statekit_export, "export_statekit", lambda spec, _: chosen.append(("statekit", spec.path)))
-    monkeypatch.setattr(flink_export, "export_flink", lambda spec, _: chosen.append(("flink", spec.path)))
+
+    def exporter(kind: str) -> Any:
+        def run(spec: ExportSpec, *_: Any, **__: Any) -> ExportResult:
+            chosen.append((kind, spec.path))
+            return ExportResult(spec.path, spec.output, spec.fmt, "local[2]", (), 0.0)
+
+        return run
+
+    monkeypatch.setattr(statekit_export, "export_statekit", exporter("statekit"))
+    monkeypatch.setattr(flink_export, "export_flink", exporter("flink"))
     a = savepoint(tmp_path / "a", 3)
     for path in (a, str(FLINK_SAVEPOINT), str(FLINK_SAVEPOINT / "_metadata"), str(tmp_path / "missing")):
-        engine.export(ExportSpec(path, str(tmp_path / "out")))
+        engine.export(ExportSpec(path, str(tmp_path / "out")), "spark")
     assert [kind for kind, _ in chosen] == ["statekit", "flink", "flink", "statekit"]
     assert chosen[1] == ("flink", str(FLINK_SAVEPOINT))
 

@@ -14,7 +14,7 @@ import pytest
 
 from statekit.spark import class_archive
 from statekit.spark.class_archive import DYNAMIC_MAGIC, STALE_PART_S, java_options
-from statekit.spark.session import _base_conf
+from statekit.spark.session import base_conf as _base_conf
 
 pytestmark = pytest.mark.spark
 

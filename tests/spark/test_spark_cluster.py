@@ -65,7 +65,7 @@ def exported_rows(root: str) -> dict[str, list[str]]:
 @pytest.fixture(scope="module")
 def local_export(spark: Any, sample: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
     out = str(tmp_path_factory.mktemp("cluster-ref") / "export")
-    run_export(ExportSpec(sample, out, spark=LOCAL))
+    run_export(ExportSpec(sample, out, spark=LOCAL), "spark")
     return exported_rows(out)
 
 

@@ -53,7 +53,7 @@ def table_rows(root: str) -> dict[str, list[str]]:
 
 def test_export_over_spark_connect_equals_local(spark: Any, connect_server: Any, sample: str, tmp_path: Path) -> None:
     reference = str(tmp_path / "local")
-    local = run_export(ExportSpec(sample, reference, spark=LOCAL))
+    local = run_export(ExportSpec(sample, reference, spark=LOCAL), "spark")
     out = str(tmp_path / "remote")
     result = run_cli(connect_server, "export", sample, "-o", out)
     assert result.returncode == 0, result.stderr
@@ -68,7 +68,7 @@ def test_export_over_spark_connect_equals_local(spark: Any, connect_server: Any,
 def test_a_flink_savepoint_exports_over_spark_connect_as_locally(spark: Any, connect_server: Any,
                                                                  tmp_path: Path) -> None:
     reference = str(tmp_path / "local")
-    run_export(ExportSpec(str(FLINK_SAVEPOINT), reference, state="python-state-count", spark=LOCAL))
+    run_export(ExportSpec(str(FLINK_SAVEPOINT), reference, state="python-state-count", spark=LOCAL), "spark")
     out = str(tmp_path / "remote")
     result = run_cli(connect_server, "export", str(FLINK_SAVEPOINT), "-o", out, "--state", "python-state-count")
     assert result.returncode == 0, result.stderr

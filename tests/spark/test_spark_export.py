@@ -70,7 +70,7 @@ def test_pyarrow_reads_map_list_and_operator_state(exported: tuple[str, dict[str
 
 def test_chosen_state_only(spark: Any, sample: str, tmp_path: Path) -> None:
     result = export(ExportSpec(sample, str(tmp_path / "one"), operator="counter", state="history",
-                               spark=SparkSettings("local[2]")))
+                               spark=SparkSettings("local[2]")), "spark")
     assert [(s.operator_uid, s.state_name, s.rows) for s in result.states] == [("counter", "history", 30)]
     assert os.listdir(tmp_path / "one") == ["operator_uid=counter"]
 
@@ -89,7 +89,7 @@ def test_a_failed_export_leaves_nothing(spark: Any, sample: str, tmp_path: Path)
         f.write(bytes([byte[0] ^ 0xFF]))
     out = tmp_path / "out"
     with pytest.raises(CorruptStateError, match="checksum"):
-        export(ExportSpec(str(damaged), str(out), spark=SparkSettings("local[2]")))
+        export(ExportSpec(str(damaged), str(out), spark=SparkSettings("local[2]")), "spark")
     assert sorted(os.listdir(tmp_path)) == ["damaged"]
     result = CliRunner().invoke(cli, ["export", str(damaged), "-o", str(out), "--state", "tags"])
     assert result.exit_code == 2

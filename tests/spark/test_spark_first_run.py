@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from statekit.spark.source import _repeated
+from statekit.readers.state_columns import repeated as _repeated
 from statekit.spark.worker_daemon import bundled_zips
 
 pytestmark = pytest.mark.spark

@@ -72,7 +72,7 @@ def test_a_namespace_that_does_not_fit_its_type_names_the_option(spark: Any, sav
 
 def test_export_keeps_the_namespace_type(spark: Any, savepoint: str, tmp_path: Path) -> None:
     out = tmp_path / "out"
-    export(ExportSpec(savepoint, str(out), operator="op", spark=SparkSettings("local[2]")))
+    export(ExportSpec(savepoint, str(out), operator="op", spark=SparkSettings("local[2]")), "spark")
     spans = ds.dataset(out / "operator_uid=op" / "state_name=spans").to_table()
     assert spans.schema.field("namespace").type == pa.list_(pa.int64())
     assert "window_start" not in spans.schema.names  # not a window operator

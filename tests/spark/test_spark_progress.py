@@ -39,7 +39,7 @@ class Recorder:
 
 def test_export_shows_the_start_and_every_states_tasks(spark: Any, sample: str, tmp_path: Path) -> None:
     recorder = Recorder()
-    result = run_export(ExportSpec(sample, str(tmp_path / "out"), spark=SparkSettings("local[2]")), progress=recorder)
+    result = run_export(ExportSpec(sample, str(tmp_path / "out"), spark=SparkSettings("local[2]")), "spark", progress=recorder)
     start, *states = recorder.bars
     assert (start["description"], start["total"], start["unit"], start["steps"]) == (
         "starting Spark (local[2])", 1, "steps", [1])

@@ -70,7 +70,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 def test_exported_word_counts_equal_the_input(spark: Any, world: dict[str, Any]) -> None:
     out = world["root"] / "export"
-    export(ExportSpec(world["prefix"], str(out), operator="counter", state="count", spark=SparkSettings("local[2]")))
+    export(ExportSpec(world["prefix"], str(out), operator="counter", state="count", spark=SparkSettings("local[2]")), "spark")
     glob_ = f"{out}/operator_uid=counter/state_name=count/*.parquet"
     con = duckdb.connect()
     types = {row[0]: row[1] for row in con.execute(f"DESCRIBE SELECT key, value FROM read_parquet('{glob_}')").fetchall()}

@@ -38,11 +38,13 @@ def test_task_failure_is_one_line_unless_verbose(tmp_path: Path, verbose: bool) 
     result = run(tmp_path, *(["--verbose"] if verbose else []))
     assert result.returncode == 1, result.stderr
     lines = result.stderr.strip().splitlines()
-    task_line = "task Collection Source -> Map -> Sink (1/1) failed: ValueError: bad record 3 second line of the message"
+    # the line ends with the innermost frame of the user's code: the job file's line that raised
+    task_line = ("task Collection Source -> Map -> Sink (1/1) failed: ValueError: bad record 3 second line of the message"
+                 f" (at {tmp_path / 'failing.py'}:7, in explode)")
     logged = [line for line in lines if line.endswith(task_line)]
     assert len(logged) == 1, result.stderr
     assert lines[-1].startswith("statekit: error: job ") and lines[-1].endswith(
-        "(failing) failed: ValueError: bad record 3 second line of the message")
+        f"(failing) failed: ValueError: bad record 3 second line of the message (at {tmp_path / 'failing.py'}:7, in explode)")
     if verbose:
         assert "Traceback (most recent call last):" in result.stderr
         assert 'raise ValueError("bad record 3' in result.stderr
