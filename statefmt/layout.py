@@ -47,7 +47,7 @@ METADATA_FILE = "_metadata"
 # The commands that read Apache Flink snapshots, named when one is given to a command that
 # reads statekit's only (tests/cli/test_flink_commands.py keeps it in step with the commands' help)
 FLINK_COMMANDS = ("checkpoints list", "inspect", "verify", "dispose", "report", "export", "diff", "check --uid",
-                  "rescale --max-parallelism", "modify", "relocate", "keygroup --flink")
+                  "rescale --max-parallelism", "modify", "relocate", "keygroup --flink", "convert --to statekit")
 # No _metadata (statekit's or Flink's) larger than this is read: a bound on what one file
 # can make a reader allocate (256 MiB holds ~10^6 operators' worth of statekit metadata).
 MAX_METADATA_BYTES = 256 << 20

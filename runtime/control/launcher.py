@@ -9,6 +9,8 @@ and serves its REST API).
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import sys
 import threading
 
@@ -35,10 +37,10 @@ def run_job_file(path: str, options: RunOptions) -> JobStatus:
         JobScriptError: The script does not compile, or an import in it fails (``file:line``).
         StatekitError: From the job (restore failures, JobFailedError, ...).
     """
-    import os
-
     if not os.path.isfile(path):
         raise PathNotFoundError("job file not found; pass the path of a Python job script", path=path)
+    if options.job_file is None:
+        options = dataclasses.replace(options, job_file=os.path.abspath(path))
     handles: list[JobHandle] = []
     lock = threading.Lock()
 
