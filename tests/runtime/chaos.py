@@ -37,6 +37,9 @@ __all__ = [
     "ROOT",
     "EXAMPLES",
     "WORDCOUNT",
+    "WINDOW_MS",
+    "windowed_input",
+    "windowed_truth",
     "statekit_run",
     "statekit_env",
     "completed_checkpoints",
@@ -336,6 +339,40 @@ class WordInput:
             for word in words(text_line):
                 counts[word] += n
         return counts
+
+
+WINDOW_WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa", "Straße"]
+WINDOW_MS, JITTER_MS = 10_000, 1_500  # windowed_counts.py --window 10s; jitter below --out-of-orderness 2s
+
+
+def windowed_input(directory: Path, files: int, lines: int, seed: int = 5, first: int = 0) -> list[str]:
+    """``EPOCH_MS<TAB>TEXT`` files of examples/windowed_counts.py covering consecutive time
+    ranges; timestamps jitter by less than the out-of-orderness. ``first``: the number of files
+    written before (their names and time ranges come first). Returns every line written."""
+    rng = random.Random(seed)
+    directory.mkdir(parents=True, exist_ok=True)
+    everything: list[str] = []
+    t = first * lines * 37
+    for f in range(first, first + files):
+        rows = []
+        for _ in range(lines):
+            t += 37
+            text = " ".join(rng.choice(WINDOW_WORDS) for _ in range(rng.randint(0, 5))) + rng.choice(["", "!", " 42"])
+            rows.append(f"{t - rng.randint(0, JITTER_MS)}\t{text}")
+        (directory / f"part-{f:02d}.txt").write_text("\n".join(rows) + "\n", encoding="utf-8")
+        everything.extend(rows)
+    return everything
+
+
+def windowed_truth(lines: list[str]) -> collections.Counter[str]:
+    """The ``WINDOW_START<TAB>WORD<TAB>COUNT`` lines windowed_counts.py writes for ``lines``."""
+    counts: collections.Counter[tuple[int, str]] = collections.Counter()
+    for line in lines:
+        stamp, text = line.split("\t", 1)
+        start = int(stamp) - int(stamp) % WINDOW_MS
+        for word in re.findall(r"[^\W\d_]+", text.lower()):
+            counts[(start, word)] += 1
+    return collections.Counter(f"{s}\t{w}\t{n}" for (s, w), n in counts.items())
 
 
 # ---------------------------------------------------------------- what the job wrote

@@ -6,15 +6,24 @@ from __future__ import annotations
 
 import collections
 import importlib.util
-import random
-import re
 import threading
 import time
 from pathlib import Path
 from types import ModuleType
 
 import pytest
-from chaos import EXAMPLES, KillPlan, finish, kill_repeatedly, no_attempt, read_lines, restore_from, statekit_run
+from chaos import (
+    EXAMPLES,
+    KillPlan,
+    finish,
+    kill_repeatedly,
+    no_attempt,
+    read_lines,
+    restore_from,
+    statekit_run,
+)
+from chaos import windowed_input as make_input
+from chaos import windowed_truth as truth
 
 from statekit.runtime.control.launcher import run_job_file
 from statekit.runtime.dataflow.job_handle import JobHandle, JobStatus
@@ -22,8 +31,6 @@ from statekit.runtime.dataflow.run_options import RunOptions, add_job_listener, 
 
 EXAMPLE = str(EXAMPLES / "windowed_counts.py")
 JOB_ID = "a11ce" * 6 + "00"
-WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa", "Straße"]
-WINDOW_MS, JITTER_MS = 10_000, 1_500
 
 
 def _example() -> ModuleType:
@@ -32,34 +39,6 @@ def _example() -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def make_input(directory: Path, files: int, lines: int, seed: int = 5, first: int = 0) -> list[str]:
-    """Files covering consecutive time ranges; timestamps jitter by less than the out-of-orderness.
-    ``first``: the number of files written before (their names and time ranges come first)."""
-    rng = random.Random(seed)
-    directory.mkdir(parents=True, exist_ok=True)
-    everything: list[str] = []
-    t = first * lines * 37
-    for f in range(first, first + files):
-        rows = []
-        for _ in range(lines):
-            t += 37
-            text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(0, 5))) + rng.choice(["", "!", " 42"])
-            rows.append(f"{t - rng.randint(0, JITTER_MS)}\t{text}")
-        (directory / f"part-{f:02d}.txt").write_text("\n".join(rows) + "\n", encoding="utf-8")
-        everything.extend(rows)
-    return everything
-
-
-def truth(lines: list[str]) -> collections.Counter[str]:
-    counts: collections.Counter[tuple[int, str]] = collections.Counter()
-    for line in lines:
-        stamp, text = line.split("\t", 1)
-        start = int(stamp) - int(stamp) % WINDOW_MS
-        for word in re.findall(r"[^\W\d_]+", text.lower()):
-            counts[(start, word)] += 1
-    return collections.Counter(f"{s}\t{w}\t{n}" for (s, w), n in counts.items())
 
 
 def output(directory: Path) -> collections.Counter[str]:
