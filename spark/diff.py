@@ -24,9 +24,9 @@ from statekit.readers.diff import (
     StatePair,
     diff_arrow_schema,
     diff_operator_state,
-    state_entries,
-    status_of,
 )
+from statekit.readers.diff.local import status_of
+from statekit.readers.diff.plan import state_entries
 from statekit.readers.progress import ProgressFactory, no_progress
 from statekit.readers.savepoint_reader import SavepointReader
 from statekit.spark.formats import write_table

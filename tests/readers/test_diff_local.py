@@ -10,8 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from statekit.readers import diff as diff_module
 from statekit.readers.diff import DiffSpec, SavepointDiff
+from statekit.readers.diff import join as join_module
+from statekit.readers.diff import regrouped as regrouped_module
 from statekit.statefmt.errors import BadInputError, PathNotFoundError, StateNotFoundError
 from statekit.statefmt.metadata import StateDescriptor, StateKind
 from statekit.writers.diff_output import write_diff
@@ -99,9 +100,9 @@ def _force_buckets(monkeypatch: pytest.MonkeyPatch, a: str, b: str, needed: int)
 
     total = sum(f.size for path in (a, b) for st in SavepointReader.read(path).operator("counter").subtasks
                 for f in st.files if f.state == "count")
-    monkeypatch.setattr(diff_module, "BUCKET_BYTES", -(-total // needed))
+    monkeypatch.setattr(regrouped_module, "BUCKET_BYTES", -(-total // needed))
     taken: dict[str, Any] = {"spilled": set()}
-    direct_side, append = diff_module._direct_side, diff_module.ArrowSpill.append
+    direct_side, append = regrouped_module._direct_side, regrouped_module.ArrowSpill.append
 
     def record_direct(pair: Any, wanted: int) -> Any:
         taken["direct"] = direct_side(pair, wanted)
@@ -111,8 +112,8 @@ def _force_buckets(monkeypatch: pytest.MonkeyPatch, a: str, b: str, needed: int)
         taken["spilled"].add(bucket.split("-")[0])
         append(self, bucket, batch)
 
-    monkeypatch.setattr(diff_module, "_direct_side", record_direct)
-    monkeypatch.setattr(diff_module.ArrowSpill, "append", record_append)
+    monkeypatch.setattr(regrouped_module, "_direct_side", record_direct)
+    monkeypatch.setattr(regrouped_module.ArrowSpill, "append", record_append)
     return taken
 
 
@@ -157,9 +158,9 @@ def test_different_max_parallelism_same_keys_are_matched_row_by_row(
     a = write(tmp_path / "a", counts(0, 2000), max_parallelism=128)
     b = write(tmp_path / "b", counts(0, 2000, changed=range(0, 2000, 7)), max_parallelism=max_b, parallelism=3)
     _force_buckets(monkeypatch, a, b, needed)
-    monkeypatch.setattr(diff_module, "join_chunk", None)  # the join must not be needed
+    monkeypatch.setattr(join_module, "join_chunk", None)  # the join must not be needed
     buckets: list[int] = []
-    regrouped = diff_module._diff_regrouped
+    regrouped = regrouped_module._diff_regrouped
 
     def record_regrouped(*args: Any) -> None:
         buckets.append(args[-1])
@@ -169,9 +170,9 @@ def test_different_max_parallelism_same_keys_are_matched_row_by_row(
         buckets.append(count)
         spill_batch(spill, side, batch, count)
 
-    spill_batch = diff_module._spill
-    monkeypatch.setattr(diff_module, "_diff_regrouped", record_regrouped)
-    monkeypatch.setattr(diff_module, "_spill", record_spill)
+    spill_batch = regrouped_module._spill
+    monkeypatch.setattr(regrouped_module, "_diff_regrouped", record_regrouped)
+    monkeypatch.setattr(regrouped_module, "_spill", record_spill)
     s = state(diff_savepoints(a, b, keys=True, limit=10_000))
     assert (s.only_in_a, s.only_in_b, s.changed, s.unchanged) == (0, 0, 286, 1714)
     assert {e.key: (e.value_a, e.value_b) for e in s.examples} == {f"k{i}": (i, i + 1000) for i in range(0, 2000, 7)}
@@ -218,10 +219,10 @@ def test_composed_permutations_with_and_without_numpy(
     from statekit.statefmt import numpy_support
 
     a, b = pa.array(perm_a, pa.uint32()), pa.array(perm_b, pa.uint32())
-    fast = diff_module._compose(a, b).to_pylist()
+    fast = join_module._compose(a, b).to_pylist()
     with monkeypatch.context() as patch:
         patch.setattr(numpy_support, "_numpy", None)
-        assert diff_module._compose(a, b).to_pylist() == fast
+        assert join_module._compose(a, b).to_pylist() == fast
     assert [fast[i] for i in perm_a] == perm_b
 
 
@@ -238,7 +239,7 @@ def test_map_state_of_floats_across_max_parallelisms(tmp_path: Path, monkeypatch
     before = [(k, u, math.nan) if (k, u) == ("k9", "u1") else (k, u, v) for k, u, v in before]
     a = write(tmp_path / "a", [], extra={weights: before}, max_parallelism=128)
     b = write(tmp_path / "b", [], extra={weights: after}, max_parallelism=96, parallelism=3)
-    monkeypatch.setattr(diff_module, "join_chunk", None)  # the same identities: no join
+    monkeypatch.setattr(join_module, "join_chunk", None)  # the same identities: no join
     s = state(diff_savepoints(a, b, keys=True), "weights")
     assert (s.only_in_a, s.only_in_b, s.changed, s.unchanged) == (0, 0, 2, 898)
     assert {(e.key, e.user_key, e.value_a, e.value_b) for e in s.examples} == {("k7", "u0", 70.0, -0.0),
@@ -261,13 +262,13 @@ def test_joined_differences_come_out_in_identity_order(tmp_path: Path) -> None:
 
 
 def test_small_chunks_give_the_same_counts(base: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(diff_module, "CHUNK_ROWS", 7)
+    monkeypatch.setattr(join_module, "CHUNK_ROWS", 7)
     s = state(diff_savepoints(base["a"], base["b"]))
     assert (s.only_in_a, s.only_in_b, s.changed, s.unchanged) == (100, 100, 100, 800)
 
 
 def test_blocks_with_the_same_keys_are_compared_row_by_row(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(diff_module, "join_chunk", None)  # the join must not be needed
+    monkeypatch.setattr(join_module, "join_chunk", None)  # the join must not be needed
     a = write(tmp_path / "a", counts(0, 300))
     b = write(tmp_path / "b", counts(0, 300, changed=range(0, 300, 3)))
     result = diff_savepoints(a, b, keys=True, limit=500)

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from statekit.readers import diff as diff_module
 from statekit.readers.diff import DiffSpec, SavepointDiff
+from statekit.readers.diff import aligned as aligned_module
 from statekit.statefmt.encoding import WriteFormat, writing_format
 from statekit.statefmt.metadata import StateDescriptor, StateKind
 from statekit.writers.diff_output import write_diff
@@ -33,7 +33,7 @@ def summary(result: SavepointDiff) -> list[tuple[Any, ...]]:
 
 def full_diff(a: str, b: str, monkeypatch: pytest.MonkeyPatch) -> SavepointDiff:
     with monkeypatch.context() as m:
-        m.setattr(diff_module, "_same_block", lambda x, y: False)
+        m.setattr(aligned_module, "_same_block", lambda x, y: False)
         return write_diff(DiffSpec(a, b))
 
 
