@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from statekit.flink.rewrite_report import FlinkModifyReport, FlinkRescaleReport
     from statekit.flink.savepoint_bootstrap import FlinkBootstrapReport
     from statekit.flink.upgrade import FlinkUpgradeReport
-    from statekit.readers.diff import SavepointDiff
+    from statekit.readers.diff.results import SavepointDiff
     from statekit.readers.inspection import SnapshotInspection
     from statekit.readers.listing import CheckpointList
     from statekit.readers.verification import VerifyReport
@@ -89,7 +89,7 @@ RENDERERS: dict[str, str] = {
     "statekit.flink.relocation.FlinkRelocation": "flink.flink_relocation",
     "statekit.flink.key_group_lookup.KeyGroupLookup": "flink.key_group_lookup",
     # diff (either engine, either snapshot format), export
-    "statekit.readers.diff.SavepointDiff": "diff.savepoint_diff",
+    "statekit.readers.diff.results.SavepointDiff": "diff.savepoint_diff",
     "statekit.spark.export.ExportResult": "export.export_result",
     # surgery: rescale, modify, bootstrap
     "statekit.writers.rescale.RescaleReport": "surgery.rescale_report",
