@@ -159,3 +159,24 @@ def native_snapshots(tmp_path_factory: pytest.TempPathFactory) -> NativeSnapshot
     (canonical,) = (base / "sp").iterdir()
     savepoint = native_savepoint_of(checkpoint, base / "native" / "savepoint-000000-native")
     return NativeSnapshots(checkpoint, savepoint, canonical, inputs)
+
+
+# ---------------------------------------------------------------- the fast subset
+
+# A test is slow when it starts a JVM (Spark), a server (PostgreSQL, moto's S3), or job processes
+# it kills and restarts; `scripts/test.sh -m "not slow"` runs the rest in a few minutes.
+SLOW_FIXTURES = frozenset({"spark", "spark_cluster", "connect_server", "postgres_server", "postgres_dsn",
+                           "s3_server", "native_snapshots"})
+SLOW_DIRECTORIES = ("spark/", "runtime/taskmanager/", "runtime/e2e/")
+TESTS = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the slow tests (see SLOW_FIXTURES and SLOW_DIRECTORIES) ``slow``."""
+    for item in items:
+        try:
+            where = item.path.resolve().relative_to(TESTS).as_posix()
+        except ValueError:
+            continue
+        if where.startswith(SLOW_DIRECTORIES) or SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)

@@ -119,10 +119,11 @@ class Connection:
         length, kind, channel = _HEADER.unpack_from(self._in, self._at)
         if length > _MAX_FRAME:
             raise ConnectionClosed(f"a frame of {length} bytes is larger than any this runtime sends")
-        end = self._at + _HEADER.size + length
-        self._fill(_HEADER.size + length)
+        self._fill(_HEADER.size + length)  # may move the unread bytes to the buffer's start
+        start = self._at + _HEADER.size
+        end = start + length
         with memoryview(self._in) as view:
-            payload = bytes(view[self._at + _HEADER.size:end])
+            payload = bytes(view[start:end])
         self._at = end
         return kind, channel, payload
 

@@ -78,10 +78,10 @@ def assert_exactly_once(dsn: str, expected: collections.Counter[str], table: str
 
 
 def job_command(job_file: str, checkpoints: Path, job_id: str, *, parallelism: int, restore: Path | None,
-                interval: str = "150ms") -> list[str]:
+                interval: str = "150ms", executor: str = "auto") -> list[str]:
     """``statekit run`` of ``job_file`` (its arguments go after it)."""
     options = ["-p", str(parallelism), "--checkpoint-dir", str(checkpoints), "--checkpoint-interval", interval,
-               "--job-id", job_id, *(["-s", str(restore)] if restore is not None else [])]
+               "--job-id", job_id, "--executor", executor, *(["-s", str(restore)] if restore is not None else [])]
     return chaos.statekit_run(job_file, options)
 
 
@@ -183,7 +183,10 @@ def test_a_kill_between_prepare_and_completion_is_resolved_on_restore(
     job_file = tmp_path / "killing_job.py"
     job_file.write_text(KILL_JOB.format(example=WORDCOUNT_POSTGRES), encoding="utf-8")
     checkpoints, job_dir = tmp_path / "chk", tmp_path / "chk" / job
-    killed = subprocess.run([*job_command(str(job_file), checkpoints, job, parallelism=2, restore=None, interval="100ms"),
+    # on threads: the sink's SIGKILL kills the whole job process (on TaskManagers it would kill one
+    # TaskManager and fail over: tests/runtime/taskmanager/ covers that)
+    killed = subprocess.run([*job_command(str(job_file), checkpoints, job, parallelism=2, restore=None, interval="100ms",
+                                          executor="threads"),
                              str(tmp_path / "in"), postgres_dsn, mode], capture_output=True, text=True, timeout=120,
                             env=statekit_env(tmp_path / "home"))
     assert killed.returncode == -signal.SIGKILL, killed.stderr

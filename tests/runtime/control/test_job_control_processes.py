@@ -164,10 +164,12 @@ def test_attached_run_finishes_and_sigterm_cancels(env: dict[str, str], job_file
 def test_attached_script_failure_exits_1(env: dict[str, str], job_file: str) -> None:
     failed = CliRunner().invoke(cli, ["run", job_file, "--fail-early"])
     assert failed.exit_code == 1
-    assert failed.stderr.strip() == (f"statekit: error: job script {job_file} failed: "
-                                     "RuntimeError: boom before the job started")
+    where = re.fullmatch(rf"statekit: error: job script {re.escape(job_file)} failed: RuntimeError: boom before "
+                         rf"the job started \(at {re.escape(job_file)}:(\d+), in <module>\)", failed.stderr.strip())
+    assert where is not None, failed.stderr
+    line = where.group(1)
     [entry] = JobRegistry().entries()
-    assert entry.status == "FAILED" and entry.failure == "RuntimeError: boom before the job started"
+    assert entry.status == "FAILED" and entry.failure == f"RuntimeError: boom before the job started (at {job_file}:{line}, in <module>)"
 
 
 def _wait_running(timeout: float = 30) -> str:

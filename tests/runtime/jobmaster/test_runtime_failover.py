@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import logging
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -96,7 +97,9 @@ def test_no_restart_fails_at_once(tmp_path: Path) -> None:
     env = job(tmp_path, FailingMap(after=100, failures=10), no_restart())
     handle = env.execute_async("no restart")
     assert handle.wait(30) is JobStatus.FAILED
-    assert handle.describe()["failure"] == "RuntimeError: boom in attempt 0"
+    # the failure ends with the innermost frame of the user's code
+    assert re.fullmatch(rf"RuntimeError: boom in attempt 0 \(at {re.escape(__file__)}:\d+, in map\)",
+                        handle.describe()["failure"]), handle.describe()["failure"]
 
 
 def test_configuration_errors_fail_without_restarts(tmp_path: Path) -> None:

@@ -151,7 +151,7 @@ def test_the_run_command_offers_and_uses_a_registered_backend(
     fresh = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(fresh)
     monkeypatch.setitem(sys.modules, "statekit.cli.jobs", fresh)
-    ran = CliRunner().invoke(cli, ["run", "--state-backend", toy.name, "--savepoint-on-finish", str(tmp_path / "sp"),
+    ran = CliRunner().invoke(cli, ["run", "--executor", "threads", "--state-backend", toy.name, "--savepoint-on-finish", str(tmp_path / "sp"),
                                    str(job)])
     assert ran.exit_code == 0, ran.output
     savepoint = the_savepoint(tmp_path / "sp")
