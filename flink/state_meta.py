@@ -145,9 +145,12 @@ class SerializerInfo:
 
     @property
     def short_name(self) -> str:
-        """The snapshot class without package, outer class and ``Snapshot`` suffix."""
+        """The snapshot class without package, outer class and ``Snapshot`` suffix; a SQL row
+        with its field types (``RowData<STRING, BIGINT>``)."""
         if not self.snapshot_class:
             return "?"
+        if self.snapshot_class == ROW_DATA_SNAPSHOT and self.tree is not None:
+            return "RowData<" + ", ".join(t.sql() for t in self.tree.logical_types) + ">"
         simple = self.snapshot_class.rsplit(".", 1)[-1].rsplit("$", 1)[-1]
         return simple[: -len("Snapshot")] if simple.endswith("Snapshot") else simple
 
