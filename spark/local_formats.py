@@ -217,8 +217,11 @@ def _csv_column(t: pa.DataType) -> Callable[[pa.Array], list[str]]:
 
     if pa.types.is_timestamp(t):
         def timestamps(column: pa.Array) -> list[str]:
-            zone = "Z" if t.tz else ""  # timestamp_ntz: a wall-clock time, no zone
-            text = pc.strftime(column.cast(pa.timestamp("us", tz="UTC")), format="%Y-%m-%dT%H:%M:%S" + zone)
+            if t.tz:
+                text = pc.strftime(column.cast(pa.timestamp("us", tz="UTC")), format="%Y-%m-%dT%H:%M:%SZ")
+            else:  # timestamp_ntz: a wall-clock time in milliseconds, no zone (Spark's timestampNTZFormat)
+                text = pc.strftime(pc.cast(column, pa.timestamp("ms", tz="UTC"), safe=False),
+                                   format="%Y-%m-%dT%H:%M:%S")
             return [v if v is not None else "" for v in text.to_pylist()]
 
         return timestamps
@@ -338,8 +341,10 @@ def _base64(value: bytes) -> str:
 
 
 def _wall_clock_text(micros: Any) -> str:
-    """A timestamp without a zone (``timestamp_ntz``) as ``2024-05-01T12:00:00.000000``."""
-    return _timestamp_text(micros).removesuffix("Z")
+    """A timestamp without a zone (``timestamp_ntz``) as Spark's ``timestampNTZFormat`` writes
+    it: ``2024-05-01T12:00:00.000`` (milliseconds)."""
+    text = _timestamp_text(micros)  # ...:00.000000Z
+    return text[:-4]
 
 
 def _timestamp_text(micros: Any) -> str:

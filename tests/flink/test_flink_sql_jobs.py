@@ -156,5 +156,5 @@ def test_rescale_of_a_sql_savepoint_is_refused_naming_the_key_serializer(tmp_pat
                                       "256", "-o", str(tmp_path / "out")])
     assert result.exit_code == 2
     (line,) = result.output.strip().splitlines()
-    assert "state 'accState' is keyed by" in line and "RowDataSerializer" in line
+    assert "state 'accState' is keyed by a Flink SQL row (RowData<" in line and "not supported yet" in line
     assert not (tmp_path / "out").exists()
