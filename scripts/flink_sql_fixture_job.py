@@ -3,7 +3,7 @@
 Runs in the PyFlink virtualenv (scripts/install_pyflink.sh), never in statekit's own. The input
 is the numbers 0..N-1 (NumberSequenceSource, endless, throttled past N, the rest filtered out),
 turned into a table ``clicks`` by SQL expressions of n (the generator computes the same values
-in Python for expected.json); two group aggregates (parallelism 2, max parallelism 128) write
+in Python for expected.json); three group aggregates (parallelism 2, max parallelism 128) write
 into blackhole sinks:
 
     by_user:   GROUP BY user_id STRING
@@ -12,6 +12,9 @@ into blackhole sinks:
     by_bucket: GROUP BY bucket BIGINT, even BOOLEAN
                COUNT(*), MIN(ratio FLOAT), MAX(tiny TINYINT), SUM(small SMALLINT), SUM(i INT),
                MAX(ltz TIMESTAMP_LTZ(3)), MIN(tag VARCHAR: short and long texts), MAX(t TIME(0))
+    last:      GROUP BY n % 3, ROW(n % 5, user_id)   (the planner flattens the ROW into the key)
+               LAST_VALUE of an ARRAY<INT>, a MAP<CHAR(1), BIGINT> and a STRING: accumulators
+               ROW<lastValue, lastOrder> nested in the accumulator row
 
 Once the input is consumed the state is frozen; the job waits for two more checkpoints, takes
 the savepoints and is cancelled.
@@ -68,6 +71,13 @@ SELECT user_id, COUNT(*) AS cnt, SUM(amount) AS total, MAX(amount) AS max_amount
        AVG(amount) AS avg_amount, SUM(price) AS price_sum, MIN(ts) AS first_ts,
        MAX(ts6) AS last_ts6, MAX(`day`) AS last_day
 FROM clicks GROUP BY user_id
+"""
+
+LAST = """
+SELECT MOD(n, 3) AS k, ROW(CAST(MOD(n, 5) AS INT), user_id) AS rk,
+       LAST_VALUE(ARRAY[CAST(n AS INT), CAST(n + 1 AS INT)]) AS arr, LAST_VALUE(MAP['n', n]) AS m,
+       LAST_VALUE(CAST(n AS STRING)) AS s
+FROM clicks GROUP BY MOD(n, 3), ROW(CAST(MOD(n, 5) AS INT), user_id)
 """
 
 BY_BUCKET = """
@@ -134,12 +144,13 @@ def main() -> None:
                .filter(lambda n: n < N).set_parallelism(1).uid("first-n"))
     t_env.create_temporary_view("numbers", t_env.from_data_stream(numbers))
     t_env.execute_sql(CLICKS)
-    for name in ("by_user", "by_bucket"):
+    for name in ("by_user", "by_bucket", "last"):
         t_env.execute_sql(f"CREATE TEMPORARY TABLE {name}_sink ({SINK_COLUMNS[name]}) "
                           "WITH ('connector' = 'blackhole')")
     statements = t_env.create_statement_set()
     statements.add_insert_sql(f"INSERT INTO by_user_sink {BY_USER}")
     statements.add_insert_sql(f"INSERT INTO by_bucket_sink {BY_BUCKET}")
+    statements.add_insert_sql(f"INSERT INTO last_sink {LAST}")
     client = statements.execute().get_job_client()
     job_id = str(client.get_job_id())
     print("job id", job_id, flush=True)
@@ -163,6 +174,7 @@ SINK_COLUMNS = {
                "price_sum DECIMAL(38, 2), first_ts TIMESTAMP(3), last_ts6 TIMESTAMP(6), last_day DATE",
     "by_bucket": "bucket BIGINT, even BOOLEAN, cnt BIGINT, min_ratio FLOAT, max_tiny TINYINT, "
                  "sum_small SMALLINT, sum_i INT, last_ltz TIMESTAMP_LTZ(3), min_tag STRING, max_t TIME(0)",
+    "last": "k BIGINT, rk ROW<a INT, b STRING>, arr ARRAY<INT>, m MAP<STRING, BIGINT>, s STRING",
 }
 
 

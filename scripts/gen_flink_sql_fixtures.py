@@ -37,7 +37,7 @@ ADD_OPENS = " ".join(f"--add-opens=java.base/{p}=ALL-UNNAMED" for p in (
 # variant -> (backend, savepoints)
 VARIANTS = {"hashmap": ("hashmap", "canonical"), "rocksdb": ("rocksdb", "canonical,native")}
 # The operators' names in the job graph (the planner numbers its nodes in plan order).
-OPERATORS = {"by_user": "GroupAggregate[4]", "by_bucket": "GroupAggregate[9]"}
+OPERATORS = {"by_user": "GroupAggregate[4]", "by_bucket": "GroupAggregate[9]", "last": "GroupAggregate[14]"}
 
 # ----------------------------------------------------------------------------- the input
 
@@ -92,10 +92,23 @@ def by_bucket(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def last(rows: list[dict[str, Any]], ns: range) -> list[dict[str, Any]]:
+    out = []
+    for k, a, b in sorted({(n % 3, n % 5, r["user_id"]) for n, r in zip(ns, rows)}):
+        n = max(m for m, r in zip(ns, rows) if (m % 3, m % 5, r["user_id"]) == (k, a, b))  # input order
+        out.append({"key": {"k": k, "a": a, "b": b}, "result": {
+            "arr": {"lastValue": [n, n + 1], "lastOrder": LAST_ORDER},
+            "m": {"lastValue": {"n": n}, "lastOrder": LAST_ORDER},
+            "s": {"lastValue": str(n), "lastOrder": LAST_ORDER}}})
+    return out
+
+
+LAST_ORDER = -(2**63)  # LastValueAggFunction's order field: Long.MIN_VALUE (no order column)
 # The accumulator fields of each GroupAggregate (the planner's layout) and the result each holds.
 ACCUMULATORS = {
     "by_user": ["cnt", "total", "max_amount", "price_sum", "first_ts", "last_ts6", "last_day"],
     "by_bucket": ["cnt", "min_ratio", "max_tiny", "sum_small", "sum_i", "last_ltz", "min_tag", "max_t"],
+    "last": ["arr", "m", "s"],
 }
 
 
@@ -106,7 +119,9 @@ def expected() -> dict[str, Any]:
                 "by_user": {"name": OPERATORS["by_user"], "key": ["user_id"], "accumulators": ACCUMULATORS["by_user"],
                             "groups": by_user(rows)},
                 "by_bucket": {"name": OPERATORS["by_bucket"], "key": ["bucket", "even"],
-                              "accumulators": ACCUMULATORS["by_bucket"], "groups": by_bucket(rows)}}}
+                              "accumulators": ACCUMULATORS["by_bucket"], "groups": by_bucket(rows)},
+                "last": {"name": OPERATORS["last"], "key": ["k", "a", "b"], "accumulators": ACCUMULATORS["last"],
+                         "groups": last(rows, range(N))}}}
 
 
 # ----------------------------------------------------------------------------- running, copying

@@ -4,7 +4,8 @@ Written by PyFlink 2.3 (scripts/gen_flink_sql_fixtures.py): two ``GROUP BY`` agg
 the hashmap backend (canonical savepoint) and RocksDB (canonical and native savepoints).
 ``expected.json`` holds every group's aggregates computed from the input rows in Python and
 the planner's accumulator layout; every savepoint decodes to it, inspects with the SQL
-types, verifies, exports on the local engine and diffs equal to the others.
+types, verifies, exports on the local engine and diffs equal to the others. The third
+aggregate's ``LAST_VALUE`` accumulators nest named ROWs holding an ARRAY, a MAP and a STRING.
 """
 
 from __future__ import annotations
@@ -24,10 +25,14 @@ from statekit.flink.storage import load_snapshot
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "flink-sql-2.3"
 SAVEPOINTS = [("hashmap", "canonical"), ("rocksdb", "canonical"), ("rocksdb", "native")]
-KEY_TYPES = {"by_user": "RowData<STRING NOT NULL>", "by_bucket": "RowData<INT NOT NULL, BOOLEAN NOT NULL>"}
+KEY_TYPES = {"by_user": "RowData<STRING NOT NULL>", "by_bucket": "RowData<INT NOT NULL, BOOLEAN NOT NULL>",
+             "last": "RowData<INT NOT NULL, INT NOT NULL, STRING NOT NULL>"}
 ACC_TYPES = {
     "by_user": "RowData<BIGINT, DOUBLE, DOUBLE, DECIMAL(38, 2), TIMESTAMP(3), TIMESTAMP(6), DATE>",
     "by_bucket": "RowData<BIGINT, FLOAT, TINYINT, SMALLINT, INT, TIMESTAMP_LTZ(3), STRING, TIME(0)>",
+    "last": "RowData<ROW<`lastValue` ARRAY<INT NOT NULL>, `lastOrder` BIGINT>, "
+            "ROW<`lastValue` MAP<CHAR(1) NOT NULL, BIGINT NOT NULL>, `lastOrder` BIGINT>, "
+            "ROW<`lastValue` STRING, `lastOrder` BIGINT>>",
 }
 
 
@@ -148,7 +153,7 @@ def test_every_savepoint_diffs_equal_to_the_hashmap_one(variant: str, kind: str)
     code, report = statekit("diff", str(savepoint("hashmap", "canonical")), str(savepoint(variant, kind)))
     assert code == 0, report
     assert report["equal"] is True
-    assert report["totals"]["unchanged"] == 50 + 14
+    assert report["totals"]["unchanged"] == 50 + 14 + 150
 
 
 def test_rescale_of_a_sql_savepoint_is_refused_naming_the_key_serializer(tmp_path: Path) -> None:
