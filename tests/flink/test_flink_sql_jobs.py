@@ -115,6 +115,16 @@ def test_inspect_text_shows_the_operator_name_and_key_types() -> None:
     assert ACC_TYPES["by_user"] in result.output
 
 
+def test_an_operator_without_uid_is_found_by_its_name_or_id() -> None:
+    from statekit.statefmt.errors import StateNotFoundError
+
+    metadata = load_snapshot(str(savepoint("hashmap", "canonical"))).metadata
+    by_name = metadata.operator("GroupAggregate[14]")
+    assert by_name.uid is None and metadata.operator(by_name.operator_id) is by_name
+    with pytest.raises(StateNotFoundError, match="GroupAggregate"):
+        metadata.operator("GroupAggregate[99]")
+
+
 def test_the_key_types_are_read_from_the_key_serializer() -> None:
     from statekit.flink.sources import keyed_sources
 
@@ -131,8 +141,8 @@ def test_local_export_has_typed_columns(variant: str, kind: str, tmp_path: Path)
     path = savepoint(variant, kind)
     by_user = operator_ids(path)["GroupAggregate[4]"]
     out = tmp_path / "out"
-    code, report = statekit("export", str(path), "-o", str(out), "--engine", "local",
-                            "--operator", by_user, "--state", "accState")
+    code, report = statekit("export", str(path), "-o", str(out), "--engine", "local",  # matched by its name
+                            "--operator", "GroupAggregate[4]", "--state", "accState")
     assert code == 0, report
     table = pq.read_table(out / f"operator_uid={by_user}" / "state_name=accState")
     assert table.num_rows == 50
