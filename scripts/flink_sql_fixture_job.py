@@ -17,7 +17,7 @@ into blackhole sinks:
                ROW<lastValue, lastOrder> nested in the accumulator row
 
 Once the input is consumed the state is frozen; the job waits for two more checkpoints, takes
-the savepoints and is cancelled.
+the savepoints and is cancelled; its last checkpoint is retained.
 
 Usage:  python flink_sql_fixture_job.py OUT BACKEND PLAN
     OUT      absolute directory: OUT/savepoints/savepoint-*
@@ -104,6 +104,7 @@ def configuration() -> Configuration:
         "execution.checkpointing.dir": f"file://{OUT}/checkpoints",
         "execution.checkpointing.savepoint-dir": f"file://{OUT}/savepoints",
         "execution.checkpointing.num-retained": "1",
+        "execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION",
         "state.backend.type": BACKEND,
         "execution.checkpointing.incremental": str(BACKEND == "rocksdb").lower(),
         "python.fn-execution.bundle.size": "100",
@@ -166,7 +167,11 @@ def main() -> None:
         savepoints[kind] = client._j_job_client.triggerSavepoint(f"file://{OUT}/savepoints", fmt).get()
         print("savepoint", kind, savepoints[kind], flush=True)
     client.cancel().result()
-    print("FIXTURE " + json.dumps({"job_id": job_id, "savepoints": savepoints, "n": N}), flush=True)
+    time.sleep(2)
+    checkpoint = latest_checkpoint(job_id)  # the one retained on cancellation
+    print("FIXTURE " + json.dumps({"job_id": job_id, "savepoints": savepoints, "n": N,
+                                   "checkpoint": f"{OUT}/checkpoints/{job_id}/chk-{checkpoint}" if checkpoint else None}),
+          flush=True)
 
 
 SINK_COLUMNS = {

@@ -6,7 +6,7 @@
 
 Runs scripts/flink_sql_fixture_job.py (two group aggregates over the numbers 0..N-1, see its
 docstring) on the local MiniCluster once per state backend and copies its savepoints into
-DEST/<variant>/ with facts.json and expected.json: every group's key and aggregates, computed
+DEST/<variant>/ (the hashmap run's retained heap checkpoint too) with facts.json and expected.json: every group's key and aggregates, computed
 here in plain Python from the same input rows (not read back with statekit), and the
 planner's accumulator layout of each GroupAggregate operator (``AVG`` is reduced to
 ``SUM``/``COUNT`` and shares the ``SUM`` and ``COUNT(*)`` already asked for).
@@ -34,8 +34,8 @@ N = 2000  # flink_sql_fixture_job.N
 ADD_OPENS = " ".join(f"--add-opens=java.base/{p}=ALL-UNNAMED" for p in (
     "java.lang", "java.util", "java.nio", "sun.nio.ch", "java.lang.reflect", "java.io", "java.net",
     "java.text", "java.time", "java.util.concurrent", "java.util.concurrent.atomic"))
-# variant -> (backend, savepoints)
-VARIANTS = {"hashmap": ("hashmap", "canonical"), "rocksdb": ("rocksdb", "canonical,native")}
+# variant -> (backend, savepoints, keep the retained checkpoint: a heap checkpoint)
+VARIANTS = {"hashmap": ("hashmap", "canonical", True), "rocksdb": ("rocksdb", "canonical,native", False)}
 # The operators' names in the job graph (the planner numbers its nodes in plan order).
 OPERATORS = {"by_user": "GroupAggregate[4]", "by_bucket": "GroupAggregate[9]", "last": "GroupAggregate[14]"}
 
@@ -152,8 +152,13 @@ def copy_variant(variant: str, facts: dict[str, Any], work: Path, dest: Path, se
         source = _local(str(url))
         shutil.copytree(source, target / "savepoints" / source.name)
         savepoints[kind] = f"savepoints/{source.name}"
-    info = {"flink": "2.3.0", "job_id": facts["job_id"], "work_dir": str(work), "backend": VARIANTS[variant][0],
-            "savepoints": savepoints, "generation_seconds": round(seconds)}
+    info: dict[str, Any] = {"flink": "2.3.0", "job_id": facts["job_id"], "work_dir": str(work),
+                            "backend": VARIANTS[variant][0], "savepoints": savepoints,
+                            "generation_seconds": round(seconds)}
+    if VARIANTS[variant][2] and facts.get("checkpoint"):
+        checkpoint = Path(str(facts["checkpoint"]))
+        shutil.copytree(checkpoint, target / "checkpoints" / checkpoint.parent.name / checkpoint.name)
+        info["checkpoint"] = f"checkpoints/{checkpoint.parent.name}/{checkpoint.name}"
     (target / "facts.json").write_text(json.dumps(info, indent=2) + "\n")
     (target / "expected.json").write_text(json.dumps(expected(), indent=1) + "\n")
     size = sum(p.stat().st_size for p in target.rglob("*") if p.is_file())
@@ -170,7 +175,7 @@ def main() -> None:
     if not (args.venv / "bin" / "python").exists():
         raise SystemExit(f"{args.venv} is missing: run scripts/install_pyflink.sh 2.3.0")
     for variant in args.only or VARIANTS:
-        backend, plan = VARIANTS[variant]
+        backend, plan, _ = VARIANTS[variant]
         work = Path(tempfile.mkdtemp(prefix="statekit-flink-sql-"))
         started = time.monotonic()
         try:

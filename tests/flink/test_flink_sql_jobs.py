@@ -1,7 +1,8 @@
 """A real Flink SQL job's state (tests/golden/flink-sql-2.3): group aggregates over RowData.
 
-Written by PyFlink 2.3 (scripts/gen_flink_sql_fixtures.py): two ``GROUP BY`` aggregates, on
-the hashmap backend (canonical savepoint) and RocksDB (canonical and native savepoints).
+Written by PyFlink 2.3 (scripts/gen_flink_sql_fixtures.py): three ``GROUP BY`` aggregates, on
+the hashmap backend (canonical savepoint, retained heap checkpoint) and RocksDB (canonical and
+native savepoints).
 ``expected.json`` holds every group's aggregates computed from the input rows in Python and
 the planner's accumulator layout; every savepoint decodes to it, inspects with the SQL
 types, verifies, exports on the local engine and diffs equal to the others. The third
@@ -24,7 +25,8 @@ from statekit.flink.entries import read_keyed_state
 from statekit.flink.storage import load_snapshot
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "flink-sql-2.3"
-SAVEPOINTS = [("hashmap", "canonical"), ("rocksdb", "canonical"), ("rocksdb", "native")]
+# (variant, snapshot): the savepoints, and the hashmap job's retained heap checkpoint (moved: read in place)
+SAVEPOINTS = [("hashmap", "canonical"), ("hashmap", "checkpoint"), ("rocksdb", "canonical"), ("rocksdb", "native")]
 KEY_TYPES = {"by_user": "RowData<STRING NOT NULL>", "by_bucket": "RowData<INT NOT NULL, BOOLEAN NOT NULL>",
              "last": "RowData<INT NOT NULL, INT NOT NULL, STRING NOT NULL>"}
 ACC_TYPES = {
@@ -38,7 +40,7 @@ ACC_TYPES = {
 
 def savepoint(variant: str, kind: str) -> Path:
     facts = json.loads((GOLDEN / variant / "facts.json").read_text())
-    return GOLDEN / variant / facts["savepoints"][kind]
+    return GOLDEN / variant / (facts["checkpoint"] if kind == "checkpoint" else facts["savepoints"][kind])
 
 
 def expected(variant: str) -> dict[str, Any]:
@@ -158,7 +160,7 @@ def test_local_export_has_typed_columns(variant: str, kind: str, tmp_path: Path)
         k: t["first_ts"] for k, t in truth.items()}
 
 
-@pytest.mark.parametrize(("variant", "kind"), [("rocksdb", "canonical"), ("rocksdb", "native")])
+@pytest.mark.parametrize(("variant", "kind"), [("hashmap", "checkpoint"), ("rocksdb", "canonical"), ("rocksdb", "native")])
 def test_every_savepoint_diffs_equal_to_the_hashmap_one(variant: str, kind: str) -> None:
     code, report = statekit("diff", str(savepoint("hashmap", "canonical")), str(savepoint(variant, kind)))
     assert code == 0, report
