@@ -148,7 +148,10 @@ class BinaryRowReader:
         if root in _FIXED:
             raw = self._unpack(_FIXED[root][1], slot, what)
             if root == "DATE":
-                return _EPOCH_DATE + datetime.timedelta(days=raw)
+                try:
+                    return _EPOCH_DATE + datetime.timedelta(days=raw)
+                except OverflowError:
+                    raise self.error(f"{what}: DATE {raw} days from 1970 is beyond year 9999", slot) from None
             if root == "TIME_WITHOUT_TIME_ZONE":
                 return _time_text(raw, self, slot, what)
             return raw
@@ -186,7 +189,10 @@ class BinaryRowReader:
         millis = self._unpack("<q", at, what)
         if nano_of_milli >= 1_000_000:
             raise self.error(f"{what}: nano of millisecond {nano_of_milli}", slot)
-        moment = _EPOCH + datetime.timedelta(milliseconds=millis)
+        try:
+            moment = _EPOCH + datetime.timedelta(milliseconds=millis)
+        except OverflowError:
+            raise self.error(f"{what}: TIMESTAMP {millis} ms from 1970 is beyond year 9999", slot) from None
         digits = t.precision or 9
         fraction = f"{moment.microsecond // 1000:03d}{nano_of_milli:06d}"[:digits]
         text = moment.strftime("%Y-%m-%dT%H:%M:%S") + "." + fraction

@@ -241,3 +241,37 @@ def test_wide_decimals_keep_every_digit() -> None:
 
     assert decimal_text(12345678901234567890123456789012345678, 2) == "123456789012345678901234567890123456.78"
     assert decimal_text(-(10**30) - 1, 4) == "-100000000000000000000000000.0001"
+
+
+_NESTED_TYPES = [LogicalType("BIGINT"), VARCHAR, LogicalType("DATE"),
+                 LogicalType("TIMESTAMP_WITHOUT_TIME_ZONE", precision=9), LogicalType("DECIMAL", precision=30, scale=3),
+                 LogicalType("ARRAY", children=(VARCHAR,)),
+                 LogicalType("MAP", children=(VARCHAR, LogicalType("INTEGER"))),
+                 LogicalType("ROW", children=(LogicalType("TIME_WITHOUT_TIME_ZONE"), VARCHAR), names=("t", "s"))]
+_NESTED_ROW = encode_row(_NESTED_TYPES[:6] + [_NESTED_TYPES[7]], [
+    7, "a string of some length", datetime.date(2024, 5, 1), (1700000000123, 456789), "12345.678",
+    ["x", None, "a longer element"], [1000, "and a long text"]])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, len(_NESTED_ROW) - 1), st.integers(0, 255)), min_size=1, max_size=6))
+def test_damaged_rows_decode_or_fail_with_a_statekit_error(flips: list[tuple[int, int]]) -> None:
+    """Any bytes: a value, or one StatekitError naming the offset — never another exception."""
+    data = bytearray(_NESTED_ROW)
+    for at, byte in flips:
+        data[at] = byte
+    types = _NESTED_TYPES[:6] + [_NESTED_TYPES[7]]
+    serializer = row_data_serializer(node(*types))
+    assert serializer is not None
+    try:
+        serializer.read(ByteCursor(bytes(data), source="row"))
+    except StatekitError as exc:
+        assert "byte offset" in str(exc)
+
+
+def test_the_undamaged_nested_row_decodes() -> None:
+    types = _NESTED_TYPES[:6] + [_NESTED_TYPES[7]]
+    assert decode(types, _NESTED_ROW) == {
+        "f0": 7, "f1": "a string of some length", "f2": datetime.date(2024, 5, 1),
+        "f3": "2023-11-14T22:13:20.123456789", "f4": "12345.678", "f5": ["x", None, "a longer element"],
+        "f6": {"t": "00:00:01", "s": "and a long text"}}

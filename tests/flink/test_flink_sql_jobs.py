@@ -19,6 +19,8 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from statekit.cli.main import cli
 from statekit.flink.entries import read_keyed_state
@@ -175,3 +177,35 @@ def test_rescale_of_a_sql_savepoint_is_refused_naming_the_key_serializer(tmp_pat
     (line,) = result.output.strip().splitlines()
     assert "state 'accState' is keyed by a Flink SQL row (RowData<" in line and "not supported yet" in line
     assert not (tmp_path / "out").exists()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 12708), st.integers(0, 255)), min_size=1, max_size=4))
+def test_a_damaged_sql_state_header_is_a_statekit_error_or_a_named_problem(flips: list[tuple[int, int]]) -> None:
+    """Bytes of the keyed-state header (the Java-serialized LogicalTypes of nested ROW, ARRAY and MAP
+    accumulators) changed: reading fails with one StatekitError or names a state's problem, never crashes."""
+    import shutil
+    import tempfile
+
+    from statekit.flink.entries import decodable_states
+    from statekit.statefmt.errors import StatekitError
+
+    source = savepoint("hashmap", "canonical")
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp) / source.name
+        shutil.copytree(source, copy)
+        snapshot = load_snapshot(str(copy))
+        op = snapshot.metadata.operator("GroupAggregate[14]")
+        handle = op.subtasks[1].managed_keyed_state
+        assert handle is not None and handle.delegate is not None and handle.delegate.path is not None
+        stream = copy / handle.delegate.path  # a relative file of the savepoint
+        data = bytearray(stream.read_bytes())
+        for at, byte in flips:
+            data[at] = byte
+        stream.write_bytes(bytes(data))
+        try:
+            for support in decodable_states(load_snapshot(str(copy)), op.operator_id):
+                if support.decoder is not None:
+                    list(read_keyed_state(load_snapshot(str(copy)), op.operator_id, support.name))
+        except StatekitError:
+            pass
