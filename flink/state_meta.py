@@ -92,6 +92,7 @@ SCALA_CASE_CLASS_SNAPSHOT = "org.apache.flink.api.scala.typeutils.ScalaCaseClass
 # Flink SQL's rows (keys and values of SQL operators' state) and the serializers of their fields
 _TABLE = "org.apache.flink.table.runtime.typeutils."
 ROW_DATA_SNAPSHOT = _TABLE + "RowDataSerializer$RowDataSerializerSnapshot"
+TTL_SNAPSHOT = "org.apache.flink.runtime.state.ttl.TtlStateFactory$TtlSerializerSnapshot"
 # snapshot class -> the ints it writes (DecimalData: precision, scale; TimestampData: precision)
 _TABLE_INT_SNAPSHOTS = {_TABLE + "DecimalDataSerializer$DecimalSerializerSnapshot": 2,
                         _TABLE + "TimestampDataSerializer$TimestampDataSerializerSnapshot": 1,
@@ -149,10 +150,25 @@ class SerializerInfo:
         with its field types (``RowData<STRING, BIGINT>``)."""
         if not self.snapshot_class:
             return "?"
-        if self.snapshot_class == ROW_DATA_SNAPSHOT and self.tree is not None:
-            return "RowData<" + ", ".join(t.sql() for t in self.tree.logical_types) + ">"
-        simple = self.snapshot_class.rsplit(".", 1)[-1].rsplit("$", 1)[-1]
-        return simple[: -len("Snapshot")] if simple.endswith("Snapshot") else simple
+        if self.tree is not None:
+            return _short_name(self.tree)
+        return _simple_name(self.snapshot_class)
+
+
+def _simple_name(snapshot_class: str) -> str:
+    simple = snapshot_class.rsplit(".", 1)[-1].rsplit("$", 1)[-1]
+    return simple[: -len("Snapshot")] if simple.endswith("Snapshot") else simple
+
+
+def _short_name(node: SerializerNode) -> str:
+    """A SQL row with its types (``RowData<STRING, BIGINT>``), a TTL wrapper of one
+    (``Ttl<RowData<..>>``), else the snapshot's simple class name."""
+    if node.snapshot_class == ROW_DATA_SNAPSHOT:
+        return "RowData<" + ", ".join(t.sql() for t in node.logical_types) + ">"
+    if node.snapshot_class == TTL_SNAPSHOT and len(node.children) == 2 \
+            and node.children[1].snapshot_class == ROW_DATA_SNAPSHOT:
+        return f"Ttl<{_short_name(node.children[1])}>"
+    return _simple_name(node.snapshot_class)
 
 
 @dataclass(frozen=True)

@@ -19,10 +19,11 @@ into blackhole sinks:
 Once the input is consumed the state is frozen; the job waits for two more checkpoints, takes
 the savepoints and is cancelled; its last checkpoint is retained.
 
-Usage:  python flink_sql_fixture_job.py OUT BACKEND PLAN
+Usage:  python flink_sql_fixture_job.py OUT BACKEND PLAN [TTL]
     OUT      absolute directory: OUT/savepoints/savepoint-*
     BACKEND  hashmap | rocksdb
     PLAN     comma-separated savepoints to take: canonical, native
+    TTL      table.exec.state.ttl (e.g. "1 d"; default none): state values carry a last-access time
 
 Prints one JSON line "FIXTURE {...}" with the job id, the snapshot paths and the operators'
 descriptions.
@@ -41,6 +42,7 @@ from pyflink.table import StreamTableEnvironment
 
 N = 2000
 OUT, BACKEND, PLAN = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
+TTL = sys.argv[4] if len(sys.argv) > 4 else "0 ms"
 MARKER = os.path.join(OUT, "input-consumed")
 
 CLICKS = """
@@ -117,6 +119,7 @@ def configuration() -> Configuration:
         "table.local-time-zone": "UTC",
         "table.exec.resource.default-parallelism": "2",
         "pipeline.max-parallelism": "128",
+        "table.exec.state.ttl": TTL,
     }
     for key, value in settings.items():
         conf.set_string(key, value)

@@ -34,8 +34,9 @@ N = 2000  # flink_sql_fixture_job.N
 ADD_OPENS = " ".join(f"--add-opens=java.base/{p}=ALL-UNNAMED" for p in (
     "java.lang", "java.util", "java.nio", "sun.nio.ch", "java.lang.reflect", "java.io", "java.net",
     "java.text", "java.time", "java.util.concurrent", "java.util.concurrent.atomic"))
-# variant -> (backend, savepoints, keep the retained checkpoint: a heap checkpoint)
-VARIANTS = {"hashmap": ("hashmap", "canonical", True), "rocksdb": ("rocksdb", "canonical,native", False)}
+# variant -> (backend, savepoints, keep the retained checkpoint: a heap checkpoint, table.exec.state.ttl)
+VARIANTS = {"hashmap": ("hashmap", "canonical", True, "0 ms"), "rocksdb": ("rocksdb", "canonical,native", False, "0 ms"),
+            "hashmap-ttl": ("hashmap", "canonical", False, "1 d")}
 # The operators' names in the job graph (the planner numbers its nodes in plan order).
 OPERATORS = {"by_user": "GroupAggregate[4]", "by_bucket": "GroupAggregate[9]", "last": "GroupAggregate[14]"}
 
@@ -131,10 +132,10 @@ def _local(url: str) -> Path:
     return Path(url.removeprefix("file://") if url.startswith("file://") else url.removeprefix("file:"))
 
 
-def run_job(venv: Path, work: Path, backend: str, plan: str) -> dict[str, Any]:
+def run_job(venv: Path, work: Path, backend: str, plan: str, ttl: str) -> dict[str, Any]:
     env = dict(os.environ)
     env["JAVA_TOOL_OPTIONS"] = (env.get("JAVA_TOOL_OPTIONS", "") + " " + ADD_OPENS).strip()
-    done = subprocess.run([str(venv / "bin" / "python"), str(JOB), str(work), backend, plan],
+    done = subprocess.run([str(venv / "bin" / "python"), str(JOB), str(work), backend, plan, ttl],
                           cwd=work, env=env, capture_output=True, text=True, timeout=600)
     facts = [line for line in done.stdout.splitlines() if line.startswith("FIXTURE ")]
     if done.returncode != 0 or not facts:
@@ -153,7 +154,7 @@ def copy_variant(variant: str, facts: dict[str, Any], work: Path, dest: Path, se
         shutil.copytree(source, target / "savepoints" / source.name)
         savepoints[kind] = f"savepoints/{source.name}"
     info: dict[str, Any] = {"flink": "2.3.0", "job_id": facts["job_id"], "work_dir": str(work),
-                            "backend": VARIANTS[variant][0], "savepoints": savepoints,
+                            "backend": VARIANTS[variant][0], "state_ttl": VARIANTS[variant][3], "savepoints": savepoints,
                             "generation_seconds": round(seconds)}
     if VARIANTS[variant][2] and facts.get("checkpoint"):
         checkpoint = Path(str(facts["checkpoint"]))
@@ -175,11 +176,11 @@ def main() -> None:
     if not (args.venv / "bin" / "python").exists():
         raise SystemExit(f"{args.venv} is missing: run scripts/install_pyflink.sh 2.3.0")
     for variant in args.only or VARIANTS:
-        backend, plan, _ = VARIANTS[variant]
+        backend, plan, _, ttl = VARIANTS[variant]
         work = Path(tempfile.mkdtemp(prefix="statekit-flink-sql-"))
         started = time.monotonic()
         try:
-            facts = run_job(args.venv, work, backend, plan)
+            facts = run_job(args.venv, work, backend, plan, ttl)
             copy_variant(variant, facts, work, args.dest, time.monotonic() - started)
         finally:
             if not args.keep_work:

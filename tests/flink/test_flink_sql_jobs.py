@@ -28,7 +28,8 @@ from statekit.flink.storage import load_snapshot
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "flink-sql-2.3"
 # (variant, snapshot): the savepoints, and the hashmap job's retained heap checkpoint (moved: read in place)
-SAVEPOINTS = [("hashmap", "canonical"), ("hashmap", "checkpoint"), ("rocksdb", "canonical"), ("rocksdb", "native")]
+SAVEPOINTS = [("hashmap", "canonical"), ("hashmap", "checkpoint"), ("rocksdb", "canonical"), ("rocksdb", "native"),
+              ("hashmap-ttl", "canonical")]
 KEY_TYPES = {"by_user": "RowData<STRING NOT NULL>", "by_bucket": "RowData<INT NOT NULL, BOOLEAN NOT NULL>",
              "last": "RowData<INT NOT NULL, INT NOT NULL, STRING NOT NULL>"}
 ACC_TYPES = {
@@ -96,6 +97,20 @@ def test_group_aggregates_decode_to_the_truth(variant: str, kind: str) -> None:
                 assert value == group["result"][name], (query, group["key"], name)
 
 
+def test_state_with_a_ttl_carries_each_groups_last_access_time() -> None:
+    """``table.exec.state.ttl``: accumulators wrapped in Flink's TTL serializer; the time goes to ``expiry``."""
+    path = savepoint("hashmap-ttl", "canonical")
+    snapshot = load_snapshot(str(path))
+    facts = json.loads((GOLDEN / "hashmap-ttl" / "facts.json").read_text())
+    assert facts["state_ttl"] == "1 d"
+    for query, truth in expected("hashmap-ttl")["operators"].items():
+        entries = list(read_keyed_state(snapshot, truth["name"], "accState"))
+        assert len(entries) == len(truth["groups"]), query
+        stamps = {e.expiry for e in entries}
+        assert None not in stamps and min(stamps) > 1_700_000_000_000  # epoch ms of the job's run
+        assert max(stamps) - min(stamps) < 600_000  # all written within the job's few seconds (and its checkpoints)
+
+
 @pytest.mark.parametrize(("variant", "kind"), SAVEPOINTS)
 def test_inspect_names_the_sql_types_and_verify_passes(variant: str, kind: str) -> None:
     path = savepoint(variant, kind)
@@ -107,7 +122,8 @@ def test_inspect_names_the_sql_types_and_verify_passes(variant: str, kind: str) 
         assert op["uid"] is None and op["keyed_state_problem"] is None
         (acc,) = [st for st in op["keyed_states"] if st["name"] == "accState"]
         assert acc["problem"] is None
-        assert {s["key"]: s["short_name"] for s in acc["serializers"]}["VALUE_SERIALIZER"] == ACC_TYPES[query]
+        value = {s["key"]: s["short_name"] for s in acc["serializers"]}["VALUE_SERIALIZER"]
+        assert value == (f"Ttl<{ACC_TYPES[query]}>" if variant.endswith("-ttl") else ACC_TYPES[query])
     code, verified = statekit("verify", str(path))
     assert (code, verified["ok"]) == (0, True)
 
@@ -162,7 +178,8 @@ def test_local_export_has_typed_columns(variant: str, kind: str, tmp_path: Path)
         k: t["first_ts"] for k, t in truth.items()}
 
 
-@pytest.mark.parametrize(("variant", "kind"), [("hashmap", "checkpoint"), ("rocksdb", "canonical"), ("rocksdb", "native")])
+@pytest.mark.parametrize(("variant", "kind"), [("hashmap", "checkpoint"), ("rocksdb", "canonical"), ("rocksdb", "native"),
+                                               ("hashmap-ttl", "canonical")])
 def test_every_savepoint_diffs_equal_to_the_hashmap_one(variant: str, kind: str) -> None:
     code, report = statekit("diff", str(savepoint("hashmap", "canonical")), str(savepoint(variant, kind)))
     assert code == 0, report
