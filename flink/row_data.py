@@ -45,11 +45,21 @@ from statekit.flink.cursor import ByteCursor
 from statekit.flink.java_types import decimal_text
 from statekit.flink.logical_type import LogicalType
 from statekit.flink.serializers import FlinkSerializer
-from statekit.flink.state_meta import SerializerNode
+from statekit.flink.state_meta import (
+    DECIMAL_DATA_SNAPSHOT,
+    EXTERNAL_SNAPSHOT,
+    NULL_SNAPSHOT,
+    RAW_VALUE_SNAPSHOT,
+    ROW_DATA_SNAPSHOT,
+    STRING_DATA_SNAPSHOT,
+    TIMESTAMP_DATA_SNAPSHOT,
+    SerializerNode,
+)
 
-__all__ = ["BinaryRowReader", "row_data_serializer", "unsupported_type", "row_spark_type"]
+__all__ = ["BinaryRowReader", "row_data_serializer", "table_serializer", "unsupported_type", "row_spark_type"]
 
 ROW_KINDS = ("+I", "-U", "+U", "-D")
+DATA_VIEW = "data view"  # LogicalType.java_class of an accumulator's data-view placeholder
 HIGHEST_FIRST_BIT = 0x80 << 56
 COMPACT_DECIMAL_PRECISION = 18
 COMPACT_TIMESTAMP_PRECISION = 3
@@ -72,7 +82,7 @@ _TIMESTAMPS = {"TIMESTAMP_WITHOUT_TIME_ZONE": "timestamp_ntz", "TIMESTAMP_WITH_L
 
 def unsupported_type(t: LogicalType) -> LogicalType | None:
     """The first type inside ``t`` (``t`` itself first) that this module cannot decode."""
-    if t.root in _FIXED or t.root in _VARIABLE or t.root in _TIMESTAMPS:
+    if t.root in _FIXED or t.root in _VARIABLE or t.root in _TIMESTAMPS or t.java_class == DATA_VIEW:
         return None
     if t.root == "DECIMAL":
         return None if t.precision is not None and t.scale is not None else t
@@ -88,6 +98,8 @@ def _field_names(t: LogicalType) -> list[str]:
 
 
 def _spark(t: LogicalType) -> str:
+    if t.java_class == DATA_VIEW:
+        return "string"  # always null: the view's entries are in their own state
     if t.root in _TIMESTAMPS:
         return _TIMESTAMPS[t.root] if (t.precision or 0) <= COMPACT_TIMESTAMP_PRECISION else "string"
     if t.root == "ARRAY":
@@ -145,6 +157,8 @@ class BinaryRowReader:
     def value(self, t: LogicalType, base: int, slot: int, what: str) -> Any:
         """The value of type ``t`` whose 8-byte (or element-sized) slot is at ``slot``."""
         root = t.root
+        if t.java_class == DATA_VIEW:
+            return None
         if root in _FIXED:
             raw = self._unpack(_FIXED[root][1], slot, what)
             if root == "DATE":
@@ -273,13 +287,84 @@ def _reader(types: tuple[LogicalType, ...], names: list[str]) -> Callable[[ByteC
     return read
 
 
+def _data_view(t: LogicalType, field: SerializerNode | None) -> bool:
+    """Whether a row field is an accumulator's data-view placeholder: ``RAW`` written by
+    ``NullSerializer`` (the ``MapView``/``ListView`` lives in its own state, ``distinctAcc_N``...)."""
+    return (t.root == "RAW" and field is not None and field.snapshot_class == RAW_VALUE_SNAPSHOT
+            and len(field.children) == 1 and field.children[0].snapshot_class == NULL_SNAPSHOT)
+
+
 def row_data_serializer(node: SerializerNode) -> FlinkSerializer | None:
     """The decoder of a ``RowDataSerializer`` snapshot, or ``None`` when a field's type is not
     decodable (:func:`unsupported_type` names it). Fields are ``f0``.. (the snapshot records
-    the types of a top-level row, not its field names)."""
+    the types of a top-level row, not its field names); a data-view placeholder is ``None``."""
     types = node.logical_types
+    fields = list(node.children) if len(node.children) == len(types) else [None] * len(types)
+    types = tuple(LogicalType("NULL", java_class=DATA_VIEW) if _data_view(t, f) else t for t, f in zip(types, fields))
     if not types or any(unsupported_type(t) is not None for t in types):
         return None
     names = [f"f{i}" for i in range(len(types))]
     label = "RowData<" + ",".join(t.sql() for t in types) + ">"
     return FlinkSerializer(label, row_spark_type(names, types), None, _reader(types, names))
+
+
+def _string_data(cur: ByteCursor) -> str:
+    at = cur.pos
+    data = cur.take(cur.count("StringData length"), "StringData")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise cur.error("StringData that is not UTF-8", at=at) from None
+
+
+def _decimal_data(precision: int, scale: int) -> Callable[[ByteCursor], str]:
+    def read(cur: ByteCursor) -> str:
+        if precision <= COMPACT_DECIMAL_PRECISION:
+            return decimal_text(cur.i64("DecimalData"), scale)
+        data = cur.take(cur.count("DecimalData length"), "DecimalData")
+        return decimal_text(int.from_bytes(data, "big", signed=True), scale)
+
+    return read
+
+
+def _timestamp_data(precision: int) -> Callable[[ByteCursor], Any]:
+    t = LogicalType("TIMESTAMP_WITHOUT_TIME_ZONE", precision=precision)
+
+    def read(cur: ByteCursor) -> Any:
+        millis = cur.i64("TimestampData milliseconds")
+        if precision <= COMPACT_TIMESTAMP_PRECISION:
+            return millis
+        at = cur.pos
+        nanos = cur.i32("TimestampData nano of millisecond")
+        value = struct.pack("<qq", (8 << 32) | nanos, millis)  # as a row's slot and variable part
+        return BinaryRowReader(ByteCursor(value, source=cur.source, error=cur.error_class), 0, 16)._timestamp(
+            t, 0, 0, f"TimestampData at byte offset {at}")
+
+    return read
+
+
+def table_serializer(node: SerializerNode, child: Callable[[SerializerNode], FlinkSerializer | None],
+                     ) -> FlinkSerializer | None:
+    """The decoder of a Flink SQL serializer snapshot (``RowData``, ``StringData``, ``DecimalData``,
+    ``TimestampData``, ``ExternalSerializer`` of one of these or of a basic type), or ``None``.
+
+    ``StringData``: int length, UTF-8; ``DecimalData``: the unscaled long (precision <= 18) or
+    int length and ``BigInteger`` bytes; ``TimestampData``: epoch ms (precision <= 3), then the
+    nano of millisecond int; ``ExternalSerializer``: its internal serializer's bytes.
+    """
+    cls = node.snapshot_class
+    if cls == ROW_DATA_SNAPSHOT:
+        return row_data_serializer(node)
+    if cls == STRING_DATA_SNAPSHOT:
+        return FlinkSerializer("StringData", "string", None, _string_data)
+    params = [int(p) for p in (node.text or "").split(",") if p.lstrip("-").isdigit()]
+    if cls == DECIMAL_DATA_SNAPSHOT and len(params) == 2:
+        fixed = 8 if params[0] <= COMPACT_DECIMAL_PRECISION else None
+        return FlinkSerializer(f"DecimalData({params[0]}, {params[1]})", "string", fixed, _decimal_data(*params))
+    if cls == TIMESTAMP_DATA_SNAPSHOT and len(params) == 1:
+        compact = params[0] <= COMPACT_TIMESTAMP_PRECISION
+        return FlinkSerializer(f"TimestampData({params[0]})", "timestamp_ntz" if compact else "string",
+                               8 if compact else 12, _timestamp_data(params[0]))
+    if cls == EXTERNAL_SNAPSHOT and len(node.children) == 1:
+        return child(node.children[0])
+    return None

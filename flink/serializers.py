@@ -42,8 +42,12 @@ from statekit.flink.cursor import ByteCursor
 from statekit.flink.state_meta import (
     AVRO_SNAPSHOT,
     BYTE_ARRAY_WRAPPER_SNAPSHOT,
+    DECIMAL_DATA_SNAPSHOT,
+    EXTERNAL_SNAPSHOT,
     KRYO_SNAPSHOTS,
     ROW_DATA_SNAPSHOT,
+    STRING_DATA_SNAPSHOT,
+    TIMESTAMP_DATA_SNAPSHOT,
     SerializerNode,
 )
 
@@ -54,6 +58,8 @@ _BASE = "org.apache.flink.api.common.typeutils.base."
 _F64 = struct.Struct(">d")
 _F32 = struct.Struct(">f")
 ROW_KIND_BITS = 2
+TABLE_SNAPSHOTS = frozenset({ROW_DATA_SNAPSHOT, STRING_DATA_SNAPSHOT, DECIMAL_DATA_SNAPSHOT, TIMESTAMP_DATA_SNAPSHOT,
+                             EXTERNAL_SNAPSHOT})
 LIST_DELIMITER = 0x2C  # ListDelimitedSerializer: elements of list state values are joined by ','
 
 
@@ -243,10 +249,10 @@ def flink_serializer(node: SerializerNode | None) -> FlinkSerializer | None:
         from statekit.flink.kryo import kryo_serializer
 
         return kryo_serializer(node)
-    if cls == ROW_DATA_SNAPSHOT:
-        from statekit.flink.row_data import row_data_serializer
+    if cls in TABLE_SNAPSHOTS:
+        from statekit.flink.row_data import table_serializer
 
-        return row_data_serializer(node)
+        return table_serializer(node, flink_serializer)
     from statekit.flink.java_types import java_serializer
 
     java = java_serializer(node, flink_serializer)

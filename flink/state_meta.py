@@ -33,7 +33,8 @@ from statekit.statefmt.errors import CorruptStateError
 __all__ = [
     "SerializerNode", "SerializerInfo", "FlinkStateMeta", "KeyedBackendMeta", "read_keyed_backend_meta",
     "BYTE_ARRAY_WRAPPER_SNAPSHOT", "POJO_SNAPSHOT", "AVRO_SNAPSHOT", "KRYO_SNAPSHOTS", "TUPLE_SNAPSHOT",
-    "ENUM_SNAPSHOT", "SCALA_CASE_CLASS_SNAPSHOT", "ROW_DATA_SNAPSHOT",
+    "ENUM_SNAPSHOT", "SCALA_CASE_CLASS_SNAPSHOT", "ROW_DATA_SNAPSHOT", "STRING_DATA_SNAPSHOT", "DECIMAL_DATA_SNAPSHOT",
+    "TIMESTAMP_DATA_SNAPSHOT", "EXTERNAL_SNAPSHOT", "RAW_VALUE_SNAPSHOT", "NULL_SNAPSHOT",
 ]
 
 PROXY_VERSION = 6
@@ -46,6 +47,8 @@ BACKEND_STATE_TYPES = ("key-value", "operator", "broadcast", "priority-queue")
 SERIALIZER_KEYS = frozenset({"KEY_SERIALIZER", "NAMESPACE_SERIALIZER", "VALUE_SERIALIZER"})
 
 _BASE = "org.apache.flink.api.common.typeutils.base."
+# the serializer of a SQL accumulator's data-view field (its MapView/ListView lives in its own state)
+NULL_SNAPSHOT = "org.apache.flink.table.dataview.NullSerializer$NullSerializerSnapshot"
 # PyFlink keys map state by this wrapper of the Python-encoded user key (int length + bytes).
 BYTE_ARRAY_WRAPPER_SNAPSHOT = (
     "org.apache.flink.streaming.api.utils.ByteArrayWrapperSerializer$ByteArrayWrapperSerializerSnapshot"
@@ -83,6 +86,7 @@ SIMPLE_SNAPSHOTS = frozenset(
         "$GlobalWindowSerializerSnapshot",
         BYTE_ARRAY_WRAPPER_SNAPSHOT,
         "org.apache.flink.table.runtime.typeutils.StringDataSerializer$StringDataSerializerSnapshot",
+        NULL_SNAPSHOT,
     ]
 )
 ROW_SNAPSHOT = "org.apache.flink.api.java.typeutils.runtime.RowSerializer$RowSerializerSnapshot"
@@ -93,9 +97,13 @@ SCALA_CASE_CLASS_SNAPSHOT = "org.apache.flink.api.scala.typeutils.ScalaCaseClass
 _TABLE = "org.apache.flink.table.runtime.typeutils."
 ROW_DATA_SNAPSHOT = _TABLE + "RowDataSerializer$RowDataSerializerSnapshot"
 TTL_SNAPSHOT = "org.apache.flink.runtime.state.ttl.TtlStateFactory$TtlSerializerSnapshot"
+EXTERNAL_SNAPSHOT = _TABLE + "ExternalSerializer$ExternalSerializerSnapshot"
+STRING_DATA_SNAPSHOT = _TABLE + "StringDataSerializer$StringDataSerializerSnapshot"
+DECIMAL_DATA_SNAPSHOT = _TABLE + "DecimalDataSerializer$DecimalSerializerSnapshot"
+TIMESTAMP_DATA_SNAPSHOT = _TABLE + "TimestampDataSerializer$TimestampDataSerializerSnapshot"
+RAW_VALUE_SNAPSHOT = _TABLE + "RawValueDataSerializer$RawValueDataSerializerSnapshot"
 # snapshot class -> the ints it writes (DecimalData: precision, scale; TimestampData: precision)
-_TABLE_INT_SNAPSHOTS = {_TABLE + "DecimalDataSerializer$DecimalSerializerSnapshot": 2,
-                        _TABLE + "TimestampDataSerializer$TimestampDataSerializerSnapshot": 1,
+_TABLE_INT_SNAPSHOTS = {DECIMAL_DATA_SNAPSHOT: 2, TIMESTAMP_DATA_SNAPSHOT: 1,
                         _TABLE + "BinaryRowDataSerializer$BinaryRowDataSerializerSnapshot": 1}
 # snapshot class -> the Java-serialized objects it writes (logical types, then serializers)
 _TABLE_JAVA_SNAPSHOTS = {_TABLE + "ArrayDataSerializer$ArrayDataSerializerSnapshot": 2,
@@ -216,6 +224,13 @@ class KeyedBackendMeta:
 
 def _skip_outer(cur: ByteCursor, class_name: str, outer_version: int) -> str | None:
     """Read a composite snapshot's outer snapshot; the class it names, if any."""
+    if class_name == EXTERNAL_SNAPSHOT:  # the DataType (Java-serialized), isInternalInput
+        try:
+            read_java_object(cur, "external serializer data type")
+        except UnsupportedJava as exc:
+            raise _Unskippable(f"{class_name}: its data type ({exc})") from None
+        cur.boolean("external serializer isInternalInput")
+        return None
     if class_name == ROW_SNAPSHOT:
         if outer_version >= 4:
             cur.u8("row serializer supportsRowKind")

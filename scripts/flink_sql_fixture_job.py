@@ -3,7 +3,7 @@
 Runs in the PyFlink virtualenv (scripts/install_pyflink.sh), never in statekit's own. The input
 is the numbers 0..N-1 (NumberSequenceSource, endless, throttled past N, the rest filtered out),
 turned into a table ``clicks`` by SQL expressions of n (the generator computes the same values
-in Python for expected.json); three group aggregates (parallelism 2, max parallelism 128) write
+in Python for expected.json); four group aggregates (parallelism 2, max parallelism 128) write
 into blackhole sinks:
 
     by_user:   GROUP BY user_id STRING
@@ -15,6 +15,9 @@ into blackhole sinks:
     last:      GROUP BY n % 3, ROW(n % 5, user_id)   (the planner flattens the ROW into the key)
                LAST_VALUE of an ARRAY<INT>, a MAP<CHAR(1), BIGINT> and a STRING: accumulators
                ROW<lastValue, lastOrder> nested in the accumulator row
+    distincts: GROUP BY bucket
+               COUNT(DISTINCT user_id), SUM(DISTINCT tiny), COUNT(*): the distinct values in
+               map states distinctAcc_0 / distinctAcc_1 (value -> Long), placeholders in accState
 
 Once the input is consumed the state is frozen; the job waits for two more checkpoints, takes
 the savepoints and is cancelled; its last checkpoint is retained.
@@ -80,6 +83,11 @@ SELECT MOD(n, 3) AS k, ROW(CAST(MOD(n, 5) AS INT), user_id) AS rk,
        LAST_VALUE(ARRAY[CAST(n AS INT), CAST(n + 1 AS INT)]) AS arr, LAST_VALUE(MAP['n', n]) AS m,
        LAST_VALUE(CAST(n AS STRING)) AS s
 FROM clicks GROUP BY MOD(n, 3), ROW(CAST(MOD(n, 5) AS INT), user_id)
+"""
+
+DISTINCTS = """
+SELECT bucket, COUNT(DISTINCT user_id) AS users, SUM(DISTINCT tiny) AS tinies, COUNT(*) AS cnt
+FROM clicks GROUP BY bucket
 """
 
 BY_BUCKET = """
@@ -148,13 +156,14 @@ def main() -> None:
                .filter(lambda n: n < N).set_parallelism(1).uid("first-n"))
     t_env.create_temporary_view("numbers", t_env.from_data_stream(numbers))
     t_env.execute_sql(CLICKS)
-    for name in ("by_user", "by_bucket", "last"):
+    for name in ("by_user", "by_bucket", "last", "distincts"):
         t_env.execute_sql(f"CREATE TEMPORARY TABLE {name}_sink ({SINK_COLUMNS[name]}) "
                           "WITH ('connector' = 'blackhole')")
     statements = t_env.create_statement_set()
     statements.add_insert_sql(f"INSERT INTO by_user_sink {BY_USER}")
     statements.add_insert_sql(f"INSERT INTO by_bucket_sink {BY_BUCKET}")
     statements.add_insert_sql(f"INSERT INTO last_sink {LAST}")
+    statements.add_insert_sql(f"INSERT INTO distincts_sink {DISTINCTS}")
     client = statements.execute().get_job_client()
     job_id = str(client.get_job_id())
     print("job id", job_id, flush=True)
@@ -183,6 +192,7 @@ SINK_COLUMNS = {
     "by_bucket": "bucket BIGINT, even BOOLEAN, cnt BIGINT, min_ratio FLOAT, max_tiny TINYINT, "
                  "sum_small SMALLINT, sum_i INT, last_ltz TIMESTAMP_LTZ(3), min_tag STRING, max_t TIME(0)",
     "last": "k BIGINT, rk ROW<a INT, b STRING>, arr ARRAY<INT>, m MAP<STRING, BIGINT>, s STRING",
+    "distincts": "bucket BIGINT, users BIGINT, tinies TINYINT, cnt BIGINT",
 }
 
 

@@ -38,7 +38,8 @@ ADD_OPENS = " ".join(f"--add-opens=java.base/{p}=ALL-UNNAMED" for p in (
 VARIANTS = {"hashmap": ("hashmap", "canonical", True, "0 ms"), "rocksdb": ("rocksdb", "canonical,native", False, "0 ms"),
             "hashmap-ttl": ("hashmap", "canonical", False, "1 d")}
 # The operators' names in the job graph (the planner numbers its nodes in plan order).
-OPERATORS = {"by_user": "GroupAggregate[4]", "by_bucket": "GroupAggregate[9]", "last": "GroupAggregate[14]"}
+OPERATORS = {"by_user": "GroupAggregate[4]", "by_bucket": "GroupAggregate[9]", "last": "GroupAggregate[14]",
+             "distincts": "GroupAggregate[19]"}
 
 # ----------------------------------------------------------------------------- the input
 
@@ -104,17 +105,39 @@ def last(rows: list[dict[str, Any]], ns: range) -> list[dict[str, Any]]:
     return out
 
 
+def _wrap8(value: int) -> int:
+    return (value + 2**7) % 2**8 - 2**7  # SUM of TINYINT is a TINYINT (Java overflow)
+
+
+def distincts(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]]]:
+    """The groups, and the distinct-value map states: every distinct value of a group -> 1 (the
+    bitmask of the distinct aggregates that saw it: one each here; no retraction, no counting)."""
+    groups, views = [], {"distinctAcc_0": [], "distinctAcc_1": []}
+    for bucket in sorted({r["bucket"] for r in rows}):
+        group = [r for r in rows if r["bucket"] == bucket]
+        users, tinies = sorted({r["user_id"] for r in group}), sorted({r["tiny"] for r in group})
+        groups.append({"key": {"bucket": bucket}, "result": {
+            "users": len(users), "tinies": _wrap8(sum(tinies)), "cnt": len(group), "users_view": None,
+            "tinies_view": None}})
+        views["distinctAcc_0"] += [{"key": {"bucket": bucket}, "user_key": u, "value": 1} for u in users]
+        views["distinctAcc_1"] += [{"key": {"bucket": bucket}, "user_key": t, "value": 1} for t in tinies]
+    return groups, views
+
+
 LAST_ORDER = -(2**63)  # LastValueAggFunction's order field: Long.MIN_VALUE (no order column)
 # The accumulator fields of each GroupAggregate (the planner's layout) and the result each holds.
 ACCUMULATORS = {
     "by_user": ["cnt", "total", "max_amount", "price_sum", "first_ts", "last_ts6", "last_day"],
     "by_bucket": ["cnt", "min_ratio", "max_tiny", "sum_small", "sum_i", "last_ltz", "min_tag", "max_t"],
     "last": ["arr", "m", "s"],
+    # the distinct aggregates, COUNT(*), then one data-view placeholder per distinct aggregate (null)
+    "distincts": ["users", "tinies", "cnt", "users_view", "tinies_view"],
 }
 
 
 def expected() -> dict[str, Any]:
     rows = [click(n) for n in range(N)]
+    distinct_groups, distinct_views = distincts(rows)
     return {"input": f"n = 0..{N - 1}, columns: scripts/flink_sql_fixture_job.py (CLICKS)",
             "operators": {
                 "by_user": {"name": OPERATORS["by_user"], "key": ["user_id"], "accumulators": ACCUMULATORS["by_user"],
@@ -122,7 +145,10 @@ def expected() -> dict[str, Any]:
                 "by_bucket": {"name": OPERATORS["by_bucket"], "key": ["bucket", "even"],
                               "accumulators": ACCUMULATORS["by_bucket"], "groups": by_bucket(rows)},
                 "last": {"name": OPERATORS["last"], "key": ["k", "a", "b"], "accumulators": ACCUMULATORS["last"],
-                         "groups": last(rows, range(N))}}}
+                         "groups": last(rows, range(N))},
+                "distincts": {"name": OPERATORS["distincts"], "key": ["bucket"],
+                              "accumulators": ACCUMULATORS["distincts"], "groups": distinct_groups,
+                              "states": distinct_views}}}
 
 
 # ----------------------------------------------------------------------------- running, copying

@@ -275,3 +275,52 @@ def test_the_undamaged_nested_row_decodes() -> None:
         "f0": 7, "f1": "a string of some length", "f2": datetime.date(2024, 5, 1),
         "f3": "2023-11-14T22:13:20.123456789", "f4": "12345.678", "f5": ["x", None, "a longer element"],
         "f6": {"t": "00:00:01", "s": "and a long text"}}
+
+
+def _table(cls: str, text: str | None = None, *children: SerializerNode) -> SerializerNode:
+    return SerializerNode(cls, children, text=text)
+
+
+def test_the_field_serializers_of_sql_state() -> None:
+    """StringData, DecimalData, TimestampData and ExternalSerializer: map keys and values of SQL data views."""
+    from statekit.flink.state_meta import (
+        DECIMAL_DATA_SNAPSHOT,
+        EXTERNAL_SNAPSHOT,
+        STRING_DATA_SNAPSHOT,
+        TIMESTAMP_DATA_SNAPSHOT,
+    )
+
+    def read(node: SerializerNode, data: bytes) -> Any:
+        serializer = flink_serializer(node)
+        assert serializer is not None
+        cur = ByteCursor(data, source="value")
+        value = serializer.read(cur)
+        assert cur.remaining == 0
+        return value
+
+    text = "héllo".encode()
+    assert read(_table(STRING_DATA_SNAPSHOT), struct.pack(">i", len(text)) + text) == "héllo"
+    assert read(_table(EXTERNAL_SNAPSHOT, None, _table(STRING_DATA_SNAPSHOT)), b"\0\0\0\x01u") == "u"
+    assert read(_table(DECIMAL_DATA_SNAPSHOT, "10,2"), struct.pack(">q", -12345)) == "-123.45"
+    wide = (10**30 + 7).to_bytes(13, "big", signed=True)
+    assert read(_table(DECIMAL_DATA_SNAPSHOT, "38,3"), struct.pack(">i", 13) + wide) == "1000000000000000000000000000.007"
+    assert read(_table(TIMESTAMP_DATA_SNAPSHOT, "3"), struct.pack(">q", 1700000000123)) == 1700000000123
+    assert read(_table(TIMESTAMP_DATA_SNAPSHOT, "6"), struct.pack(">qi", 1700000000123, 456000)) == (
+        "2023-11-14T22:13:20.123456")
+
+
+def test_a_data_view_placeholder_is_null_and_other_raw_fields_are_refused() -> None:
+    from statekit.flink.state_meta import NULL_SNAPSHOT, RAW_VALUE_SNAPSHOT
+
+    raw = LogicalType("RAW", java_class="org.apache.flink.table.types.logical.RawType")
+    view = _table(RAW_VALUE_SNAPSHOT, None, _table(NULL_SNAPSHOT))
+    long_node = _table("org.apache.flink.api.common.typeutils.base.LongSerializer$LongSerializerSnapshot")
+    row = SerializerNode(ROW_DATA_SNAPSHOT, (long_node, view), logical_types=(LogicalType("BIGINT"), raw))
+    serializer = flink_serializer(row)
+    assert serializer is not None and serializer.spark_type == "struct<f0:bigint,f1:string>"
+    data = encode_row([LogicalType("BIGINT"), LogicalType("BIGINT")], [3, None])
+    assert serializer.read(ByteCursor(data, source="row")) == {"f0": 3, "f1": None}
+    other = SerializerNode(ROW_DATA_SNAPSHOT, (long_node, _table(RAW_VALUE_SNAPSHOT, None, long_node)),
+                           logical_types=(LogicalType("BIGINT"), raw))
+    assert flink_serializer(other) is None
+    assert unsupported_class(other) == "RowData (Flink SQL row) with a field of type RAW"

@@ -1,12 +1,13 @@
 """A real Flink SQL job's state (tests/golden/flink-sql-2.3): group aggregates over RowData.
 
-Written by PyFlink 2.3 (scripts/gen_flink_sql_fixtures.py): three ``GROUP BY`` aggregates, on
+Written by PyFlink 2.3 (scripts/gen_flink_sql_fixtures.py): four ``GROUP BY`` aggregates, on
 the hashmap backend (canonical savepoint, retained heap checkpoint) and RocksDB (canonical and
 native savepoints).
 ``expected.json`` holds every group's aggregates computed from the input rows in Python and
 the planner's accumulator layout; every savepoint decodes to it, inspects with the SQL
 types, verifies, exports on the local engine and diffs equal to the others. The third
-aggregate's ``LAST_VALUE`` accumulators nest named ROWs holding an ARRAY, a MAP and a STRING.
+aggregate's ``LAST_VALUE`` accumulators nest named ROWs holding an ARRAY, a MAP and a STRING;
+the fourth's ``DISTINCT`` aggregates keep their values in map states of their own.
 """
 
 from __future__ import annotations
@@ -31,13 +32,14 @@ GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "flink-sql-2.3"
 SAVEPOINTS = [("hashmap", "canonical"), ("hashmap", "checkpoint"), ("rocksdb", "canonical"), ("rocksdb", "native"),
               ("hashmap-ttl", "canonical")]
 KEY_TYPES = {"by_user": "RowData<STRING NOT NULL>", "by_bucket": "RowData<INT NOT NULL, BOOLEAN NOT NULL>",
-             "last": "RowData<INT NOT NULL, INT NOT NULL, STRING NOT NULL>"}
+             "last": "RowData<INT NOT NULL, INT NOT NULL, STRING NOT NULL>", "distincts": "RowData<INT NOT NULL>"}
 ACC_TYPES = {
     "by_user": "RowData<BIGINT, DOUBLE, DOUBLE, DECIMAL(38, 2), TIMESTAMP(3), TIMESTAMP(6), DATE>",
     "by_bucket": "RowData<BIGINT, FLOAT, TINYINT, SMALLINT, INT, TIMESTAMP_LTZ(3), STRING, TIME(0)>",
     "last": "RowData<ROW<`lastValue` ARRAY<INT NOT NULL>, `lastOrder` BIGINT>, "
             "ROW<`lastValue` MAP<CHAR(1) NOT NULL, BIGINT NOT NULL>, `lastOrder` BIGINT>, "
             "ROW<`lastValue` STRING, `lastOrder` BIGINT>>",
+    "distincts": "RowData<BIGINT, TINYINT, BIGINT, RAW, RAW>",  # RAW: the data views' placeholders
 }
 
 
@@ -95,6 +97,21 @@ def test_group_aggregates_decode_to_the_truth(variant: str, kind: str) -> None:
                 if name == "first_ts":  # TIMESTAMP(3): epoch ms of the wall-clock time
                     value = _ms_text(value)
                 assert value == group["result"][name], (query, group["key"], name)
+
+
+@pytest.mark.parametrize(("variant", "kind"), SAVEPOINTS)
+def test_distinct_values_decode_from_their_map_states(variant: str, kind: str) -> None:
+    """``COUNT(DISTINCT user_id)``, ``SUM(DISTINCT tiny)``: one MapView state per distinct aggregate
+    (``distinctAcc_N``, keys by Flink's ``ExternalSerializer``), the value a Long per distinct value."""
+    path = savepoint(variant, kind)
+    snapshot = load_snapshot(str(path))
+    truth = expected(variant)["operators"]["distincts"]
+    for state, rows in truth["states"].items():
+        got = sorted(({"bucket": e.key["f0"]}["bucket"], e.user_key, e.value)
+                     for e in read_keyed_state(snapshot, truth["name"], state))
+        assert got == sorted((r["key"]["bucket"], r["user_key"], r["value"]) for r in rows), state
+    for state in ("distinctAcc_0_null_state", "distinctAcc_1_null_state"):  # no null values were seen
+        assert list(read_keyed_state(snapshot, truth["name"], state)) == []
 
 
 def test_state_with_a_ttl_carries_each_groups_last_access_time() -> None:
@@ -184,7 +201,7 @@ def test_every_savepoint_diffs_equal_to_the_hashmap_one(variant: str, kind: str)
     code, report = statekit("diff", str(savepoint("hashmap", "canonical")), str(savepoint(variant, kind)))
     assert code == 0, report
     assert report["equal"] is True
-    assert report["totals"]["unchanged"] == 50 + 14 + 150
+    assert report["totals"]["unchanged"] == 50 + 14 + 150 + 7 + 350 + 700  # accumulators, distinct values
 
 
 def test_rescale_of_a_sql_savepoint_is_refused_naming_the_key_serializer(tmp_path: Path) -> None:

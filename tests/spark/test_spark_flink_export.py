@@ -134,6 +134,6 @@ def test_a_flink_sql_savepoint_exports_the_same_rows_on_spark_and_locally(spark:
         assert result.exit_code == 0, result.output
         rows[engine] = sorted(json.dumps({k: v for k, v in json.loads(line).items() if k != "subtask"}, sort_keys=True)
                               for part in out.glob("*/*/*.json") for line in part.read_text().splitlines())
-    assert len(rows["local"]) == 50 + 14 + 150
+    assert len(rows["local"]) == 50 + 14 + 150 + 7
     assert rows["spark"] == rows["local"]
     assert '"f4": "2023-11-14T22:13:20.000"' in next(r for r in rows["local"] if '"u0"' in r)
