@@ -243,3 +243,25 @@ def test_a_damaged_sql_state_header_is_a_statekit_error_or_a_named_problem(flips
                     list(read_keyed_state(load_snapshot(str(copy)), op.operator_id, support.name))
         except StatekitError:
             pass
+
+
+def test_a_sql_savepoint_converts_to_statekit(tmp_path: Path) -> None:
+    """Every SQL state converts (TIMESTAMP as statekit timestamps, DATE as ISO text) and reads back."""
+    from statekit.readers.savepoint_reader import SavepointReader
+
+    path = savepoint("hashmap", "canonical")
+    result = CliRunner().invoke(cli, ["convert", str(path), "--to", "statekit", "-o", str(tmp_path / "sk")])
+    assert result.exit_code == 0, result.output
+    reader = SavepointReader.read(str(tmp_path / "sk"))
+    truth = expected("hashmap")["operators"]["by_user"]
+    by_user = operator_ids(path)[truth["name"]]
+    accs = {e.key["f0"]: e.value for e in reader.read_keyed_state(by_user, "accState")}
+    assert {k: (v["f0"], v["f3"], v["f4"], v["f6"]) for k, v in accs.items()} == {
+        g["key"]["user_id"]: (g["result"]["cnt"], g["result"]["price_sum"],
+                              round((datetime.datetime.fromisoformat(g["result"]["first_ts"])
+                                     - datetime.datetime(1970, 1, 1)).total_seconds() * 1000),
+                              g["result"]["last_day"]) for g in truth["groups"]}
+    distinct = expected("hashmap")["operators"]["distincts"]
+    views = sorted((e.key["f0"], e.user_key) for e in reader.read_keyed_state(
+        operator_ids(path)[distinct["name"]], "distinctAcc_0"))
+    assert views == sorted((r["key"]["bucket"], r["user_key"]) for r in distinct["states"]["distinctAcc_0"])
