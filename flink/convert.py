@@ -27,6 +27,7 @@ and unwrapped keys. States that do not decode are left out and listed.
 
 from __future__ import annotations
 
+import datetime
 import re
 import time
 from collections.abc import Iterator
@@ -421,7 +422,19 @@ def convert_to_flink(spec: ConvertSpec, *, memory_budget: int = DEFAULT_MEMORY_B
 
 _SPARK_TO_DECLARED = {"bigint": "int", "int": "int", "smallint": "int", "tinyint": "int", "double": "float",
                       "float": "float", "boolean": "bool", "binary": "bytes", "array": "list", "string": "string",
-                      "timestamp": "timestamp", "struct": "struct", "map": "map"}
+                      "timestamp": "timestamp", "timestamp_ntz": "timestamp", "date": "string", "struct": "struct",
+                      "map": "map"}
+
+
+def _statekit_value(value: Any) -> Any:
+    """A decoded Flink value in statekit's declared types: a date (no statekit type) as ISO text."""
+    if isinstance(value, datetime.date):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {k: _statekit_value(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_statekit_value(v) for v in value]
+    return value
 
 
 def declared_type_of_spark(spark_type: str) -> str:
@@ -552,9 +565,10 @@ def _to_statekit_state(snapshot: Any, label: str, support: Any, python: bool, va
         if namespace_type is not None and isinstance(e.namespace, dict):
             namespace = [e.namespace["start"], e.namespace["end"]]
         if kind is StateKind.MAP:
-            rows.append((key_of(e.key), namespace, e.user_key, e.value))
+            rows.append((_statekit_value(key_of(e.key)), namespace, _statekit_value(e.user_key),
+                         _statekit_value(e.value)))
         else:
-            rows.append((key_of(e.key), namespace, e.value))
+            rows.append((_statekit_value(key_of(e.key)), namespace, _statekit_value(e.value)))
     return descriptor, rows
 
 

@@ -15,6 +15,7 @@ SQLite file (removed afterwards, also on failure) and joined there.
 from __future__ import annotations
 
 import base64
+import datetime
 import json
 import os
 import sqlite3
@@ -41,7 +42,10 @@ __all__ = ["diff_flink_snapshots", "FlinkDiffRequest", "json_safe"]
 
 
 def json_safe(value: Any) -> Any:
-    """``value`` with bytes as base64 text and tuples as lists (for identity and output)."""
+    """``value`` with bytes as base64 text, dates as ISO text and tuples as lists (for identity
+    and output)."""
+    if isinstance(value, datetime.date):
+        return value.isoformat()
     if isinstance(value, (bytes, bytearray)):
         return {"base64": base64.b64encode(bytes(value)).decode("ascii")}
     if isinstance(value, dict):

@@ -135,8 +135,10 @@ def read_big_integer(cur: ByteCursor) -> int | None:
 
 
 def decimal_text(unscaled: int, scale: int) -> str:
-    """``new BigDecimal(unscaled, scale).toPlainString()``, without a float in between."""
-    return format(Decimal(unscaled).scaleb(-scale), "f")
+    """``new BigDecimal(unscaled, scale).toPlainString()``, without a float in between and
+    without a context's rounding (any number of digits)."""
+    digits = tuple(int(d) for d in str(abs(unscaled)))
+    return format(Decimal((int(unscaled < 0), digits, -scale)), "f")
 
 
 def _big_decimal(cur: ByteCursor) -> str | None:

@@ -387,15 +387,23 @@ class FlinkCheckpointMetadata:
         return "native"
 
     def operator(self, uid_or_id: str) -> FlinkOperatorState:
-        """The operator with this uid or operator id (hex).
+        """The operator with this uid or operator id (hex), or else the one operator without a
+        uid of this name (SQL operators: ``GroupAggregate[4]``).
 
         Raises:
-            StateNotFoundError: When no operator matches.
+            StateNotFoundError: When no operator matches, or several unnamed ones share the name.
         """
         wanted = uid_or_id.lower()
         for op in self.operators:
             if op.uid == uid_or_id or op.operator_id == wanted:
                 return op
+        named = [op for op in self.operators if op.uid is None and op.name == uid_or_id]
+        if len(named) == 1:
+            return named[0]
+        if named:
+            ids = ", ".join(op.operator_id for op in named)
+            raise StateNotFoundError(f"{len(named)} operators are named {uid_or_id!r} (ids {ids}): give the id",
+                                     path=self.source)
         known = ", ".join(op.label for op in self.operators)
         raise StateNotFoundError(
             f"no operator with uid or id {uid_or_id!r} (known: {known})", path=self.source

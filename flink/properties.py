@@ -18,7 +18,7 @@ from statekit.flink.cursor import ByteCursor, decode_modified_utf8
 from statekit.flink.layout import JAVA_STREAM_MAGIC
 from statekit.flink.model import CheckpointProperties
 
-__all__ = ["read_checkpoint_properties", "JavaObject", "JavaEnum"]
+__all__ = ["read_checkpoint_properties", "read_java_object", "JavaObject", "JavaEnum", "UnsupportedJava"]
 
 TC_NULL = 0x70
 TC_REFERENCE = 0x71
@@ -57,10 +57,15 @@ class _ClassDesc:
 
 @dataclass
 class JavaObject:
-    """A deserialized Java object: its class name and field values (superclass fields too)."""
+    """A deserialized Java object: its class name and field values (superclass fields too).
+
+    ``written`` holds the objects a class's own ``writeObject`` wrote after its fields (an
+    ``ArrayList``'s elements), in order; block data in between is skipped.
+    """
 
     class_name: str
     fields: dict[str, JavaValue] = field(default_factory=dict)
+    written: list[JavaValue] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -163,19 +168,20 @@ class _JavaStreamReader:
             raise self.cur.error(f"invalid java field count {count}", at=at)
         return int(count)
 
-    def _annotation(self, depth: int) -> None:
+    def _annotation(self, depth: int) -> list[JavaValue]:
+        written: list[JavaValue] = []
         while True:
             at = self.cur.pos
             tc = self.cur.u8("java annotation")
             if tc == TC_ENDBLOCKDATA:
-                return
+                return written
             if tc == TC_BLOCKDATA:
                 self.cur.skip(self.cur.u8("java block length"), "java block data")
             elif tc == TC_BLOCKDATALONG:
                 self.cur.skip(self.cur.count("java block length"), "java block data")
             else:
                 self.cur.pos = at
-                self.content(depth + 1)
+                written.append(self.content(depth + 1))
 
     def _object(self, depth: int) -> JavaObject:
         desc = self._class_desc(depth)
@@ -197,7 +203,7 @@ class _JavaStreamReader:
             for code, name in cls.fields:
                 obj.fields[name] = self._field_value(code, depth)
             if cls.flags & SC_WRITE_METHOD:
-                self._annotation(depth)
+                obj.written.extend(self._annotation(depth))
         return obj
 
     def _field_value(self, code: str, depth: int) -> JavaValue:
@@ -267,6 +273,19 @@ def _to_properties(root: JavaValue) -> CheckpointProperties:
         post_checkpoint_action=_text(fields.get("postCheckpointAction")),
         flags=flags,
     )
+
+
+def read_java_object(cur: ByteCursor, what: str) -> JavaValue:
+    """Read one Java serialization stream (header, then one object) at the cursor, as data.
+
+    Raises:
+        UnsupportedJava: A well-formed construct this reader does not decode.
+        StatekitError: (the cursor's error class) when the stream is damaged or ends early.
+    """
+    at = cur.pos
+    if cur.take(len(JAVA_STREAM_MAGIC), f"{what} java serialization header") != JAVA_STREAM_MAGIC:
+        raise cur.error(f"{what} does not start with a java serialization header", at=at)
+    return _JavaStreamReader(cur).content(0)
 
 
 def read_checkpoint_properties(cur: ByteCursor) -> CheckpointProperties:

@@ -39,7 +39,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from statekit.flink.cursor import ByteCursor
-from statekit.flink.state_meta import AVRO_SNAPSHOT, BYTE_ARRAY_WRAPPER_SNAPSHOT, KRYO_SNAPSHOTS, SerializerNode
+from statekit.flink.state_meta import (
+    AVRO_SNAPSHOT,
+    BYTE_ARRAY_WRAPPER_SNAPSHOT,
+    DECIMAL_DATA_SNAPSHOT,
+    EXTERNAL_SNAPSHOT,
+    KRYO_SNAPSHOTS,
+    ROW_DATA_SNAPSHOT,
+    STRING_DATA_SNAPSHOT,
+    TIMESTAMP_DATA_SNAPSHOT,
+    SerializerNode,
+)
 
 __all__ = ["FlinkSerializer", "TtlValue", "FlinkTimer", "flink_serializer", "read_java_string",
            "read_list_delimited", "unsupported_class"]
@@ -48,6 +58,8 @@ _BASE = "org.apache.flink.api.common.typeutils.base."
 _F64 = struct.Struct(">d")
 _F32 = struct.Struct(">f")
 ROW_KIND_BITS = 2
+TABLE_SNAPSHOTS = frozenset({ROW_DATA_SNAPSHOT, STRING_DATA_SNAPSHOT, DECIMAL_DATA_SNAPSHOT, TIMESTAMP_DATA_SNAPSHOT,
+                             EXTERNAL_SNAPSHOT})
 LIST_DELIMITER = 0x2C  # ListDelimitedSerializer: elements of list state values are joined by ','
 
 
@@ -237,6 +249,10 @@ def flink_serializer(node: SerializerNode | None) -> FlinkSerializer | None:
         from statekit.flink.kryo import kryo_serializer
 
         return kryo_serializer(node)
+    if cls in TABLE_SNAPSHOTS:
+        from statekit.flink.row_data import table_serializer
+
+        return table_serializer(node, flink_serializer)
     from statekit.flink.java_types import java_serializer
 
     java = java_serializer(node, flink_serializer)
@@ -265,6 +281,12 @@ def unsupported_class(node: SerializerNode | None) -> str:
         return "<unknown>"
     if node.snapshot_class in KRYO_SNAPSHOTS:
         return f"{node.snapshot_class} (Kryo, class {node.text}: its fields are not known)"
+    if node.snapshot_class == ROW_DATA_SNAPSHOT:
+        from statekit.flink.row_data import unsupported_type
+
+        bad = next((b for t in node.logical_types if (b := unsupported_type(t)) is not None), None)
+        if bad is not None:
+            return f"RowData (Flink SQL row) with a field of type {bad.sql()}"
     for _, sub in node.subclasses:
         if flink_serializer(sub) is None:
             return unsupported_class(sub)

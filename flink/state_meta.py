@@ -26,12 +26,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from statekit.flink.cursor import ByteCursor, decode_modified_utf8
+from statekit.flink.logical_type import LogicalType, read_logical_type
+from statekit.flink.properties import UnsupportedJava, read_java_object
 from statekit.statefmt.errors import CorruptStateError
 
 __all__ = [
     "SerializerNode", "SerializerInfo", "FlinkStateMeta", "KeyedBackendMeta", "read_keyed_backend_meta",
     "BYTE_ARRAY_WRAPPER_SNAPSHOT", "POJO_SNAPSHOT", "AVRO_SNAPSHOT", "KRYO_SNAPSHOTS", "TUPLE_SNAPSHOT",
-    "ENUM_SNAPSHOT", "SCALA_CASE_CLASS_SNAPSHOT",
+    "ENUM_SNAPSHOT", "SCALA_CASE_CLASS_SNAPSHOT", "ROW_DATA_SNAPSHOT", "STRING_DATA_SNAPSHOT", "DECIMAL_DATA_SNAPSHOT",
+    "TIMESTAMP_DATA_SNAPSHOT", "EXTERNAL_SNAPSHOT", "RAW_VALUE_SNAPSHOT", "NULL_SNAPSHOT",
 ]
 
 PROXY_VERSION = 6
@@ -44,6 +47,8 @@ BACKEND_STATE_TYPES = ("key-value", "operator", "broadcast", "priority-queue")
 SERIALIZER_KEYS = frozenset({"KEY_SERIALIZER", "NAMESPACE_SERIALIZER", "VALUE_SERIALIZER"})
 
 _BASE = "org.apache.flink.api.common.typeutils.base."
+# the serializer of a SQL accumulator's data-view field (its MapView/ListView lives in its own state)
+NULL_SNAPSHOT = "org.apache.flink.table.dataview.NullSerializer$NullSerializerSnapshot"
 # PyFlink keys map state by this wrapper of the Python-encoded user key (int length + bytes).
 BYTE_ARRAY_WRAPPER_SNAPSHOT = (
     "org.apache.flink.streaming.api.utils.ByteArrayWrapperSerializer$ByteArrayWrapperSerializerSnapshot"
@@ -80,12 +85,29 @@ SIMPLE_SNAPSHOTS = frozenset(
         "org.apache.flink.streaming.api.windowing.windows.GlobalWindow$Serializer"
         "$GlobalWindowSerializerSnapshot",
         BYTE_ARRAY_WRAPPER_SNAPSHOT,
+        "org.apache.flink.table.runtime.typeutils.StringDataSerializer$StringDataSerializerSnapshot",
+        NULL_SNAPSHOT,
     ]
 )
 ROW_SNAPSHOT = "org.apache.flink.api.java.typeutils.runtime.RowSerializer$RowSerializerSnapshot"
 TUPLE_SNAPSHOT = "org.apache.flink.api.java.typeutils.runtime.TupleSerializerSnapshot"
 ENUM_SNAPSHOT = _BASE + "EnumSerializer$EnumSerializerSnapshot"
 SCALA_CASE_CLASS_SNAPSHOT = "org.apache.flink.api.scala.typeutils.ScalaCaseClassSerializerSnapshot"
+# Flink SQL's rows (keys and values of SQL operators' state) and the serializers of their fields
+_TABLE = "org.apache.flink.table.runtime.typeutils."
+ROW_DATA_SNAPSHOT = _TABLE + "RowDataSerializer$RowDataSerializerSnapshot"
+TTL_SNAPSHOT = "org.apache.flink.runtime.state.ttl.TtlStateFactory$TtlSerializerSnapshot"
+EXTERNAL_SNAPSHOT = _TABLE + "ExternalSerializer$ExternalSerializerSnapshot"
+STRING_DATA_SNAPSHOT = _TABLE + "StringDataSerializer$StringDataSerializerSnapshot"
+DECIMAL_DATA_SNAPSHOT = _TABLE + "DecimalDataSerializer$DecimalSerializerSnapshot"
+TIMESTAMP_DATA_SNAPSHOT = _TABLE + "TimestampDataSerializer$TimestampDataSerializerSnapshot"
+RAW_VALUE_SNAPSHOT = _TABLE + "RawValueDataSerializer$RawValueDataSerializerSnapshot"
+# snapshot class -> the ints it writes (DecimalData: precision, scale; TimestampData: precision)
+_TABLE_INT_SNAPSHOTS = {DECIMAL_DATA_SNAPSHOT: 2, TIMESTAMP_DATA_SNAPSHOT: 1,
+                        _TABLE + "BinaryRowDataSerializer$BinaryRowDataSerializerSnapshot": 1}
+# snapshot class -> the Java-serialized objects it writes (logical types, then serializers)
+_TABLE_JAVA_SNAPSHOTS = {_TABLE + "ArrayDataSerializer$ArrayDataSerializerSnapshot": 2,
+                         _TABLE + "MapDataSerializer$MapDataSerializerSnapshot": 4}
 # composite snapshots whose outer snapshot is the class name (utf): the tuple or case class
 CLASS_NAMED_OUTER = frozenset({TUPLE_SNAPSHOT, SCALA_CASE_CLASS_SNAPSHOT})
 
@@ -111,6 +133,7 @@ class SerializerNode:
     text: str | None = None
     subclasses: tuple[tuple[str, SerializerNode], ...] = ()
     registered: int = 0
+    logical_types: tuple[LogicalType, ...] = ()
 
     def descendants(self) -> tuple[str, ...]:
         """The classes of every nested snapshot, depth first."""
@@ -131,11 +154,29 @@ class SerializerInfo:
 
     @property
     def short_name(self) -> str:
-        """The snapshot class without package, outer class and ``Snapshot`` suffix."""
+        """The snapshot class without package, outer class and ``Snapshot`` suffix; a SQL row
+        with its field types (``RowData<STRING, BIGINT>``)."""
         if not self.snapshot_class:
             return "?"
-        simple = self.snapshot_class.rsplit(".", 1)[-1].rsplit("$", 1)[-1]
-        return simple[: -len("Snapshot")] if simple.endswith("Snapshot") else simple
+        if self.tree is not None:
+            return _short_name(self.tree)
+        return _simple_name(self.snapshot_class)
+
+
+def _simple_name(snapshot_class: str) -> str:
+    simple = snapshot_class.rsplit(".", 1)[-1].rsplit("$", 1)[-1]
+    return simple[: -len("Snapshot")] if simple.endswith("Snapshot") else simple
+
+
+def _short_name(node: SerializerNode) -> str:
+    """A SQL row with its types (``RowData<STRING, BIGINT>``), a TTL wrapper of one
+    (``Ttl<RowData<..>>``), else the snapshot's simple class name."""
+    if node.snapshot_class == ROW_DATA_SNAPSHOT:
+        return "RowData<" + ", ".join(t.sql() for t in node.logical_types) + ">"
+    if node.snapshot_class == TTL_SNAPSHOT and len(node.children) == 2 \
+            and node.children[1].snapshot_class == ROW_DATA_SNAPSHOT:
+        return f"Ttl<{_short_name(node.children[1])}>"
+    return _simple_name(node.snapshot_class)
 
 
 @dataclass(frozen=True)
@@ -183,6 +224,13 @@ class KeyedBackendMeta:
 
 def _skip_outer(cur: ByteCursor, class_name: str, outer_version: int) -> str | None:
     """Read a composite snapshot's outer snapshot; the class it names, if any."""
+    if class_name == EXTERNAL_SNAPSHOT:  # the DataType (Java-serialized), isInternalInput
+        try:
+            read_java_object(cur, "external serializer data type")
+        except UnsupportedJava as exc:
+            raise _Unskippable(f"{class_name}: its data type ({exc})") from None
+        cur.boolean("external serializer isInternalInput")
+        return None
     if class_name == ROW_SNAPSHOT:
         if outer_version >= 4:
             cur.u8("row serializer supportsRowKind")
@@ -291,7 +339,40 @@ def _avro(cur: ByteCursor, class_name: str, version: int, depth: int) -> Seriali
     raise _Unskippable(f"{class_name} snapshot version {version}")
 
 
-_SPECIAL = {POJO_SNAPSHOT: _pojo, AVRO_SNAPSHOT: _avro, ENUM_SNAPSHOT: _enum,
+def _row_data(cur: ByteCursor, class_name: str, version: int, depth: int) -> SerializerNode:
+    """``RowDataSerializerSnapshot`` v3: field count int, each field's ``LogicalType`` as its
+    own Java serialization stream, then the fields' serializer snapshots (nested)."""
+    if version != 3:
+        raise _Unskippable(f"{class_name} snapshot version {version}")
+    count = cur.count("number of row fields", min_item_size=4)
+    try:
+        types = tuple(read_logical_type(cur) for _ in range(count))
+    except UnsupportedJava as exc:
+        raise _Unskippable(f"{class_name}: a field type ({exc})") from None
+    return SerializerNode(class_name, _nested_snapshots(cur, depth), logical_types=types)
+
+
+def _table_ints(cur: ByteCursor, class_name: str, version: int, depth: int) -> SerializerNode:
+    """Snapshots of SQL field serializers that write a few ints (decimal precision and scale...)."""
+    ints = tuple(cur.i32(f"{class_name} parameter") for _ in range(_TABLE_INT_SNAPSHOTS[class_name]))
+    return SerializerNode(class_name, text=",".join(map(str, ints)))
+
+
+def _table_java(cur: ByteCursor, class_name: str, version: int, depth: int) -> SerializerNode:
+    """``ArrayDataSerializerSnapshot`` / ``MapDataSerializerSnapshot``: the element (key, value)
+    logical types, then their serializers, each a Java serialization stream (read as data)."""
+    count = _TABLE_JAVA_SNAPSHOTS[class_name]
+    try:
+        types = tuple(read_logical_type(cur) for _ in range(count // 2))
+        for _ in range(count // 2):
+            read_java_object(cur, f"{class_name} element serializer")
+    except UnsupportedJava as exc:
+        raise _Unskippable(f"{class_name}: {exc}") from None
+    return SerializerNode(class_name, logical_types=types)
+
+
+_SPECIAL = {POJO_SNAPSHOT: _pojo, ROW_DATA_SNAPSHOT: _row_data,
+            **dict.fromkeys(_TABLE_INT_SNAPSHOTS, _table_ints), **dict.fromkeys(_TABLE_JAVA_SNAPSHOTS, _table_java), AVRO_SNAPSHOT: _avro, ENUM_SNAPSHOT: _enum,
             **dict.fromkeys(KRYO_SNAPSHOTS, _kryo)}
 
 

@@ -288,6 +288,10 @@ class _DdlParser:
             return getattr(pa, _SIMPLE_TYPES[lower])()
         if lower == "timestamp":
             return pa.timestamp("us", tz="UTC")
+        if lower == "timestamp_ntz":  # wall-clock time, no zone (Flink SQL TIMESTAMP, LocalDateTime)
+            return pa.timestamp("us")
+        if lower == "date":
+            return pa.date32()
         head, _, rest = text.partition("<")
         if not rest.endswith(">"):
             raise BadInputError(f"unsupported Spark type {text!r}")

@@ -47,7 +47,8 @@ Cell = Callable[[Any], str]
 
 
 def spark_arrow_schema(schema: pa.Schema) -> pa.Schema:
-    """``schema`` as Spark writes it: every timestamp (also nested) in microseconds, UTC."""
+    """``schema`` as Spark writes it: every timestamp (also nested) in microseconds, UTC (a
+    timestamp without a zone, Spark's ``timestamp_ntz``, stays without one)."""
     import pyarrow as pa
 
     return pa.schema([f.with_type(_micros(f.type)) for f in schema])
@@ -57,7 +58,7 @@ def _micros(t: pa.DataType) -> pa.DataType:
     import pyarrow as pa
 
     if pa.types.is_timestamp(t):
-        return pa.timestamp("us", tz="UTC")
+        return pa.timestamp("us", tz="UTC" if t.tz else None)
     if pa.types.is_map(t):
         return pa.map_(_micros(t.key_type), _micros(t.item_type))
     if pa.types.is_list(t) or pa.types.is_large_list(t):
@@ -216,7 +217,11 @@ def _csv_column(t: pa.DataType) -> Callable[[pa.Array], list[str]]:
 
     if pa.types.is_timestamp(t):
         def timestamps(column: pa.Array) -> list[str]:
-            text = pc.strftime(column.cast(pa.timestamp("us", tz="UTC")), format="%Y-%m-%dT%H:%M:%SZ")
+            if t.tz:
+                text = pc.strftime(column.cast(pa.timestamp("us", tz="UTC")), format="%Y-%m-%dT%H:%M:%SZ")
+            else:  # timestamp_ntz: a wall-clock time in milliseconds, no zone (Spark's timestampNTZFormat)
+                text = pc.strftime(pc.cast(column, pa.timestamp("ms", tz="UTC"), safe=False),
+                                   format="%Y-%m-%dT%H:%M:%S")
             return [v if v is not None else "" for v in text.to_pylist()]
 
         return timestamps
@@ -274,7 +279,7 @@ def _scalar_text(t: pa.DataType) -> Cell | None:
     if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
         return _base64
     if pa.types.is_timestamp(t):
-        return _timestamp_text
+        return _timestamp_text if t.tz else _wall_clock_text
     return None
 
 
@@ -300,7 +305,8 @@ def _json_value(t: pa.DataType, *, ignore_null_fields: bool) -> Cell:
     if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
         return lambda v: '"' + _base64(v) + '"'
     if pa.types.is_timestamp(t):
-        return lambda v: '"' + _timestamp_text(v) + '"'
+        stamp = _timestamp_text if t.tz else _wall_clock_text
+        return lambda v: '"' + stamp(v) + '"'
     if pa.types.is_list(t) or pa.types.is_large_list(t):
         element = nullable(of(t.value_type))
         return lambda v: "[" + ",".join(element(e) for e in v) + "]"
@@ -332,6 +338,13 @@ def _json_string(text: str) -> str:
 
 def _base64(value: bytes) -> str:
     return base64.b64encode(value).decode("ascii")
+
+
+def _wall_clock_text(micros: Any) -> str:
+    """A timestamp without a zone (``timestamp_ntz``) as Spark's ``timestampNTZFormat`` writes
+    it: ``2024-05-01T12:00:00.000`` (milliseconds)."""
+    text = _timestamp_text(micros)  # ...:00.000000Z
+    return text[:-4]
 
 
 def _timestamp_text(micros: Any) -> str:

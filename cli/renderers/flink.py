@@ -88,7 +88,10 @@ def _keyed(op: FlinkOperatorSummary) -> bool:
 
 def _operator_detail(console: Console, result: FlinkInspection, index: int) -> None:
     op = result.summary.operators[index]
-    title = f"Operator {op.label}" + (f" (id {op.operator_id})" if op.uid else "")
+    if op.uid or not op.name:
+        title = f"Operator {op.label}" + (f" (id {op.operator_id})" if op.uid else "")
+    else:  # a generated id (SQL operators): the operator's name says what it is
+        title = f"Operator {op.name} (id {op.operator_id})"
     if op.keyed_states:
         rows = []
         for st in op.keyed_states:

@@ -119,3 +119,21 @@ def test_a_damaged_state_file_fails_the_export_atomically(spark: Any, tmp_path: 
     assert result.exit_code == 2, result.output
     assert "truncated" in result.output and state_file.name in result.output
     assert not out.exists() and not [p for p in os.listdir(tmp_path) if p.startswith(".")]
+
+
+def test_a_flink_sql_savepoint_exports_the_same_rows_on_spark_and_locally(spark: Any, tmp_path: Path) -> None:
+    """Flink SQL rows (``RowData``: DECIMAL(38, 2), TIMESTAMP(3) as timestamp_ntz, TIMESTAMP(6), DATE, nested
+    ROW, ARRAY and MAP, ...)."""
+    variant = GOLDEN.parent / "flink-sql-2.3" / "hashmap"
+    sql = variant / json.loads((variant / "facts.json").read_text())["savepoints"]["canonical"]
+    rows = {}
+    for engine in ("spark", "local"):
+        out = tmp_path / engine
+        args = ["export", str(sql), "-o", str(out), "--state", "accState", "--format", "jsonl", "--engine", engine]
+        result = CliRunner().invoke(cli, args + (["--master", "local[2]"] if engine == "spark" else []))
+        assert result.exit_code == 0, result.output
+        rows[engine] = sorted(json.dumps({k: v for k, v in json.loads(line).items() if k != "subtask"}, sort_keys=True)
+                              for part in out.glob("*/*/*.json") for line in part.read_text().splitlines())
+    assert len(rows["local"]) == 50 + 14 + 150 + 7
+    assert rows["spark"] == rows["local"]
+    assert '"f4": "2023-11-14T22:13:20.000"' in next(r for r in rows["local"] if '"u0"' in r)
