@@ -48,7 +48,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from statekit.readers.progress import Advance, ProgressFactory, no_progress
 from statekit.readers.savepoint_reader import SavepointReader
@@ -57,6 +57,7 @@ from statekit.readers.window_state import window_of_namespace, window_state_role
 from statekit.statefmt.encoding import is_serialized, keyed_schema
 from statekit.statefmt.entries import StateCodec, hash_sort_indices
 from statekit.statefmt.errors import BadInputError, StateNotFoundError
+from statekit.statefmt.json_contract import JsonShape
 from statekit.statefmt.metadata import OperatorMetadata, StateDescriptor, StateKind
 from statekit.statefmt.numpy_support import integer_view, numpy_or_none, pooled_empty
 from statekit.statefmt.spill import ArrowSpill
@@ -145,6 +146,8 @@ class DifferenceOutput(Protocol):
 class StructuralChange:
     """One difference of the savepoints' shape."""
 
+    json_shape: ClassVar[JsonShape] = JsonShape(extra=("layout",))
+
     change: str
     operator_uid: str
     state_name: str | None = None
@@ -156,10 +159,6 @@ class StructuralChange:
     def layout(self) -> bool:
         """Parallelism, max parallelism and names: listed, but the state is the same."""
         return self.change in LAYOUT_CHANGES
-
-    def to_json(self) -> dict[str, Any]:
-        return {"change": self.change, "operator_uid": self.operator_uid, "state_name": self.state_name,
-                "field": self.field, "a": self.a, "b": self.b, "layout": self.layout}
 
 
 @dataclass(frozen=True)
@@ -173,10 +172,6 @@ class KeyDifference:
     value_a: Any
     value_b: Any
     window: list[int] | None = None  # [start, end] a window state's namespace holds (readers.window_state)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"change": self.change, "key": self.key, "namespace": self.namespace, "user_key": self.user_key,
-                "value_a": self.value_a, "value_b": self.value_b, "window": self.window}
 
 
 @dataclass(frozen=True)
@@ -200,19 +195,12 @@ class StateDiff:
     def differs(self) -> bool:
         return self.status == "incomparable" or bool(self.only_in_a or self.only_in_b or self.changed)
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "operator_uid": self.operator_uid, "state_name": self.state_name, "kind": self.kind,
-            "status": self.status, "only_in_a": self.only_in_a, "only_in_b": self.only_in_b,
-            "changed": self.changed, "unchanged": self.unchanged, "key_groups_skipped": self.key_groups_skipped,
-            "key_groups_compared": self.key_groups_compared, "reason": self.reason,
-            "examples": [e.to_json() for e in self.examples],
-        }
-
 
 @dataclass(frozen=True)
 class SavepointDiff:
     """The whole diff; ``equal`` is what the exit code reports."""
+
+    json_shape: ClassVar[JsonShape] = JsonShape(extra=("equal", "totals"))
 
     a: str
     b: str
@@ -228,13 +216,6 @@ class SavepointDiff:
 
     def totals(self) -> dict[str, int]:
         return {k: sum(getattr(s, k) for s in self.states) for k in ("only_in_a", "only_in_b", "changed", "unchanged")}
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "a": self.a, "b": self.b, "engine": self.engine, "equal": self.equal, "totals": self.totals(),
-            "structural": [c.to_json() for c in self.structural],
-            "states": [s.to_json() for s in self.states], "output": self.output, "notes": list(self.notes),
-        }
 
 
 # ---------------------------------------------------------------- structural plan
