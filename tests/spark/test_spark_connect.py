@@ -23,7 +23,7 @@ from statekit.spark.engine import diff as run_diff
 from statekit.spark.engine import export as run_export
 from statekit.spark.export import ExportSpec
 from statekit.spark.session import SparkSettings
-from statekit.statefmt.json_contract import json_data
+from statekit.statefmt.json_contract import json_data, json_document
 from statekit.statefmt.metadata import StateDescriptor, StateKind
 from statekit.writers.savepoint_writer import SavepointWriter
 
@@ -91,7 +91,7 @@ def test_diff_over_spark_connect_equals_local(spark: Any, connect_server: Any, t
     result = run_cli(connect_server, "diff", a, b, "--keys", "-o", str(tmp_path / "remote"))
     assert result.returncode == 1, result.stderr  # different
     remote = json.loads(result.stdout)
-    local = json_data(run_diff(DiffSpec(a, b, keys=True, output=str(tmp_path / "local")), "spark", LOCAL))
+    local = json_document(run_diff(DiffSpec(a, b, keys=True, output=str(tmp_path / "local")), "spark", LOCAL))
     assert remote["totals"] == {"only_in_a": 18, "only_in_b": 7, "changed": 4, "unchanged": 278}
     assert {k: v for k, v in remote.items() if k not in ("engine", "output")} == \
         {k: v for k, v in local.items() if k not in ("engine", "output")}
