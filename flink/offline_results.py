@@ -18,7 +18,8 @@ if TYPE_CHECKING:
     )
     from statekit.readers.listing import CheckpointListing
 
-__all__ = ["SnapshotListing", "SnapshotList", "FlinkInspection", "FlinkVerifyReport", "FlinkDisposal"]
+__all__ = ["SnapshotListing", "SnapshotList", "FlinkInspection", "FlinkVerifyReport", "FlinkDisposal",
+           "FlinkDisposalView"]
 
 
 @dataclass(frozen=True)

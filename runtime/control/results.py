@@ -15,6 +15,8 @@ __all__ = [
     "RunResult",
     "LastCheckpoint",
     "JobList",
+    "JobListView",
+    "JobView",
     "SavepointResult",
     "CancelResult",
     "CheckpointResult",
