@@ -184,6 +184,20 @@ def test_convert_validates(tmp_path: Path) -> None:
     assert back["entries"] == 2
 
 
+def test_run_and_list_of_a_real_job_validate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STATEKIT_HOME", str(tmp_path / "home"))
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.txt").write_text("apple pear apple\n")
+    ran = run_json("run", "--executor", "threads", str(ROOT / "examples" / "wordcount.py"), "--input",
+                   str(tmp_path / "in"), "--output", str(tmp_path / "out"))
+    _valid("run", ran)
+    assert ran["state"] == "FINISHED" and ran["duration_ms"] >= 0
+    listed = run_json("list", "--all")
+    _valid("list", listed)
+    assert [(j["job_id"], j["state"], j["end_time_ms"] >= j["start_time_ms"]) for j in listed["jobs"]] == [
+        (ran["job_id"], "FINISHED", True)]
+
+
 def _job_control_results() -> list[tuple[str, Any]]:
     """One result of every job control command (their CLI tests run jobs in processes)."""
     from statekit.runtime.control.checkpoint_history import CheckpointHistory
