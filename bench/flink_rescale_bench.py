@@ -216,13 +216,14 @@ ENTRY_PATH = """
 import json, sys
 from statekit.flink import regroup
 from statekit.flink.rewrite import rescale_flink_savepoint
+from statekit.statefmt.json_contract import json_data
 init = regroup.Regrouper.__init__
 def entry_path(self, *args, **kwargs):
     kwargs["vectorized"] = False
     init(self, *args, **kwargs)
 regroup.Regrouper.__init__ = entry_path
 report = rescale_flink_savepoint(sys.argv[1], sys.argv[2], max_parallelism=int(sys.argv[3]), spill_dir=sys.argv[4])
-print(json.dumps(report.to_json()))
+print(json.dumps(json_data(report)))
 """
 
 SPARK_RUNS = """
@@ -242,7 +243,7 @@ for label, m2 in (("spark-1024", 1024), ("spark-merge-64", 64)):
     report = rescale_flink_savepoint(savepoint, scratch + "/" + label, max_parallelism=m2,
                                      regroup=SparkRegroup(settings), spill_dir=scratch)
     out[label] = {"seconds": round(time.perf_counter() - started, 2),
-                  "entries": sum(op["entries"] for op in report.to_json()["operators"])}
+                  "entries": sum(op.entries for op in report.operators)}
 print(json.dumps(out))
 """
 

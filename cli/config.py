@@ -34,9 +34,10 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import Any, ClassVar
 
 from statekit.statefmt.errors import BadInputError
+from statekit.statefmt.json_contract import JsonShape
 
 __all__ = [
     "CONFIG_ENV", "PROFILE_ENV", "SPARK_MASTER_ENV", "SPARK_REMOTE_ENV", "SAVEPOINT_DIR_ENV", "OUTPUT_ENV",
@@ -288,17 +289,14 @@ def output_style(environ: Mapping[str, str] | None = None) -> str | None:
 class ConfigReport:
     """``statekit config show``: the file, the profile in effect and why, every setting's value and source."""
 
+    json_shape: ClassVar[JsonShape] = JsonShape(rename={"path": "config_file"})
+
     path: str
     exists: bool
     profile: str | None
     profile_source: str
     profiles: tuple[str, ...]
     settings: tuple[Setting, ...]
-
-    def to_json(self) -> dict[str, Any]:
-        return {"config_file": self.path, "exists": self.exists, "profile": self.profile,
-                "profile_source": self.profile_source, "profiles": list(self.profiles),
-                "settings": [s.as_dict() for s in self.settings]}
 
 
 def config_report(profile: str | None = None, environ: Mapping[str, str] | None = None) -> ConfigReport:

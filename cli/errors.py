@@ -9,11 +9,13 @@ Text mode prints on stderr one line per reason: ``statekit: error: PATH: cause``
 the same failure is one JSON object on one line of stderr (stdout stays empty, so a redirected
 result file is never half an answer)::
 
-    {"error": {"message": "PATH: cause", "path": "PATH", "exit_code": 2, "type": "MetadataError"}}
+    {"schema_version": 1, "error": {"message": "PATH: cause", "path": "PATH", "exit_code": 2,
+                                    "type": "MetadataError"}}
 
 ``path`` is ``null`` when the failure names no path; several reasons are separated by newlines
 inside ``message``; the exit code is the same in both modes. Usage errors (unknown option,
-missing argument) follow the same rule.
+missing argument) follow the same rule. The document follows the JSON contract of every
+``--json`` output (``docs/json/error.schema.json``, generated from :class:`ErrorDocument`).
 """
 
 from __future__ import annotations
@@ -23,11 +25,13 @@ import json
 import sys
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import click
 
 from statekit.statefmt.errors import EXIT_BAD_INPUT, IncompatibleStateError, StatekitError
+from statekit.statefmt.json_contract import json_document
 
 __all__ = ["BadInputUsage", "catch_exception", "exit_now", "error_json", "json_mode", "report_usage_error", "EXIT_INTERNAL", "EXIT_INTERRUPTED"]
 
@@ -63,9 +67,27 @@ def json_mode(ctx: click.Context | None = None) -> bool:
         return False
 
 
+@dataclass(frozen=True)
+class ErrorInfo:
+    """A failure: the text mode's message, the path it names, the exit code and the error class."""
+
+    message: str
+    path: str | None
+    exit_code: int
+    type: str
+
+
+@dataclass(frozen=True)
+class ErrorDocument:
+    """The ``--json`` form of a failure, one line on stderr."""
+
+    error: ErrorInfo
+
+
 def error_json(message: str, code: int, path: str | None, kind: str) -> str:
-    """The ``--json`` form of a failure: one line, ``{"error": {message, path, exit_code, type}}``."""
-    return json.dumps({"error": {"message": message, "path": path, "exit_code": code, "type": kind}})
+    """The ``--json`` form of a failure: one line, ``{"schema_version", "error": {message, path,
+    exit_code, type}}``."""
+    return json.dumps(json_document(ErrorDocument(ErrorInfo(message, path, code, kind))))
 
 
 def _fail(message: str, code: int, path: str | None = None, kind: str = "Error", *, reasons: bool = False,

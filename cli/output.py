@@ -1,8 +1,9 @@
 """Rendering behind one interface: rich tables for people, JSON for machines.
 
-Every result type in ``statekit.cli.render.Result`` has ``to_json()``; :class:`JsonOutput`
-prints that, and :class:`RichOutput` draws it with the renderer registered for its type in
-``statekit.cli.render``.
+Every result type in ``statekit.cli.render.Result`` is a dataclass. :class:`JsonOutput` prints
+its document by the JSON contract (``statekit.statefmt.json_contract``: ``schema_version`` first,
+snake_case keys from the fields; the schemas are in ``docs/json/``); :class:`RichOutput` draws
+it with the renderer registered for its type in ``statekit.cli.render``.
 """
 
 from __future__ import annotations
@@ -59,7 +60,9 @@ class Output:
 
 class JsonOutput(Output):
     def show(self, result: Result) -> None:
-        click.echo(json.dumps(result.to_json(), indent=2, sort_keys=False, default=str))
+        from statekit.statefmt.json_contract import json_document
+
+        click.echo(json.dumps(json_document(result), indent=2, sort_keys=False))
 
     def message(self, text: str) -> None:
         click.echo(text, err=True)

@@ -1,5 +1,6 @@
 """The one table of rich renderers: every result type a command shows, and the function that
-draws it (``--json`` prints the result's ``to_json()`` instead, see ``statekit.cli.output``).
+draws it (``--json`` prints the result's document by ``statekit.statefmt.json_contract``
+instead, see ``statekit.cli.output``).
 
 Both sides are dotted paths, resolved when a result is drawn, so nothing is imported ahead:
 ``statekit --help`` loads no reader and ``checkpoints list`` loads one renderer module.
@@ -67,7 +68,8 @@ if TYPE_CHECKING:
     )
 
 # Result is a name for annotations only (defined under TYPE_CHECKING)
-__all__ = ["RENDERERS", "RENDERER_PACKAGE", "Renderer", "class_path", "render", "renderer_for"]
+__all__ = ["COMMAND_RESULTS", "RENDERERS", "RENDERER_PACKAGE", "Renderer", "class_path", "command_results", "render",
+           "renderer_for"]
 
 Renderer: TypeAlias = "Callable[[Console, Any], None]"
 
@@ -117,6 +119,53 @@ RENDERERS: dict[str, str] = {
     "statekit.cli.config.ConfigReport": "settings.config_report",
     "statekit.spark.connect_server.SparkServerStatus": "settings.spark_server_status",
 }
+
+
+# command (its words after ``statekit``) -> the result classes its ``--json`` prints (keys of
+# RENDERERS): the JSON Schema of ``docs/json/<command words joined by ->.schema.json`` accepts any
+# of them (scripts/gen_json_schemas.py); tests/cli/test_json_contract.py checks both directions.
+COMMAND_RESULTS: dict[str, tuple[str, ...]] = {
+    "run": ("statekit.runtime.control.results.RunResult",),
+    "list": ("statekit.runtime.control.results.JobList",),
+    "savepoint": ("statekit.runtime.control.results.SavepointResult",
+                  "statekit.runtime.control.results.SavepointTrigger",
+                  "statekit.runtime.control.results.SavepointStatus"),
+    "stop": ("statekit.runtime.control.results.SavepointResult",),
+    "cancel": ("statekit.runtime.control.results.CancelResult", "statekit.runtime.control.results.SavepointResult"),
+    "checkpoint": ("statekit.runtime.control.results.CheckpointResult",),
+    "checkpoints list": ("statekit.readers.listing.CheckpointList", "statekit.flink.offline_results.SnapshotList"),
+    "checkpoints history": ("statekit.runtime.control.checkpoint_history.CheckpointHistory",),
+    "inspect": ("statekit.readers.inspection.SnapshotInspection", "statekit.flink.offline_results.FlinkInspection"),
+    "verify": ("statekit.readers.verification.VerifyReport", "statekit.flink.offline_results.FlinkVerifyReport"),
+    "dispose": ("statekit.writers.disposal.DisposalPlan", "statekit.flink.offline_results.FlinkDisposal"),
+    "rescale": ("statekit.writers.rescale.RescaleReport", "statekit.flink.rewrite_report.FlinkRescaleReport"),
+    "modify": ("statekit.writers.savepoint_modification.ModifyReport",
+               "statekit.flink.rewrite_report.FlinkModifyReport"),
+    "bootstrap": ("statekit.writers.bootstrap.BootstrapReport",
+                  "statekit.flink.savepoint_bootstrap.FlinkBootstrapReport"),
+    "convert": ("statekit.flink.convert.ConvertReport",),
+    "export": ("statekit.spark.export.ExportResult",),
+    "diff": ("statekit.readers.diff.results.SavepointDiff",),
+    "keygroup": ("statekit.flink.key_group_lookup.KeyGroupLookup",),
+    "relocate": ("statekit.flink.relocation.FlinkRelocation",),
+    "check": ("statekit.runtime.jobmaster.compatibility.CompatibilityReport",
+              "statekit.flink.upgrade.FlinkUpgradeReport"),
+    "migrate": ("statekit.writers.migration.MigrationReport",),
+    "report": ("statekit.writers.report.ReportResult",),
+    "spark start": ("statekit.spark.connect_server.SparkServerStatus",),
+    "spark status": ("statekit.spark.connect_server.SparkServerStatus",),
+    "spark stop": ("statekit.spark.connect_server.SparkServerStatus",),
+    "config show": ("statekit.cli.config.ConfigReport",),
+}
+
+
+def command_results(command: str) -> tuple[type, ...]:
+    """The result classes of ``command`` (a key of :data:`COMMAND_RESULTS`), imported now."""
+    classes = []
+    for path in COMMAND_RESULTS[command]:
+        module, _, name = path.rpartition(".")
+        classes.append(getattr(importlib.import_module(module), name))
+    return tuple(classes)
 
 
 def class_path(cls: type) -> str:

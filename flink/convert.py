@@ -32,7 +32,7 @@ import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from statekit.flink.entry_sorter import DEFAULT_MEMORY_BUDGET, EntrySorter, entries_table
 from statekit.flink.key_hash import KeyHasher, key_hasher
@@ -53,6 +53,7 @@ from statekit.readers.window_state import (
 )
 from statekit.statefmt.errors import BadInputError
 from statekit.statefmt.fileio import FileIO
+from statekit.statefmt.json_contract import JsonShape, json_data
 from statekit.statefmt.keygroups import compute_key_group_range_for_operator_index
 from statekit.statefmt.metadata import OperatorMetadata, StateDescriptor, StateKind
 from statekit.statefmt.value_types import ValueType, parse_value_type
@@ -133,10 +134,6 @@ class ConvertedState:
     kind: str
     entries: int
 
-    def to_json(self) -> dict[str, Any]:
-        return {"uid": self.uid, "state": self.state, "target": self.target, "kind": self.kind,
-                "entries": self.entries}
-
 
 @dataclass(frozen=True)
 class LeftOut:
@@ -147,13 +144,12 @@ class LeftOut:
     kind: str
     reason: str
 
-    def to_json(self) -> dict[str, Any]:
-        return {"uid": self.uid, "state": self.state, "kind": self.kind, "reason": self.reason}
-
 
 @dataclass
 class ConvertReport:
     """What ``convert`` wrote and what it left out."""
+
+    json_shape: ClassVar[JsonShape] = JsonShape(extra=("entries",), digits={"elapsed_s": 3})
 
     source: str
     output: str
@@ -167,11 +163,6 @@ class ConvertReport:
     @property
     def entries(self) -> int:
         return sum(s.entries for s in self.states)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"source": self.source, "output": self.output, "to": self.to, "metadata_version": self.metadata_version,
-                "operators": self.operators, "entries": self.entries, "states": [s.to_json() for s in self.states],
-                "left_out": [s.to_json() for s in self.left_out], "elapsed_s": round(self.elapsed_s, 3)}
 
 
 # ----------------------------------------------------------------------------- statekit types -> Flink types
@@ -409,7 +400,7 @@ def convert_to_flink(spec: ConvertSpec, *, memory_budget: int = DEFAULT_MEMORY_B
             report.operators.append({"uid": op.uid, "operator_id": operator_id_for_uid(op.uid),
                                      "parallelism": op.parallelism, "max_parallelism": op.max_parallelism,
                                      "key_type": key.serialized_type.text,
-                                     "subtasks": [w.to_json() for w in written]})
+                                     "subtasks": json_data(written)})
             report.states += [ConvertedState(op.uid, t.source, t.layout.flink_name, t.layout.flink_kind, count)
                               for t, count in zip(targets, writer.counts)]
         publish_savepoint(io, directory, operators, version=spec.metadata_version,

@@ -12,8 +12,8 @@ The key arrives as text (a command-line argument) and is coerced by its key type
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
-from typing import Any, TypeAlias
+from dataclasses import dataclass, replace
+from typing import TypeAlias
 
 from statekit.statefmt.errors import BadInputError
 from statekit.statefmt.keygroups import (
@@ -79,12 +79,6 @@ class KeyGroupLookup:
     def java_type(self) -> str:
         """The Java class the key is boxed as (Flink)."""
         return JAVA_NAMES.get(self.key_type, self.key_type)
-
-    def to_json(self) -> dict[str, Any]:
-        """The lookup as JSON data."""
-        data = asdict(self)
-        data["subtask_key_groups"] = list(self.subtask_key_groups) if self.subtask_key_groups else None
-        return data
 
 
 def parse_key(text: str, key_type: str) -> KeyValue:

@@ -4,10 +4,10 @@ the CLI and serialized with ``--json``."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar
 
-from statekit.statefmt.errors import StatekitError
+from statekit.statefmt.json_contract import JsonShape
 
 if TYPE_CHECKING:
     from statekit.flink import (
@@ -17,9 +17,9 @@ if TYPE_CHECKING:
         FlinkSnapshotSummary,
     )
     from statekit.readers.listing import CheckpointListing
-    from statekit.statefmt.keygroups import KeyGroupRange
 
-__all__ = ["SnapshotListing", "SnapshotList", "FlinkInspection", "FlinkVerifyReport", "FlinkDisposal"]
+__all__ = ["SnapshotListing", "SnapshotList", "FlinkInspection", "FlinkVerifyReport", "FlinkDisposal",
+           "FlinkDisposalView"]
 
 
 @dataclass(frozen=True)
@@ -48,10 +48,6 @@ class SnapshotListing:
     age_s: float | None
     problem: str = ""
 
-    def to_json(self) -> dict[str, Any]:
-        """The row as JSON data."""
-        return asdict(self)
-
     @classmethod
     def from_statekit(cls, row: CheckpointListing) -> SnapshotListing:
         """A row of the statekit listing."""
@@ -72,26 +68,10 @@ class SnapshotListing:
 class SnapshotList:
     """Every snapshot under a directory that holds Flink snapshots (maybe statekit ones too)."""
 
+    json_shape: ClassVar[JsonShape] = JsonShape(rename={"listings": "snapshots"})
+
     path: str
     listings: list[SnapshotListing]
-
-    def to_json(self) -> dict[str, Any]:
-        """``{"path", "snapshots": [...]}``, like the statekit listing plus ``engine``."""
-        return {"path": self.path, "snapshots": [row.to_json() for row in self.listings]}
-
-
-def _range(kg: KeyGroupRange | None) -> list[int] | None:
-    return None if kg is None else [kg.start, kg.end]
-
-
-def _formula_ranges(max_parallelism: int, parallelism: int) -> list[list[int]]:
-    from statekit.statefmt.keygroups import compute_key_group_range_for_operator_index
-
-    try:
-        return [_range(compute_key_group_range_for_operator_index(max_parallelism, parallelism, i)) or []
-                for i in range(parallelism)]
-    except (StatekitError, ValueError, ZeroDivisionError):
-        return []
 
 
 @dataclass(frozen=True)
@@ -102,87 +82,15 @@ class FlinkInspection:
 
     def operator_states(self, index: int) -> dict[str, str]:
         """Operator (non-keyed) state names of operator ``index`` and their distribution mode."""
-        op = self.summary.operators[index]
-        return {s.name: s.mode for sub in op.subtasks for s in sub.operator_states}
+        return {s.name: s.mode for s in self.summary.operators[index].operator_states}
 
     def key_group_ranges(self, index: int) -> list[list[int]]:
         """Flink's key-group range of every subtask of operator ``index`` (by the formula)."""
-        op = self.summary.operators[index]
-        return _formula_ranges(op.max_parallelism, op.parallelism)
+        return [r.to_list() for r in self.summary.operators[index].key_group_ranges]
 
-    def to_json(self) -> dict[str, Any]:
-        """Every field of the summary, with ranges as ``[start, end]`` lists."""
-        s = self.summary
-        return {
-            "engine": "flink",
-            "path": s.path,
-            "metadata_path": s.metadata_path,
-            "metadata_version": s.metadata_version,
-            "checkpoint_id": s.checkpoint_id,
-            "kind": s.kind,
-            "format": s.format,
-            "master_states": s.master_states,
-            "metadata_bytes": s.metadata_bytes,
-            "bytes": s.bytes,
-            "inline_bytes": s.inline_bytes,
-            "file_bytes": s.file_bytes,
-            "shared_bytes": s.shared_bytes,
-            "moved": s.moved,
-            "operators": [self._operator_json(i) for i in range(len(s.operators))],
-        }
-
-    def _operator_json(self, index: int) -> dict[str, Any]:
-        op = self.summary.operators[index]
-        return {
-            "label": op.label,
-            "uid": op.uid,
-            "operator_id": op.operator_id,
-            "name": op.name,
-            "parallelism": op.parallelism,
-            "max_parallelism": op.max_parallelism,
-            "key_group_ranges": self.key_group_ranges(index),
-            "fully_finished": op.fully_finished,
-            "coordinator_bytes": op.coordinator_bytes,
-            "bytes": op.bytes,
-            "inline_bytes": op.inline_bytes,
-            "file_bytes": op.file_bytes,
-            "shared_bytes": op.shared_bytes,
-            "operator_states": [{"name": n, "mode": m} for n, m in self.operator_states(index).items()],
-            "keyed_states": [
-                {
-                    "name": st.name,
-                    "kind": st.kind,
-                    "backend_type": st.backend_type,
-                    "options": dict(st.options),
-                    "serializers": [
-                        {"key": ser.key, "snapshot_class": ser.snapshot_class, "short_name": ser.short_name,
-                         "nested": list(ser.nested)}
-                        for ser in st.serializers
-                    ],
-                    "problem": st.problem,
-                }
-                for st in op.keyed_states
-            ],
-            "keyed_state_problem": op.keyed_state_problem,
-            "source_splits": [split.to_json() for split in op.splits],
-            "source_splits_problem": op.splits_problem,
-            "subtasks": [
-                {
-                    "index": sub.index,
-                    "finished": sub.finished,
-                    "key_group_range": _range(sub.key_group_range),
-                    "keyed_handle": sub.keyed_handle,
-                    "bytes": sub.bytes,
-                    "inline_bytes": sub.inline_bytes,
-                    "file_bytes": sub.file_bytes,
-                    "shared_bytes": sub.shared_bytes,
-                    "operator_states": [asdict(o) for o in sub.operator_states],
-                    "channel_state_handles": sub.channel_state_handles,
-                    "channel_state_bytes": sub.channel_state_bytes,
-                }
-                for sub in op.subtasks
-            ],
-        }
+    def json_view(self) -> FlinkSnapshotSummary:
+        """The summary: every field, with ranges as ``[start, end]`` lists."""
+        return self.summary
 
 
 @dataclass
@@ -202,6 +110,8 @@ class FlinkVerifyReport:
             not in place: the relocate command).
     """
 
+    json_shape: ClassVar[JsonShape] = JsonShape(extra=("engine", "ok"))
+
     path: str
     metadata_path: str
     checkpoint_id: int
@@ -218,12 +128,10 @@ class FlinkVerifyReport:
         """True when nothing is missing, resized, unchecked or inconsistent."""
         return not self.problems
 
-    def to_json(self) -> dict[str, Any]:
-        """The report as JSON data."""
-        return {"engine": "flink", "path": self.path, "metadata_path": self.metadata_path,
-                "checkpoint_id": self.checkpoint_id, "ok": self.ok, "files": self.files,
-                "bytes": self.bytes, "inline_bytes": self.inline_bytes, "rocksdb_stores": self.rocksdb_stores,
-                "problems": [asdict(p) for p in self.problems], "moved": self.moved, "hint": self.hint}
+    @property
+    def engine(self) -> str:
+        """``flink``: the snapshot's engine."""
+        return "flink"
 
 
 @dataclass(frozen=True)
@@ -237,28 +145,52 @@ class FlinkDisposal:
         """Every file deleted or to delete: exclusive files, then unreferenced shared ones."""
         return self.result.plan.delete_files + self.result.plan.delete_shared
 
-    def to_json(self) -> dict[str, Any]:
-        """The plan and the outcome as JSON data (``files`` and ``bytes`` as for statekit)."""
+    def json_view(self) -> FlinkDisposalView:
+        """The plan and the outcome (``files`` and ``bytes`` as for statekit)."""
         plan, result = self.result.plan, self.result
-        return {
-            "engine": "flink",
-            "path": plan.snapshot,
-            "checkpoint_id": plan.checkpoint_id,
-            "kind": plan.kind,
-            "dry_run": result.dry_run,
-            "disposed": not result.dry_run and not result.failed,
-            "files": list(self.files),
-            "bytes": plan.bytes_to_free,
-            "delete_files": list(plan.delete_files),
-            "delete_shared": list(plan.delete_shared),
-            "keep_shared": [{"path": p, "referenced_by": list(refs)} for p, refs in plan.keep_shared],
-            "keep_exclusive": list(plan.keep_exclusive),
-            "keep_external": list(plan.keep_external),
-            "missing": list(plan.missing),
-            "remove_directory": plan.remove_directory,
-            "warnings": list(plan.warnings),
-            "deleted": list(result.deleted),
-            "failed": [{"path": p, "reason": r} for p, r in result.failed],
-        }
+        return FlinkDisposalView(
+            path=plan.snapshot, checkpoint_id=plan.checkpoint_id, kind=plan.kind, dry_run=result.dry_run,
+            disposed=not result.dry_run and not result.failed, files=self.files, bytes=plan.bytes_to_free,
+            delete_files=plan.delete_files, delete_shared=plan.delete_shared, keep_shared=plan.keep_shared,
+            keep_exclusive=plan.keep_exclusive, keep_external=plan.keep_external, missing=plan.missing,
+            remove_directory=plan.remove_directory, warnings=plan.warnings, deleted=result.deleted,
+            failed=result.failed)
+
+
+@dataclass(frozen=True)
+class FlinkDisposalView:
+    """``dispose --json`` of a Flink snapshot.
+
+    Attributes:
+        files: Every file deleted or to delete; ``bytes`` their sizes (as for statekit).
+        keep_shared: Shared files kept, with the checkpoints that still reference them.
+        failed: Deletions that failed, with the reason.
+    """
+
+    json_shape: ClassVar[JsonShape] = JsonShape(
+        extra=("engine",), records={"keep_shared": ("path", "referenced_by"), "failed": ("path", "reason")})
+
+    path: str
+    checkpoint_id: int
+    kind: str | None
+    dry_run: bool
+    disposed: bool
+    files: tuple[str, ...]
+    bytes: int
+    delete_files: tuple[str, ...]
+    delete_shared: tuple[str, ...]
+    keep_shared: tuple[tuple[str, tuple[str, ...]], ...]
+    keep_exclusive: tuple[str, ...]
+    keep_external: tuple[str, ...]
+    missing: tuple[str, ...]
+    remove_directory: bool
+    warnings: tuple[str, ...]
+    deleted: tuple[str, ...]
+    failed: tuple[tuple[str, str], ...]
+
+    @property
+    def engine(self) -> str:
+        """``flink``: the snapshot's engine."""
+        return "flink"
 
 

@@ -19,11 +19,12 @@ from __future__ import annotations
 import os
 import posixpath
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from statekit.statefmt import layout
 from statekit.statefmt.errors import BadInputError, NotACheckpointError, PathNotFoundError
 from statekit.statefmt.fileio import FileIO
+from statekit.statefmt.json_contract import JsonShape
 
 __all__ = ["FlinkRelocation", "relocate_flink_snapshot", "auto_relocation_prefixes", "relocate_moved_snapshot"]
 
@@ -48,6 +49,8 @@ class FlinkRelocation:
         overwritten: True when an existing file was replaced (``force``).
     """
 
+    json_shape: ClassVar[JsonShape] = JsonShape(records={"examples": ("old", "new")})
+
     source: str
     output: str
     old_prefix: str
@@ -60,16 +63,6 @@ class FlinkRelocation:
     bytes: int
     overwritten: bool = False
     warnings: tuple[str, ...] = field(default=())
-
-    def to_json(self) -> dict[str, Any]:
-        """The outcome as JSON data."""
-        return {
-            "source": self.source, "output": self.output, "old_prefix": self.old_prefix,
-            "new_prefix": self.new_prefix, "paths": self.paths, "paths_changed": self.paths_changed,
-            "handles_changed": self.handles_changed, "unmatched": list(self.unmatched),
-            "examples": [{"old": o, "new": n} for o, n in self.examples], "bytes": self.bytes,
-            "overwritten": self.overwritten, "warnings": list(self.warnings),
-        }
 
 
 def _read_source(path: str, storage_options: dict[str, Any] | None) -> tuple[str, bytes]:

@@ -5,8 +5,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import ClassVar
 
+from statekit.statefmt.json_contract import JsonShape
 from statekit.statefmt.keygroups import KeyGroupRange, subtask_skew
 
 __all__ = ["FlinkSubtaskPlan", "FlinkOperatorPlan", "FlinkRescaleReport", "FlinkOperatorSummary",
@@ -51,11 +52,6 @@ class FlinkSubtaskPlan:
     entries: int
     bytes: int
 
-    def to_json(self) -> dict[str, Any]:
-        """The plan as JSON data."""
-        return {"index": self.index, "key_group_range": self.key_group_range.to_list(),
-                "key_groups": self.key_groups, "entries": self.entries, "bytes": self.bytes}
-
 
 @dataclass(frozen=True)
 class FlinkOperatorPlan:
@@ -76,6 +72,10 @@ class FlinkOperatorPlan:
         estimated: The subtask figures are estimates (a dry run that read no entries).
         source_bytes: Bytes of the key-group streams to read.
     """
+
+    json_shape: ClassVar[JsonShape] = JsonShape(
+        rename={"states": "keyed_states"}, extra=("estimated_seconds", "entries", "bytes", "skew"),
+        digits={"estimated_seconds": 3, "skew": 4})
 
     label: str
     operator_id: str
@@ -112,16 +112,6 @@ class FlinkOperatorPlan:
         """The largest subtask's bytes over the mean (1.0: even; 0 subtasks or bytes: 1.0)."""
         return subtask_skew([s.bytes for s in self.subtasks])
 
-    def to_json(self) -> dict[str, Any]:
-        """The plan as JSON data."""
-        return {"label": self.label, "operator_id": self.operator_id, "action": self.action,
-                "parallelism": self.parallelism, "max_parallelism": [self.old_max_parallelism, self.max_parallelism],
-                "states": list(self.states), "key_type": self.key_type, "path": self.path,
-                "estimated": self.estimated, "source_bytes": self.source_bytes,
-                "estimated_seconds": None if self.estimated_seconds is None else round(self.estimated_seconds, 3),
-                "entries": self.entries, "bytes": self.bytes, "skew": round(self.skew, 4),
-                "subtasks": [s.to_json() for s in self.subtasks]}
-
 
 @dataclass
 class FlinkRescaleReport:
@@ -140,6 +130,9 @@ class FlinkRescaleReport:
         elapsed_s: Wall time.
     """
 
+    json_shape: ClassVar[JsonShape] = JsonShape(rename={"execution": "engine"}, extra=("format",),
+                                                digits={"elapsed_s": 3})
+
     source: str
     output: str | None
     dry_run: bool
@@ -152,13 +145,10 @@ class FlinkRescaleReport:
     elapsed_s: float = 0.0
     execution: str = "local"
 
-    def to_json(self) -> dict[str, Any]:
-        """The report as JSON data."""
-        return {"engine": "flink", "execution": self.execution, "source": self.source, "output": self.output,
-                "dry_run": self.dry_run, "metadata_version": self.metadata_version, "bytes_read": self.bytes_read,
-                "bytes_written": self.bytes_written, "spilled_bytes": self.spilled_bytes,
-                "files_copied": self.files_copied, "elapsed_s": round(self.elapsed_s, 3),
-                "operators": [op.to_json() for op in self.operators]}
+    @property
+    def format(self) -> str:
+        """``flink``: the format of the savepoints read and written (``engine``: where it ran)."""
+        return "flink"
 
 
 @dataclass(frozen=True)
@@ -182,12 +172,6 @@ class FlinkOperatorSummary:
     files: int
     bytes: int
 
-    def to_json(self) -> dict[str, Any]:
-        """The operator as JSON data."""
-        return {"label": self.label, "operator_id": self.operator_id, "renamed_from": self.renamed_from,
-                "parallelism": self.parallelism, "max_parallelism": self.max_parallelism,
-                "files": self.files, "bytes": self.bytes}
-
 
 @dataclass
 class FlinkModifyReport:
@@ -199,6 +183,10 @@ class FlinkModifyReport:
         operators: The operators of the result, in ``_metadata`` order.
     """
 
+    json_shape: ClassVar[JsonShape] = JsonShape(extra=("format",), digits={"elapsed_s": 3},
+                                                records={"removed": ("label", "operator_id"),
+                                                         "renamed": ("from", "uid", "operator_id")})
+
     source: str
     output: str | None
     dry_run: bool
@@ -209,11 +197,7 @@ class FlinkModifyReport:
     bytes_written: int = 0
     elapsed_s: float = 0.0
 
-    def to_json(self) -> dict[str, Any]:
-        """The report as JSON data."""
-        return {"engine": "flink", "source": self.source, "output": self.output, "dry_run": self.dry_run,
-                "metadata_version": self.metadata_version,
-                "removed": [{"label": label, "operator_id": op_id} for label, op_id in self.removed],
-                "renamed": [{"from": old, "uid": new, "operator_id": op_id} for old, new, op_id in self.renamed],
-                "operators": [op.to_json() for op in self.operators], "bytes_written": self.bytes_written,
-                "elapsed_s": round(self.elapsed_s, 3)}
+    @property
+    def format(self) -> str:
+        """``flink``: the format of the savepoints read and written."""
+        return "flink"

@@ -35,7 +35,7 @@ import posixpath
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from statekit.flink.entry_sorter import DEFAULT_MEMORY_BUDGET, EntrySorter, entries_table
 from statekit.flink.key_hash import KeyHasher, key_hasher
@@ -49,6 +49,7 @@ from statekit.flink.uids import operator_id_for_uid
 from statekit.readers.progress import ProgressFactory, no_progress
 from statekit.statefmt.errors import BadInputError
 from statekit.statefmt.fileio import FileIO
+from statekit.statefmt.json_contract import JsonShape
 from statekit.statefmt.keygroups import (
     check_parallelism,
     compute_default_max_parallelism,
@@ -525,14 +526,12 @@ class FlinkStateReport:
     user_key_type: str | None
     rows: int = 0
 
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "flink_name": self.flink_name, "kind": self.kind, "value_type": self.value_type,
-                "user_key_type": self.user_key_type, "rows": self.rows}
-
 
 @dataclass
 class FlinkOperatorReport:
     """One written operator."""
+
+    json_shape: ClassVar[JsonShape] = JsonShape(extra=("entries", "bytes"))
 
     uid: str
     operator_id: str
@@ -551,16 +550,12 @@ class FlinkOperatorReport:
     def bytes(self) -> int:
         return sum(s.subtask.size for s in self.subtasks)
 
-    def to_json(self) -> dict[str, Any]:
-        return {"uid": self.uid, "operator_id": self.operator_id, "parallelism": self.parallelism,
-                "max_parallelism": self.max_parallelism, "key_type": self.key_type, "pyflink": self.pyflink,
-                "entries": self.entries, "bytes": self.bytes, "states": [s.to_json() for s in self.states],
-                "subtasks": [s.to_json() for s in self.subtasks]}
-
 
 @dataclass
 class FlinkBootstrapReport:
     """What ``bootstrap --format flink`` wrote (either engine)."""
+
+    json_shape: ClassVar[JsonShape] = JsonShape(extra=("format", "entries", "bytes"), digits={"elapsed_s": 3})
 
     output: str
     metadata_version: int
@@ -579,11 +574,10 @@ class FlinkBootstrapReport:
     def bytes(self) -> int:
         return sum(op.bytes for op in self.operators) + self.metadata_bytes
 
-    def to_json(self) -> dict[str, Any]:
-        return {"output": self.output, "format": "flink", "engine": self.engine,
-                "metadata_version": self.metadata_version, "checkpoint_id": self.checkpoint_id,
-                "rows_read": self.rows_read, "entries": self.entries, "bytes": self.bytes,
-                "operators": [op.to_json() for op in self.operators], "elapsed_s": round(self.elapsed_s, 3)}
+    @property
+    def format(self) -> str:
+        """``flink``: the format written."""
+        return "flink"
 
 
 def operator_report(plan: OperatorPlan) -> FlinkOperatorReport:

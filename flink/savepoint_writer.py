@@ -16,12 +16,14 @@ import struct
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 from statekit.flink.metadata import read_flink_metadata
 from statekit.flink.savepoint_metadata import NewOperator, NewSubtask, encode_savepoint_metadata
 from statekit.flink.sources import META_FOLLOWS, prefix_bytes
 from statekit.flink.streams_writer import write_stream
 from statekit.statefmt.fileio import FileIO
+from statekit.statefmt.json_contract import JsonShape
 from statekit.statefmt.keygroups import KeyGroupRange
 
 __all__ = ["WrittenSubtask", "framed_entries", "write_subtask_stream", "publish_savepoint"]
@@ -34,14 +36,27 @@ Group = tuple[int, int, list[bytes], list[bytes]]  # key group, state id, keys (
 class WrittenSubtask:
     """A written stream: its handle data and what it holds."""
 
+    json_shape: ClassVar[JsonShape] = JsonShape(omit=("subtask",), extra=("index", "key_group_range", "file", "bytes"))
+
     subtask: NewSubtask
     entries: int
     key_groups: int
 
-    def to_json(self) -> dict[str, object]:
-        sub = self.subtask
-        return {"index": sub.index, "key_group_range": sub.key_groups.to_list(), "file": sub.file,
-                "bytes": sub.size, "entries": self.entries, "key_groups": self.key_groups}
+    @property
+    def index(self) -> int:
+        return self.subtask.index
+
+    @property
+    def key_group_range(self) -> KeyGroupRange:
+        return self.subtask.key_groups
+
+    @property
+    def file(self) -> str:
+        return self.subtask.file
+
+    @property
+    def bytes(self) -> int:
+        return self.subtask.size
 
 
 def framed_entries(key_group: int, prefix: int, keys: list[bytes], values: list[bytes]) -> bytes:

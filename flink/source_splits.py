@@ -27,8 +27,8 @@ identifier), so an element is read by decompressing from its offset.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from statekit.flink.compression import STREAM_IDENTIFIER, decompress_framed
 from statekit.flink.cursor import ByteCursor
@@ -36,6 +36,7 @@ from statekit.flink.model import FlinkOperatorState, OperatorStateHandle
 from statekit.flink.serializers import read_java_string
 from statekit.flink.storage import FlinkSnapshot, read_stream_bytes
 from statekit.statefmt.errors import CorruptStateError, StatekitError
+from statekit.statefmt.json_contract import JsonShape
 
 __all__ = ["SourceSplit", "source_splits", "decode_split", "snapshot_splits", "savepoint_get_kafka_offsets",
            "SOURCE_READER_STATE", "KAFKA_OFFSETS"]
@@ -64,6 +65,10 @@ class SourceSplit:
         problem: Why an ``unknown`` split was not recognised; ``raw`` holds its bytes (hex).
     """
 
+    json_shape: ClassVar[JsonShape] = JsonShape(omit_none=(
+        "split_id", "topic", "partition", "starting_offset", "stopping_offset", "path", "offset", "length",
+        "position", "records_to_skip", "next_number", "last_number", "problem", "raw"))
+
     operator: str
     subtask: int
     connector: str
@@ -82,10 +87,6 @@ class SourceSplit:
     last_number: int | None = None
     problem: str | None = None
     raw: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        """The split as JSON data (unset fields left out)."""
-        return {k: v for k, v in asdict(self).items() if v is not None}
 
     @property
     def describe(self) -> str:

@@ -24,11 +24,13 @@ at the next state header, found by its shape (name, type, options, serializer ke
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from statekit.flink.cursor import ByteCursor, decode_modified_utf8
 from statekit.flink.logical_type import LogicalType, read_logical_type
 from statekit.flink.properties import UnsupportedJava, read_java_object
 from statekit.statefmt.errors import CorruptStateError
+from statekit.statefmt.json_contract import JsonShape
 
 __all__ = [
     "SerializerNode", "SerializerInfo", "FlinkStateMeta", "KeyedBackendMeta", "read_keyed_backend_meta",
@@ -146,6 +148,8 @@ class SerializerInfo:
 
     ``nested`` lists every nested class depth first; ``tree`` keeps their structure.
     """
+
+    json_shape: ClassVar[JsonShape] = JsonShape(omit=("tree",), extra=("short_name",))
 
     key: str
     snapshot_class: str | None

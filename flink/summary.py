@@ -13,6 +13,7 @@ their readers held (:mod:`statekit.flink.source_splits`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from statekit.flink.model import (
     FlinkOperatorState,
@@ -26,9 +27,12 @@ from statekit.flink.source_splits import SourceSplit, source_splits
 from statekit.flink.state_meta import FlinkStateMeta, read_keyed_backend_meta
 from statekit.flink.storage import FlinkSnapshot, moved_note, read_stream_bytes
 from statekit.statefmt.errors import StatekitError
+from statekit.statefmt.json_contract import JsonShape
+from statekit.statefmt.keygroups import compute_key_group_range_for_operator_index
 
 __all__ = [
     "FlinkOperatorStateSummary",
+    "FlinkOperatorStateMode",
     "FlinkSubtaskSummary",
     "FlinkOperatorSummary",
     "FlinkSnapshotSummary",
@@ -46,6 +50,14 @@ class FlinkOperatorStateSummary:
     name: str
     mode: str
     partitions: int
+
+
+@dataclass(frozen=True)
+class FlinkOperatorStateMode:
+    """One named operator state of an operator (over its subtasks) and its distribution mode."""
+
+    name: str
+    mode: str
 
 
 @dataclass(frozen=True)
@@ -68,6 +80,10 @@ class FlinkSubtaskSummary:
 @dataclass(frozen=True)
 class FlinkOperatorSummary:
     """One operator: identity, parallelism, states and sizes."""
+
+    json_shape: ClassVar[JsonShape] = JsonShape(
+        rename={"splits": "source_splits", "splits_problem": "source_splits_problem"},
+        extra=("label", "key_group_ranges", "operator_states"))
 
     operator_id: str
     uid: str | None
@@ -92,6 +108,21 @@ class FlinkOperatorSummary:
         return self.uid or self.operator_id
 
     @property
+    def key_group_ranges(self) -> tuple[KeyGroupRange, ...]:
+        """Flink's key-group range of every subtask (by the formula; none for a bad parallelism)."""
+        try:
+            return tuple(compute_key_group_range_for_operator_index(self.max_parallelism, self.parallelism, i)
+                         for i in range(self.parallelism))
+        except (StatekitError, ValueError, ZeroDivisionError):
+            return ()
+
+    @property
+    def operator_states(self) -> tuple[FlinkOperatorStateMode, ...]:
+        """The operator (non-keyed) states across subtasks, each with its distribution mode."""
+        modes = {s.name: s.mode for sub in self.subtasks for s in sub.operator_states}
+        return tuple(FlinkOperatorStateMode(name, mode) for name, mode in modes.items())
+
+    @property
     def operator_state_names(self) -> tuple[str, ...]:
         """Names of the operator (non-keyed) states across subtasks."""
         names = {s.name: None for sub in self.subtasks for s in sub.operator_states}
@@ -101,6 +132,8 @@ class FlinkOperatorSummary:
 @dataclass(frozen=True)
 class FlinkSnapshotSummary:
     """The whole ``inspect`` view."""
+
+    json_shape: ClassVar[JsonShape] = JsonShape(extra=("engine",))
 
     path: str
     metadata_path: str
@@ -116,6 +149,11 @@ class FlinkSnapshotSummary:
     file_bytes: int
     shared_bytes: int
     moved: str | None = None
+
+    @property
+    def engine(self) -> str:
+        """``flink``: the snapshot's engine."""
+        return "flink"
 
 
 def _sizes(sub: FlinkSubtaskState) -> tuple[int, int, int]:

@@ -22,11 +22,12 @@ States whose serializer snapshots statekit cannot read are listed as *unknown*, 
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
+from typing import ClassVar
 
 from statekit.flink.state_meta import KRYO_SNAPSHOTS, FlinkStateMeta, SerializerNode
 from statekit.statefmt.errors import BadInputError
+from statekit.statefmt.json_contract import JsonShape
 
 __all__ = ["FlinkUpgradeFinding", "FlinkUpgradeReport", "check_flink_upgrade", "LEGACY_OPERATOR_STATES"]
 
@@ -82,6 +83,8 @@ class FlinkUpgradeFinding:
         way_out: What to do about it.
     """
 
+    json_shape: ClassVar[JsonShape] = JsonShape(extra=("blocking",))
+
     operator: str
     state: str
     kind: str
@@ -98,6 +101,8 @@ class FlinkUpgradeFinding:
 class FlinkUpgradeReport:
     """The result of ``check --target-flink``."""
 
+    json_shape: ClassVar[JsonShape] = JsonShape(rename={"target": "target_flink"}, extra=("engine", "compatible"))
+
     path: str
     target: str
     metadata_version: int
@@ -110,12 +115,10 @@ class FlinkUpgradeReport:
         """True when no state is known to fail the restore."""
         return not any(f.blocking for f in self.findings)
 
-    def to_json(self) -> dict[str, Any]:
-        """The report as JSON data."""
-        return {"engine": "flink", "path": self.path, "target_flink": self.target,
-                "metadata_version": self.metadata_version, "written_by": self.written_by,
-                "states_checked": self.states_checked, "compatible": self.compatible,
-                "findings": [asdict(f) | {"blocking": f.blocking} for f in self.findings]}
+    @property
+    def engine(self) -> str:
+        """``flink``: the snapshot's engine."""
+        return "flink"
 
 
 def _classes(node: SerializerNode | None) -> list[SerializerNode]:

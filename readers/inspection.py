@@ -7,12 +7,13 @@ decoded once for the window view (:mod:`statekit.readers.window_state`).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 from statekit.readers.savepoint_reader import SavepointReader
 from statekit.readers.window_state import WindowInspection, inspect_windows
-from statekit.statefmt.metadata import OperatorMetadata, StateDescriptor
+from statekit.statefmt.json_contract import JsonShape
+from statekit.statefmt.metadata import OperatorMetadata, StateDescriptor, StateKind
 
 __all__ = ["SnapshotInspection", "OperatorInspection", "StateInspection", "SkewView", "inspect_snapshot"]
 
@@ -31,9 +32,6 @@ class SkewView:
     histogram: list[int]  # count of key groups per bucket of [min_bytes, max_bytes]
     min_bytes: int = 0  # the smallest key group (0 when any key group is empty)
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
 class StateInspection:
@@ -49,14 +47,11 @@ class StateInspection:
     skew: SkewView | None
     namespace_type: str | None = None  # declared for namespaced (window) state
 
-    def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["skew"] = self.skew.to_json() if self.skew else None
-        return data
-
 
 @dataclass(frozen=True)
 class OperatorInspection:
+    json_shape: ClassVar[JsonShape] = JsonShape(omit=("states",), extra=("keyed_states", "operator_states"))
+
     uid: str
     name: str
     parallelism: int
@@ -70,15 +65,21 @@ class OperatorInspection:
     # an unaligned checkpoint's in-flight records per subtask: {"subtask", "bytes", "records"}; None when it has none
     in_flight: list[dict[str, int]] | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["states"] = [s.to_json() for s in self.states]
-        data["windows"] = self.windows.to_json() if self.windows else None
-        return data
+    @property
+    def keyed_states(self) -> list[StateInspection]:
+        """The keyed states (a key, a key group per entry)."""
+        return [s for s in self.states if StateKind(s.kind).keyed]
+
+    @property
+    def operator_states(self) -> list[StateInspection]:
+        """The operator (non-keyed) states: list, union and broadcast state."""
+        return [s for s in self.states if not StateKind(s.kind).keyed]
 
 
 @dataclass(frozen=True)
 class SnapshotInspection:
+    json_shape: ClassVar[JsonShape] = JsonShape(extra=("engine",))
+
     path: str
     job_id: str
     job_name: str
@@ -90,10 +91,10 @@ class SnapshotInspection:
     entries: int
     operators: list[OperatorInspection]
 
-    def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["operators"] = [o.to_json() for o in self.operators]
-        return data
+    @property
+    def engine(self) -> str:
+        """``statekit``: the snapshot's engine (``flink`` in the documents of Flink snapshots)."""
+        return "statekit"
 
 
 def _in_flight(op: OperatorMetadata) -> list[dict[str, int]] | None:

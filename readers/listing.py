@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import posixpath
 import time
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from statekit.readers.inventory import IN_PROGRESS_IDLE_S, is_in_progress_savepoint, take_inventory
 from statekit.readers.snapshot import is_flink_metadata_bytes
 from statekit.statefmt import layout
 from statekit.statefmt.errors import NotACheckpointError, PathNotFoundError, StatekitError
 from statekit.statefmt.fileio import FileInfo, FileIO
+from statekit.statefmt.json_contract import JsonShape
 from statekit.statefmt.metadata import parse_metadata
 
 __all__ = ["CheckpointListing", "CheckpointList", "list_checkpoints"]
@@ -28,6 +29,8 @@ __all__ = ["CheckpointListing", "CheckpointList", "list_checkpoints"]
 
 @dataclass(frozen=True)
 class CheckpointListing:
+    json_shape: ClassVar[JsonShape] = JsonShape(extra=("engine", "modified"))
+
     path: str
     job_id: str
     checkpoint_id: int | None
@@ -39,17 +42,23 @@ class CheckpointListing:
     age_s: float | None
     problem: str = ""
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+    @property
+    def engine(self) -> str:
+        """``statekit``: the snapshot's engine (``flink`` in the documents of Flink snapshots)."""
+        return "statekit"
+
+    @property
+    def modified(self) -> float | None:
+        """``None``: statekit records ``created_at_ms`` (a Flink snapshot's row has its mtime here)."""
+        return None
 
 
 @dataclass(frozen=True)
 class CheckpointList:
+    json_shape: ClassVar[JsonShape] = JsonShape(rename={"listings": "snapshots"})
+
     path: str
     listings: list[CheckpointListing]
-
-    def to_json(self) -> dict[str, Any]:
-        return {"path": self.path, "snapshots": [c.to_json() for c in self.listings]}
 
 
 def list_checkpoints(url: str, storage_options: dict[str, Any] | None = None) -> CheckpointList:

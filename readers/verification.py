@@ -11,13 +11,14 @@ cannot be read at all is bad input (raised, exit 2).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 from statekit.readers.progress import Advance
 from statekit.readers.snapshot import Snapshot, open_snapshot
 from statekit.statefmt import layout
 from statekit.statefmt.errors import CorruptStateError, PathNotFoundError, StatekitError
+from statekit.statefmt.json_contract import JsonShape
 from statekit.statefmt.statefile import verify_state_stream
 
 __all__ = ["Damage", "VerifyReport", "verify_snapshot"]
@@ -29,12 +30,11 @@ class Damage:
     key_group: int | None
     message: str
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass
 class VerifyReport:
+    json_shape: ClassVar[JsonShape] = JsonShape(rename={"damage": "problems"}, extra=("engine", "ok"))
+
     path: str
     files: int = 0
     blocks: int = 0
@@ -45,9 +45,10 @@ class VerifyReport:
     def ok(self) -> bool:
         return not self.damage
 
-    def to_json(self) -> dict[str, Any]:
-        return {"path": self.path, "ok": self.ok, "files": self.files, "blocks": self.blocks,
-                "bytes": self.bytes, "damage": [d.to_json() for d in self.damage]}
+    @property
+    def engine(self) -> str:
+        """``statekit``: the snapshot's engine (``flink`` in the documents of Flink snapshots)."""
+        return "statekit"
 
 
 def verify_snapshot(

@@ -22,11 +22,12 @@ In a window state, a namespace that is not a window, or a timer user key that is
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from statekit.readers.typed_columns import python_values
 from statekit.statefmt.errors import CorruptStateError
+from statekit.statefmt.json_contract import JsonShape
 from statekit.statefmt.metadata import OperatorMetadata, StateDescriptor, StateKind
 
 if TYPE_CHECKING:
@@ -133,6 +134,8 @@ class TimerView:
 class WindowInspection:
     """The window states and pending timers of a window operator."""
 
+    json_shape: ClassVar[JsonShape] = JsonShape(extra=("pending_timers",))
+
     states: list[WindowStateView] = field(default_factory=list)
     timers: list[TimerView] = field(default_factory=list)
     # per subtask, the watermark it had reached when it snapshotted (None: none yet, or not recorded)
@@ -141,11 +144,6 @@ class WindowInspection:
     @property
     def pending_timers(self) -> int:
         return sum(t.count for t in self.timers)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"states": [asdict(s) for s in self.states], "timers": [asdict(t) for t in self.timers],
-                "pending_timers": self.pending_timers,
-                "watermarks": [{"subtask": i, "watermark": w} for i, w in enumerate(self.watermarks)]}
 
 
 def inspect_windows(reader: SavepointReader, uid: str) -> WindowInspection | None:

@@ -43,9 +43,10 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from statekit.statefmt.errors import BadInputError, StatekitError
+from statekit.statefmt.json_contract import JsonShape
 
 __all__ = ["RUNTIME_DIR_ENV", "SERVER_CLASS", "ServerInfo", "SparkServerStatus", "runtime_dir", "running_server",
            "server_status", "start_server", "stop_server", "warm_up"]
@@ -70,6 +71,8 @@ class SparkServerError(StatekitError):  # type: ignore[misc, unused-ignore]
 @dataclass(frozen=True)
 class ServerInfo:
     """A running server, as its state file records it."""
+
+    json_shape: ClassVar[JsonShape] = JsonShape(extra=("url",))
 
     pid: int
     port: int
@@ -99,6 +102,8 @@ class SparkServerStatus:
     """``statekit spark start|status|stop``: what the command did (``action``: started, running,
     stopped, not_running) and the server it is about."""
 
+    json_shape: ClassVar[JsonShape] = JsonShape(extra=("running",))
+
     action: str
     server: ServerInfo | None
     runtime_dir: str
@@ -107,10 +112,6 @@ class SparkServerStatus:
     @property
     def running(self) -> bool:
         return self.action in ("started", "running")
-
-    def to_json(self) -> dict[str, Any]:
-        return {"action": self.action, "running": self.running, "runtime_dir": self.runtime_dir,
-                "message": self.message, "server": None if self.server is None else self.server.as_dict()}
 
 
 def runtime_dir(environ: Mapping[str, str] | None = None, *, create: bool = True) -> str:

@@ -33,7 +33,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from statekit.readers.progress import ProgressFactory
 from statekit.readers.savepoint_reader import SavepointReader
@@ -47,6 +47,7 @@ from statekit.spark.formats import DEFAULT_FORMAT, check_format, write_table
 from statekit.spark.progress import spark_start_progress, task_progress
 from statekit.spark.session import OutputDir, SparkSettings, spark_errors
 from statekit.statefmt.errors import BadInputError, CorruptStateError, StateNotFoundError
+from statekit.statefmt.json_contract import JsonShape
 from statekit.statefmt.layout import hive_partition_dir
 
 if TYPE_CHECKING:
@@ -112,10 +113,6 @@ class ExportedState:
     rows: int | None
     files: int | None
 
-    def to_json(self) -> dict[str, Any]:
-        return {"operator_uid": self.operator_uid, "state_name": self.state_name, "kind": self.kind,
-                "path": self.path, "rows": self.rows, "files": self.files}
-
 
 @dataclass(frozen=True)
 class ExportResult:
@@ -133,6 +130,9 @@ class ExportResult:
         engine_note: Why ``--engine auto`` chose the engine (``None`` when it was given).
     """
 
+    json_shape: ClassVar[JsonShape] = JsonShape(extra=("rows",), digits={"seconds": 3},
+                                                records={"skipped": ("operator_uid", "state_name", "reason")})
+
     source: str
     output: str
     format: str
@@ -148,13 +148,6 @@ class ExportResult:
     def rows(self) -> int | None:
         counts = [s.rows for s in self.states]
         return None if any(c is None for c in counts) else sum(c for c in counts if c is not None)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"source": self.source, "output": self.output, "format": self.format, "engine": self.engine,
-                "engine_note": self.engine_note, "master": self.master, "rows": self.rows,
-                "seconds": round(self.seconds, 3), "states": [s.to_json() for s in self.states],
-                "skipped": [{"operator_uid": uid, "state_name": name, "reason": why} for uid, name, why in self.skipped],
-                "notes": list(self.notes)}
 
 
 def selected_states(reader: SavepointReader, operator: str | None, state: str | None) -> list[tuple[str, str, str]]:

@@ -243,30 +243,35 @@ OFFSETS_SCHEMA = ("subtask int, connector string, version int, split_id string, 
                   "position bigint, records_to_skip bigint, next_number bigint, last_number bigint, raw string")
 
 
-def offsets_tables(snapshot: FlinkSnapshot, operator: str | None, state: str | None) -> list[ExportTable]:
-    """The ``offsets`` table of every source operator whose readers held splits.
+def offsets_rows(snapshot: FlinkSnapshot, operator: str | None, state: str | None) -> list[tuple[str, list[tuple[Any, ...]]]]:
+    """(operator label, rows of :data:`OFFSETS_SCHEMA`) of every source operator whose readers
+    held splits, one row per split (the source positions of :mod:`statekit.flink.source_splits`);
+    only with no ``--state`` or ``--state offsets``. Both engines export them as
+    ``OUT/operator_uid=<uid>/state_name=offsets/``.
 
-    Exported as ``OUT/operator_uid=<uid>/state_name=offsets/``, one row per split (the
-    source positions of :mod:`statekit.flink.source_splits`); only with no ``--state`` or
-    ``--state offsets``.
+    Raises:
+        StateNotFoundError: ``--state offsets`` and no source operator with splits.
     """
     from statekit.flink.source_splits import source_splits
 
     if state not in (None, OFFSETS_TABLE):
         return []
     ops = [snapshot.metadata.operator(operator)] if operator else list(snapshot.metadata.operators)
-    tables = []
+    found = []
     columns = [part.split()[0] for part in OFFSETS_SCHEMA.split(", ")]
     for op in ops:
         splits = source_splits(snapshot, op)
-        if not splits:
-            continue
-        rows = [tuple(getattr(split, column) for column in columns) for split in splits]
-        tables.append(ExportTable(op.uid or op.label, OFFSETS_TABLE, "offsets", functools.partial(_offsets_frame,
-                                                                                                  rows=rows)))
-    if state == OFFSETS_TABLE and not tables:
+        if splits:
+            found.append((op.uid or op.label, [tuple(getattr(split, column) for column in columns) for split in splits]))
+    if state == OFFSETS_TABLE and not found:
         raise StateNotFoundError("no source operator with splits (nothing for --state offsets)", path=snapshot.path)
-    return tables
+    return found
+
+
+def offsets_tables(snapshot: FlinkSnapshot, operator: str | None, state: str | None) -> list[ExportTable]:
+    """The ``offsets`` tables (:func:`offsets_rows`) as Spark export tables."""
+    return [ExportTable(label, OFFSETS_TABLE, "offsets", functools.partial(_offsets_frame, rows=rows))
+            for label, rows in offsets_rows(snapshot, operator, state)]
 
 
 def _offsets_frame(spark: SparkSession, *, rows: list[tuple[Any, ...]]) -> DataFrame:

@@ -212,15 +212,40 @@ def export_flink_local(spec: ExportSpec, progress: ProgressFactory | None = None
         StateNotFoundError: Unknown operator or state.
         BadInputError: A state asked for that cannot be decoded, nothing to export, an existing output.
     """
+    from dataclasses import replace
+
     from statekit.flink.entries import state_value_types
     from statekit.flink.snapshot import open_flink_snapshot
-    from statekit.spark.flink_export import plan_flink_export
+    from statekit.flink.storage import moved_note
+    from statekit.spark.flink_export import OFFSETS_TABLE, FlinkExportPlan, offsets_rows, plan_flink_export
 
     snapshot = open_flink_snapshot(spec.path, storage_options=spec.storage_options, uids=uids)
-    plan = plan_flink_export(snapshot, spec.operator, spec.state, value_types)
+    offsets = [_offsets_table(label, rows) for label, rows in offsets_rows(snapshot, spec.operator, spec.state)]
+    plan = plan_flink_export(snapshot, spec.operator, None if spec.state == OFFSETS_TABLE else spec.state,
+                             value_types, allow_empty=bool(offsets))
+    if spec.state == OFFSETS_TABLE:
+        plan = FlinkExportPlan((), plan.skipped)
     tables = [_flink_table(snapshot, uid, name, kind, ddl, state_value_types(value_types, name))
               for uid, name, kind, ddl, _ in plan.states]
-    return write_local_tables(spec, snapshot.path, tables, progress, plan.skipped)
+    result = write_local_tables(spec, snapshot.path, tables + offsets, progress, plan.skipped)
+    note = moved_note(snapshot)
+    return replace(result, notes=(note,)) if note else result
+
+
+def _offsets_table(label: str, rows: list[tuple[Any, ...]]) -> LocalTable:
+    """A source operator's ``offsets`` table: the Spark export's columns and rows."""
+    import pyarrow as pa
+
+    from statekit.spark.flink_export import OFFSETS_SCHEMA, OFFSETS_TABLE
+
+    schema = ddl_arrow_schema(OFFSETS_SCHEMA)
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        columns = list(zip(*rows)) if rows else [() for _ in schema]
+        yield pa.record_batch([pa.array(list(column), type=field.type) for column, field in zip(columns, schema)],
+                              schema=schema)
+
+    return LocalTable(label, OFFSETS_TABLE, "offsets", schema, batches)
 
 
 def _flink_table(snapshot: FlinkSnapshot, uid: str, name: str, kind: str, ddl: str,

@@ -66,6 +66,10 @@ class KeyGroupRange:
     def to_list(self) -> list[int]:
         return [self.start, self.end]
 
+    def json_view(self) -> tuple[int, int]:
+        """``[start, end]`` in JSON documents (statekit.statefmt.json_contract)."""
+        return (self.start, self.end)
+
 
 def key_hash(key_bytes: bytes) -> int:
     """murmur3_32 (seed 0) of the serialized key, as an unsigned 32-bit int."""

@@ -3,6 +3,7 @@ native RocksDB snapshots (an incremental checkpoint, a native savepoint) of one 
 
 from __future__ import annotations
 
+import functools
 import os
 import tempfile
 import uuid
@@ -180,3 +181,61 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             continue
         if where.startswith(SLOW_DIRECTORIES) or SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+# ------------------------------------------------------------------ the JSON contract
+
+
+@functools.cache
+def _command_validator(command: str) -> Any:
+    """A jsonschema validator of ``command``'s ``--json`` document (docs/json/, built in memory)."""
+    import jsonschema
+
+    from statekit.cli.render import command_results
+    from statekit.statefmt.json_contract import json_schema
+
+    schema = json_schema(*command_results(command))
+    return jsonschema.Draft202012Validator(schema)
+
+
+def json_contract_errors(command: str, document: Any) -> list[str]:
+    """Why ``document`` is not a valid ``--json`` document of ``command`` (empty: it is)."""
+    from statekit.cli.render import COMMAND_RESULTS
+
+    if command not in COMMAND_RESULTS:
+        return [f"{command!r} prints --json but has no entry in statekit.cli.render.COMMAND_RESULTS"]
+    return [f"{command} --json at {'/'.join(map(str, e.absolute_path)) or '(top)'}: {e.message}"
+            for e in _command_validator(command).iter_errors(document)]
+
+
+@pytest.fixture(autouse=True)
+def json_documents_follow_their_schema(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every ``--json`` document a command prints in this process validates against the schema
+    of its command (the test fails at teardown otherwise): the schemas in docs/json/ are checked
+    against the real output of every CLI test."""
+    import json
+
+    import click
+
+    from statekit.cli.output import JsonOutput
+
+    failures: list[str] = []
+    show = JsonOutput.show
+
+    def checked_show(self: JsonOutput, result: Any) -> None:
+        from statekit.statefmt.json_contract import json_document
+
+        ctx = click.get_current_context(silent=True)
+        if ctx is None:  # shown outside a command: no schema to check against
+            show(self, result)
+            return
+        words = []
+        node: click.Context | None = ctx
+        while node is not None and node.parent is not None:
+            words.append(node.info_name or "")
+            node = node.parent
+        document = json.loads(json.dumps(json_document(result)))
+        failures.extend(json_contract_errors(" ".join(reversed(words)), document))
+        show(self, result)
+
+    monkeypatch.setattr(JsonOutput, "show", checked_show)
+    yield
+    assert not failures, "\n".join(failures[:10])

@@ -22,12 +22,13 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from statekit.readers.progress import Advance, ProgressFactory, no_progress
 from statekit.readers.savepoint_reader import SavepointReader
 from statekit.statefmt.errors import BadInputError, PathNotFoundError
 from statekit.statefmt.fileio import FileInfo, FileIO
+from statekit.statefmt.json_contract import JsonShape
 from statekit.statefmt.keygroups import KeyGroupRange, compute_default_max_parallelism
 from statekit.statefmt.metadata import StateFile, StateKind
 from statekit.writers.bootstrap_spec import BootstrapPlan, BootstrapSpec, format_from_name
@@ -53,14 +54,12 @@ class BootstrapSubtask:
     bytes: int
     entries: int
 
-    def to_json(self) -> dict[str, Any]:
-        return {"index": self.index, "key_group_range": self.key_group_range.to_list(),
-                "bytes": self.bytes, "entries": self.entries}
-
 
 @dataclass
 class BootstrapReport:
     """What ``bootstrap`` wrote (either engine)."""
+
+    json_shape: ClassVar[JsonShape] = JsonShape(extra=("entries", "bytes"), digits={"elapsed_s": 3})
 
     output: str
     uid: str
@@ -109,19 +108,6 @@ class BootstrapReport:
     @property
     def bytes(self) -> int:
         return sum(s.bytes for s in self.subtasks)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "output": self.output, "from_savepoint": self.from_savepoint, "engine": self.engine,
-            "uid": self.uid, "state": self.state, "kind": self.kind,
-            "parallelism": self.parallelism, "max_parallelism": self.max_parallelism,
-            "key_serializer": self.key_serializer, "value_serializer": self.value_serializer,
-            "value_type": self.value_type, "user_key_type": self.user_key_type,
-            "input_format": self.input_format, "inputs": self.inputs,
-            "rows_read": self.rows_read, "entries": self.entries, "bytes": self.bytes,
-            "copied_operators": self.copied_operators,
-            "subtasks": [s.to_json() for s in self.subtasks], "elapsed_s": round(self.elapsed_s, 3),
-        }
 
 
 # ---------------------------------------------------------------- shared by the engines

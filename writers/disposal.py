@@ -43,8 +43,8 @@ import os
 import posixpath
 import re
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar
 
 from statekit.readers.inventory import (
     IN_PROGRESS_IDLE_S,
@@ -62,6 +62,7 @@ from statekit.statefmt import layout
 from statekit.statefmt.errors import BadInputError, NotACheckpointError, PathNotFoundError, StatekitError
 from statekit.statefmt.fileio import FileIO
 from statekit.statefmt.job_lock import running_holder
+from statekit.statefmt.json_contract import JsonShape
 from statekit.statefmt.metadata import CheckpointMetadata, SnapshotKind
 from statekit.writers.removal import delete_file, remove_files
 
@@ -98,6 +99,8 @@ class DisposalPlan:
         notes: Why shared files were kept although unreferenced, if so.
     """
 
+    json_shape: ClassVar[JsonShape] = JsonShape(extra=("engine",))
+
     path: str
     files: list[str]
     bytes: int
@@ -108,8 +111,10 @@ class DisposalPlan:
     kept_shared: int = 0
     notes: list[str] = field(default_factory=list)
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+    @property
+    def engine(self) -> str:
+        """``statekit``: the snapshot's engine (``flink`` in the documents of Flink snapshots)."""
+        return "statekit"
 
 
 def dispose_snapshot(

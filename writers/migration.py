@@ -14,12 +14,13 @@ import json
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, ClassVar
 
 from statekit.readers.savepoint_reader import SavepointReader
 from statekit.statefmt.entries import KeyedStateEntry, MapStateEntry
 from statekit.statefmt.errors import BadInputError, IncompatibleStateError
 from statekit.statefmt.fileio import FileIO
+from statekit.statefmt.json_contract import JsonShape
 from statekit.statefmt.metadata import OperatorMetadata, StateDescriptor, StateKind
 from statekit.statefmt.type_evolution import ValueMigration, resolve_declared_types
 from statekit.statefmt.value_types import parse_value_type
@@ -66,6 +67,8 @@ class EntryMigration:
 class MigrationReport:
     """What ``statekit migrate`` wrote."""
 
+    json_shape: ClassVar[JsonShape] = JsonShape(digits={"elapsed_s": 3})
+
     source: str
     output: str
     uid: str
@@ -75,11 +78,6 @@ class MigrationReport:
     compatibility: str
     entries: int
     elapsed_s: float
-
-    def to_json(self) -> dict[str, Any]:
-        return {"source": self.source, "output": self.output, "state": f"{self.uid}/{self.state}",
-                "old_type": self.old_type, "new_type": self.new_type, "compatibility": self.compatibility,
-                "entries": self.entries, "elapsed_s": round(self.elapsed_s, 3)}
 
 
 def parse_state_ref(text: str) -> tuple[str, str]:

@@ -152,10 +152,6 @@ class ReportResult:
     bytes: int
     timeline: int = 0
 
-    def to_json(self) -> dict[str, Any]:
-        return {"output": self.output, "source": self.source, "engine": self.engine, "operators": self.operators,
-                "history": self.history, "bytes": self.bytes, "timeline": self.timeline}
-
 
 # ---------------------------------------------------------------- statekit snapshots
 

@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, ClassVar
 
 from statekit.readers.progress import Advance, ProgressFactory, no_progress
 from statekit.readers.savepoint_reader import SavepointReader
@@ -53,6 +53,7 @@ from statekit.statefmt.encoding import BlockCodec, current_write_format, is_seri
 from statekit.statefmt.entries import StateCodec
 from statekit.statefmt.errors import BadInputError, CorruptStateError, StateNotFoundError
 from statekit.statefmt.fileio import FileIO
+from statekit.statefmt.json_contract import JsonShape
 from statekit.statefmt.keygroups import (
     KeyGroupRange,
     check_parallelism,
@@ -124,10 +125,6 @@ class SubtaskPlan:
     bytes: int
     entries: int
 
-    def to_json(self) -> dict[str, Any]:
-        return {"index": self.index, "key_group_range": self.key_group_range.to_list(),
-                "key_groups": self.key_groups, "bytes": self.bytes, "entries": self.entries}
-
 
 @dataclass(frozen=True)
 class OperatorStatePlan:
@@ -136,9 +133,6 @@ class OperatorStatePlan:
     name: str
     kind: str
     elements: tuple[int, ...]
-
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "kind": self.kind, "elements": list(self.elements)}
 
 
 @dataclass(frozen=True)
@@ -149,6 +143,8 @@ class OperatorPlan:
     entries come from the block indexes). For ``regroup`` a plan's bytes are an estimate
     (``bytes_estimated``); its entries are exact.
     """
+
+    json_shape: ClassVar[JsonShape] = JsonShape(extra=("bytes", "entries", "skew"), digits={"skew": 4})
 
     uid: str
     action: str
@@ -174,21 +170,12 @@ class OperatorPlan:
         """Largest subtask's keyed bytes over the mean (1.0 = perfectly even)."""
         return subtask_skew([s.bytes for s in self.subtasks])
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "uid": self.uid, "action": self.action,
-            "parallelism": [self.old_parallelism, self.parallelism],
-            "max_parallelism": [self.old_max_parallelism, self.max_parallelism],
-            "keyed_states": list(self.keyed_states), "bytes": self.bytes, "entries": self.entries,
-            "bytes_estimated": self.bytes_estimated, "skew": round(self.skew, 4),
-            "subtasks": [s.to_json() for s in self.subtasks],
-            "operator_states": [s.to_json() for s in self.operator_states],
-        }
-
 
 @dataclass
 class RescaleReport:
     """The plan (``dry_run``) or the outcome of a rescale."""
+
+    json_shape: ClassVar[JsonShape] = JsonShape(digits={"elapsed_s": 3})
 
     source: str
     output: str | None
@@ -198,14 +185,6 @@ class RescaleReport:
     bytes_written: int = 0
     elapsed_s: float = 0.0
     engine: str = "local"
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "source": self.source, "output": self.output, "dry_run": self.dry_run, "engine": self.engine,
-            "bytes_read": self.bytes_read, "bytes_written": self.bytes_written,
-            "elapsed_s": round(self.elapsed_s, 3),
-            "operators": [op.to_json() for op in self.operators],
-        }
 
 
 # ---------------------------------------------------------------- targets

@@ -13,12 +13,13 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from statekit.readers.progress import ProgressFactory, no_progress
 from statekit.readers.savepoint_reader import SavepointReader
 from statekit.statefmt.errors import BadInputError, StateNotFoundError
 from statekit.statefmt.fileio import FileIO
+from statekit.statefmt.json_contract import JsonShape
 from statekit.statefmt.metadata import OperatorMetadata
 from statekit.writers.savepoint_writer import SavepointWriter
 from statekit.writers.staging import check_output_dir
@@ -38,15 +39,13 @@ class OperatorSummary:
     files: int
     bytes: int
 
-    def to_json(self) -> dict[str, Any]:
-        return {"uid": self.uid, "renamed_from": self.renamed_from, "parallelism": self.parallelism,
-                "max_parallelism": self.max_parallelism, "states": list(self.states),
-                "files": self.files, "bytes": self.bytes}
-
 
 @dataclass
 class ModifyReport:
     """What ``modify`` did (or, with ``dry_run``, would do)."""
+
+    json_shape: ClassVar[JsonShape] = JsonShape(extra=("bytes",), digits={"elapsed_s": 3},
+                                                records={"removed_states": ("uid", "state"), "renamed": ("from", "uid")})
 
     source: str
     output: str | None
@@ -60,16 +59,6 @@ class ModifyReport:
     @property
     def bytes(self) -> int:
         return sum(op.bytes for op in self.operators)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "source": self.source, "output": self.output, "dry_run": self.dry_run,
-            "removed_operators": self.removed_operators,
-            "removed_states": [f"{uid}/{state}" for uid, state in self.removed_states],
-            "renamed": dict(self.renamed),
-            "operators": [op.to_json() for op in self.operators],
-            "bytes": self.bytes, "elapsed_s": round(self.elapsed_s, 3),
-        }
 
 
 def parse_rename(text: str) -> tuple[str, str]:

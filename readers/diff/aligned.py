@@ -91,5 +91,3 @@ def diff_aligned(ra: SavepointReader | None, rb: SavepointReader | None, pair: S
             chunks.add(None, y.read())
             y = next(side_b, None)
     chunks.flush()
-
-

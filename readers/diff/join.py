@@ -218,5 +218,3 @@ def tally(counts: Counts, change: str) -> None:
 
 
 _SORT_COLUMNS = ("key_hash", "key", "namespace", "user_key")
-
-

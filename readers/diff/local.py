@@ -107,5 +107,3 @@ def _compare(inputs: DiffInputs, pair: StatePair, differences: DifferenceOutput 
     return StateDiff(pair.uid, pair.name, kind, status, counts.only_in_a, counts.only_in_b, counts.changed,
                      counts.unchanged, counts.skipped, counts.compared,
                      examples=tuple(sink.examples) if sink is not None else ())
-
-

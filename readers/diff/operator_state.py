@@ -69,5 +69,3 @@ def diff_operator_state(ra: SavepointReader | None, rb: SavepointReader | None, 
             "key_hash": pa.nulls(len(rows), pa.uint32()),
         }))
     return counts
-
-

@@ -16,8 +16,6 @@ if TYPE_CHECKING:
 __all__ = ["StatePair", "DiffPlan", "plan_diff", "state_entries"]
 
 
-
-
 _DESCRIPTOR_FIELDS = ("kind", "value_serializer", "value_type", "user_key_serializer", "user_key_type",
                       "namespace_serializer", "namespace_type", "ttl_ms")
 
@@ -133,5 +131,3 @@ def state_entries(reader: SavepointReader | None, op: OperatorMetadata | None,
     if descriptor.kind is StateKind.BROADCAST:
         return counts[0] if counts else 0
     return sum(counts)
-
-

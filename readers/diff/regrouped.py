@@ -151,5 +151,3 @@ def _direct_side(pair: StatePair, needed: int) -> tuple[str, int] | None:
 
 def _side_bytes(op: OperatorMetadata, state: str) -> int:
     return sum(f.size for st in op.subtasks for f in st.files if f.state == state)
-
-

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, ClassVar
 
-if TYPE_CHECKING:
-    pass
+from statekit.statefmt.json_contract import JsonShape
 
 __all__ = ["StructuralChange", "KeyDifference", "StateDiff", "SavepointDiff", "LAYOUT_CHANGES"]
+
+LAYOUT_CHANGES = ("parallelism_changed", "max_parallelism_changed", "name_changed")
 
 
 @dataclass(frozen=True)
 class StructuralChange:
     """One difference of the savepoints' shape."""
+
+    json_shape: ClassVar[JsonShape] = JsonShape(extra=("layout",))
 
     change: str
     operator_uid: str
@@ -27,10 +30,6 @@ class StructuralChange:
         """Parallelism, max parallelism and names: listed, but the state is the same."""
         return self.change in LAYOUT_CHANGES
 
-    def to_json(self) -> dict[str, Any]:
-        return {"change": self.change, "operator_uid": self.operator_uid, "state_name": self.state_name,
-                "field": self.field, "a": self.a, "b": self.b, "layout": self.layout}
-
 
 @dataclass(frozen=True)
 class KeyDifference:
@@ -43,10 +42,6 @@ class KeyDifference:
     value_a: Any
     value_b: Any
     window: list[int] | None = None  # [start, end] a window state's namespace holds (readers.window_state)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"change": self.change, "key": self.key, "namespace": self.namespace, "user_key": self.user_key,
-                "value_a": self.value_a, "value_b": self.value_b, "window": self.window}
 
 
 @dataclass(frozen=True)
@@ -70,19 +65,12 @@ class StateDiff:
     def differs(self) -> bool:
         return self.status == "incomparable" or bool(self.only_in_a or self.only_in_b or self.changed)
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "operator_uid": self.operator_uid, "state_name": self.state_name, "kind": self.kind,
-            "status": self.status, "only_in_a": self.only_in_a, "only_in_b": self.only_in_b,
-            "changed": self.changed, "unchanged": self.unchanged, "key_groups_skipped": self.key_groups_skipped,
-            "key_groups_compared": self.key_groups_compared, "reason": self.reason,
-            "examples": [e.to_json() for e in self.examples],
-        }
-
 
 @dataclass(frozen=True)
 class SavepointDiff:
     """The whole diff; ``equal`` is what the exit code reports."""
+
+    json_shape: ClassVar[JsonShape] = JsonShape(extra=("equal", "totals"))
 
     a: str
     b: str
@@ -98,15 +86,3 @@ class SavepointDiff:
 
     def totals(self) -> dict[str, int]:
         return {k: sum(getattr(s, k) for s in self.states) for k in ("only_in_a", "only_in_b", "changed", "unchanged")}
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "a": self.a, "b": self.b, "engine": self.engine, "equal": self.equal, "totals": self.totals(),
-            "structural": [c.to_json() for c in self.structural],
-            "states": [s.to_json() for s in self.states], "output": self.output, "notes": list(self.notes),
-        }
-
-
-LAYOUT_CHANGES = ("parallelism_changed", "max_parallelism_changed", "name_changed")
-
-

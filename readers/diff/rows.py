@@ -107,5 +107,3 @@ def diff_arrow_schema() -> pa.Schema:
     import pyarrow as pa
 
     return pa.schema([(c, pa.string()) for c in DIFF_COLUMNS[:-1]] + [("key_group", pa.int32())])
-
-

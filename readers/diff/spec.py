@@ -49,5 +49,3 @@ class DifferenceOutput(Protocol):
     """Where the differing entries of a diff go: one writer per state, opened by the diff."""
 
     def state_writer(self, uid: str, state: str) -> AbstractContextManager[DifferenceWriter]: ...
-
-

@@ -79,5 +79,3 @@ def _serializing_codec(descriptor: StateDescriptor | None, op: OperatorMetadata 
 
 
 _COMPARABLE = ("int64", "double", "string", "bool", "timestamp[ms, tz=UTC]")
-
-

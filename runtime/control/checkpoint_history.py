@@ -132,18 +132,6 @@ class CheckpointHistory:
     checkpoint: dict[str, Any] | None = None
     counts: dict[str, int] = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, Any]:
-        """``{"jid", "name", "state", "history-file", "counts", "summary", "history": [...],
-        "checkpoint"?: {... "subtasks": [...]}}``."""
-        data: dict[str, Any] = {"jid": self.job_id, "name": self.name, "state": self.state,
-                                "history-file": self.path, "counts": dict(self.counts), "summary": self.summary,
-                                "history": [dict(e) for e in self.entries]}
-        if self.damaged_lines:
-            data["damaged-lines"] = self.damaged_lines
-        if self.checkpoint is not None:
-            data["checkpoint"] = self.checkpoint
-        return data
-
 
 def history_of(entry: JobEntry, registry: JobRegistry | None = None,
                checkpoint_id: int | None = None) -> CheckpointHistory:

@@ -15,6 +15,8 @@ __all__ = [
     "RunResult",
     "LastCheckpoint",
     "JobList",
+    "JobListView",
+    "JobView",
     "SavepointResult",
     "CancelResult",
     "CheckpointResult",
@@ -47,17 +49,6 @@ class RunResult:
     log_path: str | None = None
     signal: int | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        """Flink-like: ``{"jid", "name", "state", "detached", "duration", "log"}``."""
-        data: dict[str, Any] = {"jid": self.job_id, "name": self.name, "state": self.state, "detached": self.detached}
-        if self.duration_ms is not None:
-            data["duration"] = self.duration_ms
-        if self.failure is not None:
-            data["failure"] = self.failure
-        if self.log_path is not None:
-            data["log"] = self.log_path
-        return data
-
 
 @dataclass(frozen=True)
 class LastCheckpoint:
@@ -75,10 +66,6 @@ class LastCheckpoint:
     size: int | None
     path: str | None
 
-    def to_json(self) -> dict[str, Any]:
-        """``{"id", "completed-time", "size", "path"}``."""
-        return {"id": self.checkpoint_id, "completed-time": self.completed_ms, "size": self.size, "path": self.path}
-
 
 @dataclass(frozen=True)
 class JobList:
@@ -93,36 +80,53 @@ class JobList:
     def last_checkpoint(self, index: int) -> LastCheckpoint | None:
         return self.last_checkpoints[index] if index < len(self.last_checkpoints) else None
 
-    def to_json(self) -> dict[str, Any]:
-        """``{"jobs": [{"jid", "name", "state", "pid", "start-time", "end-time", "rest", ...,
-        "last-checkpoint": {"id", "completed-time", "size", "path"} | null}]}``."""
-        jobs = []
-        for index, entry in enumerate(self.jobs):
-            last = self.last_checkpoint(index)
-            history = self.checkpoint_histories[index] if index < len(self.checkpoint_histories) else ()
-            jobs.append({**_entry_json(entry), "last-checkpoint": None if last is None else last.to_json(),
-                         "checkpoints": [dict(e) for e in history]})
-        return {"jobs": jobs}
+    def json_view(self) -> JobListView:
+        """Each job with its last checkpoint and its checkpoint history, in one list."""
+        return JobListView(tuple(
+            JobView.of(entry, self.last_checkpoint(index),
+                       self.checkpoint_histories[index] if index < len(self.checkpoint_histories) else ())
+            for index, entry in enumerate(self.jobs)))
 
 
-def _entry_json(entry: JobEntry) -> dict[str, Any]:
-    data: dict[str, Any] = {
-        "jid": entry.job_id,
-        "name": entry.name,
-        "state": entry.status,
-        "pid": entry.pid,
-        "start-time": entry.start_time_ms,
-        "end-time": entry.end_time_ms if entry.end_time_ms is not None else -1,
-        "rest": entry.rest_url,
-        "log": entry.log_path,
-        "job-file": entry.job_file,
-        "checkpoint-dir": entry.checkpoint_dir,
-    }
-    if entry.failure is not None:
-        data["failure"] = entry.failure
-    if entry.crash_reason is not None:
-        data["crash-reason"] = entry.crash_reason
-    return data
+@dataclass(frozen=True)
+class JobView:
+    """One job of ``statekit list --json``.
+
+    Attributes:
+        state: The job's status (``RUNNING``, ``FINISHED``, ``CRASHED``...).
+        rest_url: Base URL of its REST API, once it serves one.
+        crash_reason: Why it is reported ``CRASHED``.
+        last_checkpoint: Its last completed checkpoint, if any.
+        checkpoints: Its recorded checkpoints (``checkpoints history``'s entries), newest first.
+    """
+
+    job_id: str
+    name: str
+    state: str
+    pid: int
+    start_time_ms: int
+    end_time_ms: int | None
+    rest_url: str | None
+    log_path: str | None
+    job_file: str | None
+    checkpoint_dir: str | None
+    failure: str | None
+    crash_reason: str | None
+    last_checkpoint: LastCheckpoint | None
+    checkpoints: tuple[dict[str, Any], ...]
+
+    @classmethod
+    def of(cls, entry: JobEntry, last: LastCheckpoint | None, history: tuple[dict[str, Any], ...]) -> JobView:
+        return cls(entry.job_id, entry.name, entry.status, entry.pid, entry.start_time_ms, entry.end_time_ms,
+                   entry.rest_url, entry.log_path, entry.job_file, entry.checkpoint_dir, entry.failure,
+                   entry.crash_reason, last, history)
+
+
+@dataclass(frozen=True)
+class JobListView:
+    """``statekit list --json``: the jobs."""
+
+    jobs: tuple[JobView, ...]
 
 
 @dataclass(frozen=True)
@@ -143,11 +147,6 @@ class SavepointResult:
     job_state: str
     operation: str = "savepoint"
 
-    def to_json(self) -> dict[str, Any]:
-        """``{"jid", "operation", "location", "request-id", "state"}``."""
-        return {"jid": self.job_id, "operation": self.operation, "location": self.location,
-                "request-id": self.trigger_id, "state": self.job_state}
-
 
 @dataclass(frozen=True)
 class CancelResult:
@@ -155,10 +154,6 @@ class CancelResult:
 
     job_id: str
     job_state: str
-
-    def to_json(self) -> dict[str, Any]:
-        """``{"jid", "state"}``."""
-        return {"jid": self.job_id, "state": self.job_state}
 
 
 
@@ -181,11 +176,6 @@ class CheckpointResult:
     trigger_id: str
     full: bool = False
 
-    def to_json(self) -> dict[str, Any]:
-        """``{"jid", "checkpoint-id", "location", "request-id", "full"}``."""
-        return {"jid": self.job_id, "checkpoint-id": self.checkpoint_id, "location": self.location,
-                "request-id": self.trigger_id, "full": self.full}
-
 
 @dataclass(frozen=True)
 class SavepointTrigger:
@@ -193,10 +183,6 @@ class SavepointTrigger:
 
     job_id: str
     trigger_id: str
-
-    def to_json(self) -> dict[str, Any]:
-        """``{"jid", "request-id"}``."""
-        return {"jid": self.job_id, "request-id": self.trigger_id}
 
 
 @dataclass(frozen=True)
@@ -216,13 +202,3 @@ class SavepointStatus:
     location: str | None = None
     failure: str | None = None
     operation: str = "savepoint"
-
-    def to_json(self) -> dict[str, Any]:
-        """``{"jid", "request-id", "operation", "status", "location"?, "failure"?}``."""
-        data: dict[str, Any] = {"jid": self.job_id, "request-id": self.trigger_id, "operation": self.operation,
-                                "status": self.status}
-        if self.location is not None:
-            data["location"] = self.location
-        if self.failure is not None:
-            data["failure"] = self.failure
-        return data

@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, ClassVar
 
 from statekit.runtime.checkpoint.restore import missing_operator_message
 from statekit.runtime.jobmaster.state_probe import DeclaredOperator, declared_states
 from statekit.statefmt.errors import BadInputError, IncompatibleStateError
+from statekit.statefmt.json_contract import JsonShape
 from statekit.statefmt.metadata import CheckpointMetadata, OperatorMetadata, StateDescriptor, StateKind
 from statekit.statefmt.type_evolution import SchemaCompatibility, TypeChange, resolve_declared_types
 
@@ -77,15 +78,13 @@ class OperatorVerdict:
     max_parallelism: int | None
     notes: tuple[str, ...] = ()
 
-    def to_json(self) -> dict[str, Any]:
-        return {"uid": self.uid, "mapping": self.mapping.value, "old_parallelism": self.old_parallelism,
-                "new_parallelism": self.new_parallelism, "max_parallelism": self.max_parallelism,
-                "notes": list(self.notes)}
-
 
 @dataclass(frozen=True)
 class StateVerdict:
     """One state of one uid: snapshot and job descriptors and the outcome."""
+
+    json_shape: ClassVar[JsonShape] = JsonShape(omit=("old", "new"),
+                                                extra=("old_kind", "new_kind", "old_type", "new_type"))
 
     uid: str
     state: str
@@ -95,16 +94,21 @@ class StateVerdict:
     type_compatibility: SchemaCompatibility | None = None
     changes: tuple[str, ...] = ()
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "uid": self.uid, "state": self.state, "status": self.status.value,
-            "old_kind": self.old.kind.value if self.old else None,
-            "new_kind": self.new.kind.value if self.new else None,
-            "old_type": self.old.value_type if self.old else None,
-            "new_type": self.new.value_type if self.new else None,
-            "type_compatibility": self.type_compatibility.value if self.type_compatibility else None,
-            "changes": list(self.changes),
-        }
+    @property
+    def old_kind(self) -> str | None:
+        return self.old.kind.value if self.old else None
+
+    @property
+    def new_kind(self) -> str | None:
+        return self.new.kind.value if self.new else None
+
+    @property
+    def old_type(self) -> str | None:
+        return self.old.value_type if self.old else None
+
+    @property
+    def new_type(self) -> str | None:
+        return self.new.value_type if self.new else None
 
 
 @dataclass(frozen=True)
@@ -119,6 +123,8 @@ class StateMigration:
 @dataclass(frozen=True)
 class CompatibilityReport:
     """``statekit check``'s result: compatible when ``reasons`` is empty."""
+
+    json_shape: ClassVar[JsonShape] = JsonShape(omit=("migrations",), extra=("compatible",))
 
     snapshot: str
     job: str
@@ -139,13 +145,6 @@ class CompatibilityReport:
         """Raises IncompatibleStateError: one line per reason."""
         if self.reasons:
             raise IncompatibleStateError("\n".join(self.reasons))
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "snapshot": self.snapshot, "job": self.job, "compatible": self.compatible,
-            "reasons": list(self.reasons), "operators": [o.to_json() for o in self.operators],
-            "states": [s.to_json() for s in self.states],
-        }
 
 
 @dataclass

@@ -111,7 +111,7 @@ def test_migrate(typed: str, tmp_path: Path) -> None:
     assert {e.key: e.value for e in SavepointReader.read(out).read_keyed_state("op", "n")} == {"a": 1.0, "b": 2.0}
     data = json.loads(invoke("--json", "migrate", typed, "--state", "op/n", "--value-type", "float",
                              "-o", str(tmp_path / "out2")).output)
-    assert data["state"] == "op/n" and data["entries"] == 2 and data["new_type"] == "float"
+    assert (data["uid"], data["state"]) == ("op", "n") and data["entries"] == 2 and data["new_type"] == "float"
 
 
 def test_migrate_refuses_an_incompatible_type(typed: str, tmp_path: Path) -> None:

@@ -103,7 +103,7 @@ def test_bit_flipped_state_file(sp: Path, tmp_path: Path) -> None:
     target.write_bytes(bytes(data))
     result = run("--json", "verify", str(sp))
     assert result.exit_code == 1 and "Traceback" not in result.output
-    assert {(d["path"], d["key_group"]) for d in json.loads(result.stdout)["damage"]} == {
+    assert {(d["path"], d["key_group"]) for d in json.loads(result.stdout)["problems"]} == {
         (str(target), None), (str(target), 3)}
     # a command that reads the blocks (rescale) stops with the reader's error: file and key group
     out = tmp_path / "rescaled"

@@ -208,7 +208,7 @@ def test_list_snapshots_two_levels_down() -> None:
 def test_list_statekit_only_is_unchanged(tmp_path: Path, statekit_savepoint: Path) -> None:
     shutil.copytree(statekit_savepoint, tmp_path / "savepoint-a")
     (row,) = run_json("checkpoints", "list", str(tmp_path))["snapshots"]
-    assert "engine" not in row and row["status"] == "complete"
+    assert row["engine"] == "statekit" and row["status"] == "complete" and row["modified"] is None
 
 
 # ------------------------------------------------------------------ verify
@@ -360,8 +360,8 @@ def test_statekit_snapshots_still_go_to_the_statekit_readers(tmp_path: Path, sta
     copy = tmp_path / "savepoint-a"
     shutil.copytree(statekit_savepoint, copy)
     inspected = run_json("inspect", str(copy))
-    assert "engine" not in inspected and [o["uid"] for o in inspected["operators"]] == ["counter"]
+    assert inspected["engine"] == "statekit" and [o["uid"] for o in inspected["operators"]] == ["counter"]
     verified = run_json("verify", str(copy / "_metadata"))
-    assert verified["ok"] is True and "damage" in verified
+    assert verified["ok"] is True and "problems" in verified
     plan = run_json("dispose", "--dry-run", str(copy))
-    assert "engine" not in plan and plan["dry_run"] is True and copy.exists()
+    assert plan["engine"] == "statekit" and plan["dry_run"] is True and copy.exists()

@@ -112,13 +112,13 @@ def test_list_shows_the_last_checkpoint_of_running_and_ended_jobs(home: Path, jo
             listed = runner.invoke(cli, ["--json", "list"])
             assert listed.exit_code == 0, listed.output
             (job,) = json.loads(listed.stdout)["jobs"]
-            if job["last-checkpoint"] is not None:
+            if job["last_checkpoint"] is not None:
                 break
             assert time.monotonic() < deadline, "no checkpoint completed"
             time.sleep(0.2)
-        last = job["last-checkpoint"]
-        assert job["jid"] == job_id and last["id"] >= 1 and last["size"] > 0
-        assert last["completed-time"] <= time.time() * 1000
+        last = job["last_checkpoint"]
+        assert job["job_id"] == job_id and last["checkpoint_id"] >= 1 and last["size"] > 0
+        assert last["completed_ms"] <= time.time() * 1000
         text = runner.invoke(cli, ["list"])
         row = next(line for line in text.stdout.splitlines() if job_id in line)
         assert "chk-" in row and ("B" in row.split("chk-")[1])
@@ -126,8 +126,8 @@ def test_list_shows_the_last_checkpoint_of_running_and_ended_jobs(home: Path, jo
         cancelled = runner.invoke(cli, ["cancel", job_id])
         assert cancelled.exit_code == 0, cancelled.output
     ended = json.loads(runner.invoke(cli, ["--json", "list", "-a"]).stdout)["jobs"]
-    (job,) = [j for j in ended if j["jid"] == job_id]
+    (job,) = [j for j in ended if j["job_id"] == job_id]
     # ended: read from its checkpoint directory (a cancelled job retains its last checkpoint by default)
     assert job["state"] == "CANCELED"
-    assert job["last-checkpoint"]["id"] >= last["id"] and job["last-checkpoint"]["size"] > 0
-    assert job["last-checkpoint"]["path"].startswith(str(tmp_path / "chk" / job_id / "chk-"))
+    assert job["last_checkpoint"]["checkpoint_id"] >= last["checkpoint_id"] and job["last_checkpoint"]["size"] > 0
+    assert job["last_checkpoint"]["path"].startswith(str(tmp_path / "chk" / job_id / "chk-"))

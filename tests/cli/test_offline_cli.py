@@ -90,16 +90,18 @@ def expected_listing(root: Path) -> list[dict[str, Any]]:
     def complete(path: Path, checkpoint_id: int, kind: str, created: int) -> dict[str, Any]:
         return {"path": str(path), "job_id": JOB, "checkpoint_id": checkpoint_id, "status": "complete", "kind": kind,
                 "format": "canonical", "size": dir_size(path), "created_at_ms": created,
-                "age_s": NOW_S - created / 1000, "problem": ""}
+                "age_s": NOW_S - created / 1000, "problem": "", "engine": "statekit", "modified": None}
 
     damaged_problem = (f"{job / 'chk-4' / '_metadata'}: truncated metadata (12 bytes)")
     return [
         complete(job / "chk-1", 1, "checkpoint", 1_700_000_001_000),
         complete(job / "chk-2", 2, "checkpoint", 1_700_000_002_000),
         {"path": str(job / "chk-3"), "job_id": JOB, "checkpoint_id": 3, "status": "incomplete", "kind": "checkpoint",
-         "format": "", "size": 10, "created_at_ms": None, "age_s": 30.0, "problem": "no _metadata"},
+         "format": "", "size": 10, "created_at_ms": None, "age_s": 30.0, "problem": "no _metadata",
+         "engine": "statekit", "modified": None},
         {"path": str(job / "chk-4"), "job_id": JOB, "checkpoint_id": 4, "status": "damaged", "kind": "checkpoint",
-         "format": "", "size": 12, "created_at_ms": None, "age_s": None, "problem": damaged_problem},
+         "format": "", "size": 12, "created_at_ms": None, "age_s": None, "problem": damaged_problem,
+         "engine": "statekit", "modified": None},
         complete(savepoint, 0, "savepoint", 1_700_000_100_000),
     ]
 
@@ -107,7 +109,8 @@ def expected_listing(root: Path) -> list[dict[str, Any]]:
 def test_checkpoints_list_json(checkpoint_root: Path, fixed_clock: None) -> None:
     result = run("--json", "checkpoints", "list", str(checkpoint_root))
     assert result.exit_code == 0, result.output
-    assert json.loads(result.stdout) == {"path": str(checkpoint_root), "snapshots": expected_listing(checkpoint_root)}
+    assert json.loads(result.stdout) == {"schema_version": 1, "path": str(checkpoint_root),
+                                         "snapshots": expected_listing(checkpoint_root)}
     # --json is accepted after the command too
     after = run("checkpoints", "list", str(checkpoint_root), "--json")
     assert json.loads(after.stdout) == json.loads(result.stdout)
@@ -161,7 +164,8 @@ GOLDEN_INSPECTION: dict[str, Any] = {
     "kind": "savepoint", "format": "canonical", "created_at_ms": 1_700_000_000_000, "bytes": 6488, "entries": 20,
     "operators": [
         {"uid": "counter", "name": "Counter", "parallelism": 2, "max_parallelism": 4, "key_serializer": "msgpack",
-         "key_group_ranges": [[0, 1], [2, 3]], "bytes": 4704, "entries": 12, "windows": None, "in_flight": None, "states": [
+         "key_group_ranges": [[0, 1], [2, 3]], "bytes": 4704, "entries": 12, "windows": None, "in_flight": None,
+         "operator_states": [], "keyed_states": [
              state_json("count", "value", "msgpack", "int", None, None, [(668, 2), (604, 1)],
                         skew(2, 592, 280.0, [2, 0, 0, 0, 0, 0, 0, 0, 1, 1])),
              state_json("events", "list", "msgpack", "string", None, None, [(676, 2), (44, 0)],
@@ -174,7 +178,8 @@ GOLDEN_INSPECTION: dict[str, Any] = {
                         skew(1, 544, 136.0, [3, 0, 0, 0, 0, 0, 0, 0, 0, 1])),
          ]},
         {"uid": "source", "name": "Source", "parallelism": 2, "max_parallelism": 4, "key_serializer": None,
-         "key_group_ranges": [[0, 1], [2, 3]], "bytes": 1784, "entries": 8, "windows": None, "in_flight": None, "states": [
+         "key_group_ranges": [[0, 1], [2, 3]], "bytes": 1784, "entries": 8, "windows": None, "in_flight": None,
+         "keyed_states": [], "operator_states": [
              state_json("offsets", "operator-list", "int64", "int", None, None, [(356, 2), (332, 1)], None),
              state_json("watermarks", "union", "msgpack", "timestamp", None, None, [(340, 1), (44, 0)], None),
              state_json("rules", "broadcast", "msgpack", "json", "utf8", None, [(356, 2), (356, 2)], None),
@@ -186,12 +191,13 @@ GOLDEN_INSPECTION: dict[str, Any] = {
 def test_inspect_json() -> None:
     result = run("--json", "inspect", str(GOLDEN))
     assert result.exit_code == 0, result.output
-    assert json.loads(result.stdout) == {"path": str(GOLDEN), **GOLDEN_INSPECTION}
+    assert json.loads(result.stdout) == {"schema_version": 1, "path": str(GOLDEN), **GOLDEN_INSPECTION,
+                                         "engine": "statekit"}
 
 
 def test_inspect_json_without_skew() -> None:
     data = json.loads(run("--json", "inspect", "--no-skew", str(GOLDEN)).stdout)
-    assert [s["skew"] for op in data["operators"] for s in op["states"]] == [None] * 8
+    assert [s["skew"] for op in data["operators"] for s in op["keyed_states"] + op["operator_states"]] == [None] * 8
     assert data["bytes"] == 6488
 
 
@@ -254,8 +260,8 @@ def test_verify_ok_text_and_json() -> None:
     assert text.stdout == f"OK {GOLDEN}: 16 files, 6.3 KiB, every checksum matches\n"
     result = run("--json", "verify", str(GOLDEN))
     assert result.exit_code == 0
-    assert json.loads(result.stdout) == {"path": str(GOLDEN), "ok": True, "files": 16, "blocks": 12, "bytes": 6488,
-                                         "damage": []}
+    assert json.loads(result.stdout) == {"schema_version": 1, "path": str(GOLDEN), "ok": True, "files": 16,
+                                         "blocks": 12, "bytes": 6488, "problems": [], "engine": "statekit"}
 
 
 def test_verify_damage_text(damaged: Path) -> None:
@@ -275,8 +281,9 @@ def test_verify_damage_json(damaged: Path) -> None:
     assert result.exit_code == 1
     file = str(damaged / "counter" / "count" / "00001-of-00002.sks")
     assert json.loads(result.stdout) == {
-        "path": str(damaged), "ok": False, "files": 16, "blocks": 12, "bytes": 6488,
-        "damage": [
+        "schema_version": 1, "engine": "statekit", "path": str(damaged), "ok": False, "files": 16, "blocks": 12,
+        "bytes": 6488,
+        "problems": [
             {"path": file, "key_group": None,
              "message": "file checksum crc32:6782e2b9 differs from the recorded crc32:c56ddfd2"},
             {"path": file, "key_group": 3, "message": "block checksum mismatch"},
@@ -289,7 +296,7 @@ def test_verify_truncated_file(damaged: Path) -> None:
     target.write_bytes(target.read_bytes()[:100])
     result = run("--json", "verify", str(damaged))
     assert result.exit_code == 1
-    problems = [d for d in json.loads(result.stdout)["damage"] if d["path"] == str(target)]
+    problems = [d for d in json.loads(result.stdout)["problems"] if d["path"] == str(target)]
     assert problems[0]["message"] == "size 100 differs from the recorded 356"
 
 
@@ -312,8 +319,9 @@ def test_dispose_dry_run_text_and_json(tmp_path: Path) -> None:
     assert text.exit_code == 0
     assert text.stdout.splitlines() == [f"would delete {copy} (17 files, 10.2 KiB)", *(f"  {f}" for f in files)]
     result = run("--json", "dispose", "--dry-run", str(copy))
-    assert json.loads(result.stdout) == {"path": str(copy), "files": files, "bytes": dir_size(copy), "complete": True,
-                                         "dry_run": True, "disposed": False, "shared_files": [], "kept_shared": 0, "notes": []}
+    assert json.loads(result.stdout) == {"schema_version": 1, "path": str(copy), "files": files,
+                                         "bytes": dir_size(copy), "complete": True, "dry_run": True, "disposed": False,
+                                         "shared_files": [], "kept_shared": 0, "notes": [], "engine": "statekit"}
     assert sorted(str(p) for p in copy.rglob("*") if p.is_file()) == files
 
 
@@ -356,9 +364,10 @@ def test_dispose_an_incomplete_checkpoint(checkpoint_root: Path, tmp_path: Path)
     job = tmp_path / "job"
     shutil.copytree(checkpoint_root / JOB, job)
     dry = json.loads(run("--json", "dispose", "--dry-run", str(job / "chk-3")).stdout)
-    assert dry == {"path": str(job / "chk-3"), "files": [str(job / "chk-3" / "counter" / "count" / "00000-of-00002.sks")],
+    assert dry == {"schema_version": 1, "path": str(job / "chk-3"),
+                   "files": [str(job / "chk-3" / "counter" / "count" / "00000-of-00002.sks")],
                    "bytes": 10, "complete": False, "dry_run": True, "disposed": False,
-                   "shared_files": [], "kept_shared": 0, "notes": []}
+                   "shared_files": [], "kept_shared": 0, "notes": [], "engine": "statekit"}
     result = run("dispose", str(job / "chk-3"))
     assert result.exit_code == 0 and result.stdout == f"deleted {job / 'chk-3'} (1 files, 10 B)\n"
     assert sorted(p.name for p in job.iterdir()) == ["chk-1", "chk-2", "chk-4", "shared"]

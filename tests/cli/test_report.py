@@ -13,6 +13,7 @@ from click.testing import CliRunner, Result
 from statekit.cli.main import cli
 from statekit.readers.inspection import inspect_snapshot
 from statekit.readers.savepoint_reader import SavepointReader
+from statekit.statefmt.json_contract import json_data
 from statekit.statefmt.metadata import StateDescriptor, StateKind
 from statekit.writers.rescale import plan_rescale
 from statekit.writers.savepoint_writer import SavepointWriter
@@ -99,11 +100,11 @@ def skewed(tmp_path: Path) -> str:
 
 def test_statekit_savepoint_page_holds_its_figures(skewed: str, tmp_path: Path) -> None:
     page = report(skewed, tmp_path / "r.html")
-    view = inspect_snapshot(skewed).to_json()
+    view = json_data(inspect_snapshot(skewed))
     text = page.text
     for op in view["operators"]:
         assert op["uid"] in text and f"{op['bytes']:,}" in text
-        for state in op["states"]:
+        for state in op["keyed_states"] + op["operator_states"]:
             assert state["name"] in text and f"{state['bytes']:,}" in text and f"{state['entries']:,}" in text
     assert f"{view['bytes']:,} bytes" in text
     # one skew chart (one bar per key group) for the one keyed operator

@@ -62,7 +62,7 @@ def test_rescale_dry_run_json_equals_the_real_run(savepoint: str, tmp_path: Path
     assert done["operators"][0]["subtasks"][0] == {"index": 0, "key_group_range": [0, 2], "key_groups": 3,
                                                    "bytes": planned["operators"][0]["subtasks"][0]["bytes"],
                                                    "entries": 16}
-    assert done["operators"][0]["parallelism"] == [2, 3]
+    assert (done["operators"][0]["old_parallelism"], done["operators"][0]["parallelism"]) == (2, 3)
     assert done["bytes_written"] == sum(f.size for f in SavepointReader.read(out).metadata.files())
 
 
@@ -137,7 +137,8 @@ c2   counter            2                8  count, offsets      4  4.9 KiB
                     "--remove-state", "counter/offsets")
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
-    assert report["renamed"] == {"counter": "c2"} and report["removed_states"] == ["counter/offsets"]
+    assert report["renamed"] == [{"from": "counter", "uid": "c2"}]
+    assert report["removed_states"] == [{"uid": "counter", "state": "offsets"}]
     assert [(o["uid"], o["states"]) for o in report["operators"]] == [("c2", ["count"])]
     bad = invoke("modify", savepoint, "-o", str(tmp_path / "bad"), "--remove-operator", "counter-v1")
     assert bad.exit_code == 2

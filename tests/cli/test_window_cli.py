@@ -159,9 +159,9 @@ def test_inspect_prints_the_window_view_of_a_runtime_savepoint(savepoint: str) -
     ops = {op["uid"]: op for op in json.loads(as_json.output)["operators"]}
     assert ops["source"]["windows"] is None
     assert ops["windows"]["windows"]["pending_timers"] == len(timers)
-    namespaces = {s["name"]: s["namespace_type"] for s in ops["windows"]["states"]}
+    namespaces = {s["name"]: s["namespace_type"] for s in ops["windows"]["keyed_states"]}
     assert namespaces["window-contents"] == namespaces["_window_timers"] == "list<int>"
-    assert {s["namespace_type"] for s in ops["source"]["states"]} == {None}
+    assert {s["namespace_type"] for s in ops["source"]["keyed_states"] + ops["source"]["operator_states"]} == {None}
 
 
 def test_export_of_a_runtime_savepoint_writes_window_columns_and_a_timer_table(savepoint: str,

@@ -28,6 +28,7 @@ from statekit.flink.savepoint_bootstrap import (
 )
 from statekit.flink.sources import key_group_entries
 from statekit.flink.type_info import parse_flink_type
+from statekit.statefmt.json_contract import json_data
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "pyflink-2.3/hashmap/savepoints/savepoint-48634f-b2be849ccf0d"
 
@@ -48,7 +49,7 @@ def both_paths(source: Path, out: Path, max_parallelism: int, monkeypatch: pytes
     slow_report = rescale_flink_savepoint(str(source), str(out / "slow"), max_parallelism=max_parallelism)
     monkeypatch.setattr(regroup.Regrouper, "__init__", init)
     assert streams(out / "fast") == streams(out / "slow")
-    assert [op.to_json() for op in fast.operators] == [op.to_json() for op in slow_report.operators]
+    assert [json_data(op) for op in fast.operators] == [json_data(op) for op in slow_report.operators]
 
 
 @pytest.mark.parametrize("max_parallelism", [64, 128, 512, 1000, 1024, 4096])

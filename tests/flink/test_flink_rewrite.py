@@ -28,6 +28,7 @@ from statekit.flink.storage import FlinkSnapshot, load_snapshot, read_stream_byt
 from statekit.flink.uids import operator_id_for_uid
 from statekit.flink.verify import verify_snapshot
 from statekit.statefmt.errors import BadInputError, CorruptStateError, StateNotFoundError
+from statekit.statefmt.json_contract import json_data
 from statekit.statefmt.keygroups import compute_key_group_range_for_operator_index
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
@@ -156,7 +157,7 @@ def test_a_small_memory_budget_spills_and_writes_the_same_streams(tmp_path: Path
         return sorted(p.read_bytes() for p in directory.iterdir() if p.name != "_metadata")
 
     assert streams(tmp_path / "a") == streams(tmp_path / "b")
-    assert [op.to_json() for op in whole.operators] == [op.to_json() for op in spilled.operators]
+    assert [json_data(op) for op in whole.operators] == [json_data(op) for op in spilled.operators]
 
 
 def test_dry_run_plans_what_a_run_writes_and_writes_nothing(tmp_path: Path) -> None:
@@ -164,7 +165,7 @@ def test_dry_run_plans_what_a_run_writes_and_writes_nothing(tmp_path: Path) -> N
                                    exact_plan=True)
     assert plan.dry_run and not (tmp_path / "out").exists() and plan.bytes_read > 400_000
     done = rescale_flink_savepoint(str(PYFLINK_23), str(tmp_path / "out"), max_parallelism=1024)
-    assert [op.to_json() for op in plan.operators] == [op.to_json() for op in done.operators]
+    assert [json_data(op) for op in plan.operators] == [json_data(op) for op in done.operators]
     profile = next(op for op in done.operators if op.label == "profile")
     assert [s.key_group_range.to_list() for s in profile.subtasks] == [[0, 341], [342, 682], [683, 1023]]
     assert 1.0 <= profile.skew < 1.2 and sum(s.entries for s in profile.subtasks) == 10000

@@ -137,7 +137,8 @@ def rescaled(original: Path, work: Path) -> Path:
     out = work / "rescaled"
     report = statekit("rescale", str(original), "--max-parallelism", str(NEW_MAX_PARALLELISM), "-o", str(out))
     (regrouped,) = [op for op in report["operators"] if op["action"] == "regroup"]
-    assert (regrouped["label"], regrouped["max_parallelism"]) == ("state", [MAX_PARALLELISM, NEW_MAX_PARALLELISM])
+    assert (regrouped["label"], regrouped["old_max_parallelism"], regrouped["max_parallelism"]) == (
+        "state", MAX_PARALLELISM, NEW_MAX_PARALLELISM)
     assert statekit("verify", str(out))["ok"] is True
     return out
 

@@ -23,7 +23,8 @@ Checks of every run (:func:`check_run`):
   moment of each event): reads and listings only inside the snapshot, the job's
   ``shared/`` and what else the command is given (:class:`Command`), the Python
   installation (venv and base prefixes), statekit's package directories, ``/proc``,
-  ``/sys``, ``/dev/null`` and ``/usr/share/zoneinfo``; writes only in the command's output directory and TMPDIR;
+  ``/sys``, ``/dev/null``, ``/usr/share/zoneinfo`` and the user's config file
+  (``HOME/.config/statekit/config.toml``, read only); writes only in the command's output directory and TMPDIR;
   deletes only inside the snapshot (``dispose``) and of what the command itself created;
   no process start, network use or unpickling (Python-level events only: C code such as
   pyarrow's own file IO is not audited, which the tree comparison below backs up);
@@ -447,8 +448,10 @@ def _policy(dirs: RunDirs, command: Command) -> Policy:
         return tuple(os.path.realpath(dirs.role(r)) for r in roles)
 
     write, delete = real(command.writes), real(command.deletes)
+    # every command reads the user's config file (profiles: statekit config show)
+    config = (os.path.realpath(dirs.home / ".config" / "statekit" / "config.toml"),)
     # what a command may create it may also remove again (temp files, a failed output)
-    return Policy(read=real(command.reads) + write + delete, write=write, delete=delete + write,
+    return Policy(read=real(command.reads) + write + delete + config, write=write, delete=delete + write,
                   list_only=real(command.lists))
 
 

@@ -38,6 +38,7 @@ from fuzz_harness import (
 from statekit.readers.savepoint_reader import SavepointReader
 from statekit.readers.verification import verify_snapshot
 from statekit.runtime.connectors.sinks import CollectSink
+from statekit.statefmt.json_contract import json_data
 
 REPO = Path(__file__).resolve().parents[2]
 N = 200_000
@@ -227,7 +228,7 @@ def _surgery_run(case: str, command: Command, carries: bool, dirs: RunDirs, prep
     if rc == 0 and not problems:
         verified = verify_snapshot(str(dirs.out))
         if not verified.ok:
-            problems.append(f"the output fails verify: {verified.to_json()['damage'][:2]}")
+            problems.append(f"the output fails verify: {json_data(verified)['problems'][:2]}")
         elif records_in_flight(dirs.out) != source_records:
             problems.append(f"in-flight records lost: {records_in_flight(dirs.out)} of {source_records} in the output")
     if not problems:

@@ -13,6 +13,7 @@ import pytest
 from statekit.readers.listing import list_checkpoints
 from statekit.statefmt.errors import NotACheckpointError, PathNotFoundError
 from statekit.statefmt.fileio import FileIO
+from statekit.statefmt.json_contract import json_data
 from statekit.statefmt.metadata import StateDescriptor, StateKind
 from statekit.writers.savepoint_writer import SavepointWriter
 
@@ -38,7 +39,7 @@ def test_checkpoint_root_with_jobs(tmp_path: Path) -> None:
     assert [Path(c.path).name for c in listing.listings] == ["chk-1", "chk-10", "chk-2", "chk-3"]
     complete = listing.listings[0]
     assert complete.created_at_ms == 5_000 and complete.format == "canonical" and complete.size > 0
-    assert complete.to_json()["path"] == str(tmp_path / "job-a" / "chk-1")
+    assert json_data(complete)["path"] == str(tmp_path / "job-a" / "chk-1")
 
 
 def test_a_single_snapshot_and_its_metadata(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from statekit.readers.native_view import NativeView, canonical_view
 from statekit.readers.savepoint_reader import SavepointReader
 from statekit.readers.snapshot import open_snapshot
 from statekit.statefmt.errors import CorruptStateError
+from statekit.statefmt.json_contract import json_data
 from statekit.statefmt.metadata import SnapshotFormat
 from statekit.writers.diff_output import write_diff
 from statekit.writers.rescale import rescale_savepoint
@@ -92,7 +93,7 @@ def test_inspect_shows_the_sizes_and_entries_of_the_native_state(snapshots: dict
 
 def test_diff_against_the_canonical_savepoint_is_equal(snapshots: dict[str, str]) -> None:
     result = write_diff(DiffSpec(snapshots["checkpoint"], snapshots["savepoint"], operator="counter"))
-    assert result.equal, result.to_json()
+    assert result.equal, json_data(result)
     (state,) = result.states
     assert state.unchanged > 100 and state.changed == state.only_in_a == state.only_in_b == 0
 

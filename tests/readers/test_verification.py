@@ -9,6 +9,7 @@ import pytest
 
 from statekit.readers.verification import Damage, verify_snapshot
 from statekit.statefmt.errors import MetadataError, PathNotFoundError
+from statekit.statefmt.json_contract import json_data
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "statekit-v1" / "statekit-0.1-v1-all-kinds"
 
@@ -24,7 +25,8 @@ def test_progress_callback_sees_every_file() -> None:
     report = verify_snapshot(str(GOLDEN), on_file=lambda path, size: seen.append((path, size)))
     assert report.ok and len(seen) == report.files == 16
     assert sum(size for _, size in seen) == report.bytes == 6488
-    assert report.to_json() == {"path": str(GOLDEN), "ok": True, "files": 16, "blocks": 12, "bytes": 6488, "damage": []}
+    assert json_data(report) == {"path": str(GOLDEN), "ok": True, "files": 16, "blocks": 12, "bytes": 6488,
+                                 "problems": [], "engine": "statekit"}
 
 
 def test_a_directory_in_place_of_a_file(sp: Path) -> None:

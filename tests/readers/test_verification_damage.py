@@ -108,7 +108,7 @@ def test_every_damage_is_reported(savepoint: dict[str, Any], data: st.DataObject
         assert result.exit_code == 1, result.output
         assert "Traceback" not in result.output
         payload = json.loads(result.stdout)
-        assert payload["ok"] is False and {d["path"] for d in payload["damage"]} == {str(target)}
+        assert payload["ok"] is False and {d["path"] for d in payload["problems"]} == {str(target)}
 
         # the reader
         # a state file of another format version is refused as such (docs/FORMAT.md)

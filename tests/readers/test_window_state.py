@@ -34,6 +34,7 @@ from statekit.runtime.control.launcher import run_job_file
 from statekit.runtime.dataflow.job_handle import JobHandle, JobStatus
 from statekit.runtime.dataflow.run_options import RunOptions, add_job_listener, remove_job_listener
 from statekit.statefmt.errors import CorruptStateError
+from statekit.statefmt.json_contract import json_data
 from statekit.statefmt.metadata import OperatorMetadata, StateDescriptor, StateKind
 from statekit.writers.diff_output import write_diff
 from statekit.writers.savepoint_writer import SavepointWriter
@@ -99,7 +100,7 @@ def test_inspect_counts_entries_pairs_windows_and_timers(tmp_path: Path) -> None
         4, 9_999, 19_999)
     assert (by_domain["processing_time"].count, by_domain["processing_time"].earliest) == (1, 25_000)
     assert view.pending_timers == 5
-    as_json = ops["windows"].to_json()["windows"]
+    as_json = json_data(ops["windows"])["windows"]
     assert as_json["pending_timers"] == 5 and as_json["states"][0]["key_window_pairs"] == 4
 
 
@@ -203,7 +204,7 @@ def test_diff_compares_window_state_per_key_and_window(tmp_path: Path) -> None:
                    ("changed", "a", (10_000, 20_000))}
     for example in state.examples:
         assert example.window == example.namespace and example.user_key is None
-        assert example.to_json()["window"] == example.window
+        assert json_data(example)["window"] == example.window
 
 
 def test_diff_names_the_window_of_trigger_and_timer_entries(tmp_path: Path) -> None:
@@ -318,7 +319,7 @@ def test_inspect_shows_window_contents_and_pending_timers(savepoints: tuple[str,
     assert by_domain["event_time"].earliest == min(t[1] for t in timers)
     assert by_domain["event_time"].latest == max(t[1] for t in timers)
     assert by_domain["processing_time"].count == 0 and by_domain["processing_time"].earliest is None
-    as_json = ops["windows"].to_json()["windows"]
+    as_json = json_data(ops["windows"])["windows"]
     assert as_json["pending_timers"] == len(timers)
     assert as_json["states"][0]["key_window_pairs"] == len(contents)
     # each subtask's watermark when it snapshotted (operator state _watermark), behind its pending timers
@@ -326,7 +327,7 @@ def test_inspect_shows_window_contents_and_pending_timers(savepoints: tuple[str,
     assert view.watermarks == [max(part) if part else None for part in stored] and len(view.watermarks) == 2
     assert all(isinstance(w, int) for w in view.watermarks), "the savepoint was taken before any watermark"
     assert min(w for w in view.watermarks if w is not None) < by_domain["event_time"].latest
-    assert as_json["watermarks"] == [{"subtask": i, "watermark": w} for i, w in enumerate(view.watermarks)]
+    assert as_json["watermarks"] == list(view.watermarks)  # index: the subtask
 
 
 def test_diff_of_runtime_savepoints_compares_per_key_and_window(savepoints: tuple[str, str]) -> None:
@@ -339,4 +340,4 @@ def test_diff_of_runtime_savepoints_compares_per_key_and_window(savepoints: tupl
     assert state.examples, "the run did not move between the savepoints"
     for example in state.examples:
         assert example.window == example.namespace and len(example.window) == 2
-        assert example.to_json()["window"] == example.window
+        assert json_data(example)["window"] == example.window

@@ -27,6 +27,7 @@ from statekit.spark.engine import diff as run_diff
 from statekit.spark.engine import export as run_export
 from statekit.spark.export import ExportSpec
 from statekit.spark.session import SparkSettings
+from statekit.statefmt.json_contract import json_data
 from statekit.statefmt.metadata import StateDescriptor, StateKind
 from statekit.writers.bootstrap_spec import BootstrapSpec
 from statekit.writers.savepoint_writer import SavepointWriter
@@ -119,7 +120,7 @@ def test_diff_of_a_local_and_an_s3_savepoint_on_the_cluster(spark: Any, spark_cl
     on_cluster = json.loads(result.stdout)
     assert on_cluster["totals"] == {"only_in_a": 18, "only_in_b": 7, "changed": 4, "unchanged": 278}
     spec = DiffSpec(a, b, storage_options=s3_server["storage_options"])
-    on_local = run_diff(spec, "spark", LOCAL).to_json()
+    on_local = json_data(run_diff(spec, "spark", LOCAL))
     assert _comparable(on_cluster) == _comparable(on_local)
 
 

@@ -23,6 +23,7 @@ from statekit.spark.engine import diff as run_diff
 from statekit.spark.engine import export as run_export
 from statekit.spark.export import ExportSpec
 from statekit.spark.session import SparkSettings
+from statekit.statefmt.json_contract import json_data, json_document
 from statekit.statefmt.metadata import StateDescriptor, StateKind
 from statekit.writers.savepoint_writer import SavepointWriter
 
@@ -59,7 +60,7 @@ def test_export_over_spark_connect_equals_local(spark: Any, connect_server: Any,
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["master"] == connect_server.url
-    assert report["rows"] == local.to_json()["rows"]
+    assert report["rows"] == json_data(local)["rows"]
     remote_rows = table_rows(out)
     assert len(remote_rows) == 7 and remote_rows == table_rows(reference)
     assert not [p for p in Path(tmp_path).iterdir() if p.name.startswith(".")]  # no staging left
@@ -90,7 +91,7 @@ def test_diff_over_spark_connect_equals_local(spark: Any, connect_server: Any, t
     result = run_cli(connect_server, "diff", a, b, "--keys", "-o", str(tmp_path / "remote"))
     assert result.returncode == 1, result.stderr  # different
     remote = json.loads(result.stdout)
-    local = run_diff(DiffSpec(a, b, keys=True, output=str(tmp_path / "local")), "spark", LOCAL).to_json()
+    local = json_document(run_diff(DiffSpec(a, b, keys=True, output=str(tmp_path / "local")), "spark", LOCAL))
     assert remote["totals"] == {"only_in_a": 18, "only_in_b": 7, "changed": 4, "unchanged": 278}
     assert {k: v for k, v in remote.items() if k not in ("engine", "output")} == \
         {k: v for k, v in local.items() if k not in ("engine", "output")}

@@ -79,7 +79,7 @@ def test_flink_rescale_on_spark_writes_the_local_bytes(spark: Any, tmp_path: Pat
     local = invoke("rescale", str(GOLDEN), "--max-parallelism", str(max_parallelism), "-o", str(tmp_path / "l"))
     remote = invoke("rescale", str(GOLDEN), "--max-parallelism", str(max_parallelism), "--engine", "spark",
                     "--master", "local[2]", "-o", str(tmp_path / "s"))
-    assert remote["execution"] == "spark" and local["execution"] == "local"
+    assert (remote["engine"], local["engine"], remote["format"]) == ("spark", "local", "flink")
     assert sorted(files(tmp_path / "s").values()) == sorted(files(tmp_path / "l").values())
     assert remote["operators"] == local["operators"]
     assert invoke("verify", str(tmp_path / "s"))["ok"] is True

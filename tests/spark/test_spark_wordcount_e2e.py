@@ -20,6 +20,7 @@ from statekit.runtime.dataflow.run_options import RunOptions
 from statekit.spark.engine import ENGINES, diff, export
 from statekit.spark.export import ExportSpec
 from statekit.spark.session import SparkSettings
+from statekit.statefmt.json_contract import json_data
 
 pytestmark = pytest.mark.spark
 
@@ -97,5 +98,5 @@ def test_diff_of_two_prefixes_equals_the_input_difference(spark: Any, world: dic
 def test_rescaled_runs_compare_equal(spark: Any, world: dict[str, Any]) -> None:
     for engine in ENGINES:
         result = diff(DiffSpec(world["prefix"], world["prefix_p5"], operator="counter"), engine)
-        assert result.equal, result.to_json()
+        assert result.equal, json_data(result)
         assert result.states[0].unchanged == len(world["truth_prefix"])

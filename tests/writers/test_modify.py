@@ -11,6 +11,7 @@ import pytest
 from statekit.readers.savepoint_reader import SavepointReader
 from statekit.readers.verification import verify_snapshot
 from statekit.statefmt.errors import BadInputError, CorruptStateError, StateNotFoundError
+from statekit.statefmt.json_contract import json_data
 from statekit.statefmt.metadata import StateDescriptor, StateKind
 from statekit.writers.savepoint_modification import modify_savepoint, parse_rename, parse_state_ref
 from statekit.writers.savepoint_writer import SavepointWriter
@@ -44,7 +45,7 @@ def test_remove_rename_and_remove_state_in_one_call(source: str, tmp_path: Path)
     assert verify_snapshot(out).ok
     assert [(o.uid, o.renamed_from, o.states) for o in report.operators] == [
         ("source", None, ("offsets",)), ("counter-v2", "counter", ("count",))]
-    assert report.to_json()["renamed"] == {"counter": "counter-v2"}
+    assert json_data(report)["renamed"] == [{"from": "counter", "uid": "counter-v2"}]
     original = SavepointReader.read(source).operator("counter").subtasks[0].file_of("count")
     copied = reader.operator("counter-v2").subtasks[0].file_of("count")
     assert original is not None and copied is not None and original.checksum == copied.checksum
@@ -62,7 +63,7 @@ def test_dry_run_reports_and_writes_nothing(source: str, tmp_path: Path) -> None
     report = modify_savepoint(source, str(tmp_path / "out"), remove_operators=["source"], dry_run=True)
     real = modify_savepoint(source, str(tmp_path / "real"), remove_operators=["source"])
     assert not (tmp_path / "out").exists()
-    assert [o.to_json() for o in report.operators] == [o.to_json() for o in real.operators]
+    assert [json_data(o) for o in report.operators] == [json_data(o) for o in real.operators]
 
 
 @pytest.mark.parametrize("operations, error, message", [

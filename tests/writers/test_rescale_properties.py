@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from statekit.readers.savepoint_reader import SavepointReader
 from statekit.readers.verification import verify_snapshot
+from statekit.statefmt.json_contract import json_data
 from statekit.statefmt.keygroups import assign_to_key_group, compute_operator_index_for_key_group
 from statekit.statefmt.metadata import StateDescriptor, StateKind
 from statekit.writers.rescale import rescale_savepoint
@@ -75,7 +76,7 @@ def test_new_parallelism_places_every_key_once(data: list[Any], shape: st.DataOb
         assert entries(f"{directory}/out") == entries(source)
         assert verify_snapshot(f"{directory}/out").ok
         plan = rescale_savepoint(source, None, parallelism=p2, dry_run=True)
-        assert [s.to_json() for s in plan.operators[0].subtasks] == [s.to_json() for s in report.operators[0].subtasks]
+        assert json_data(plan.operators[0].subtasks) == json_data(report.operators[0].subtasks)
 
 
 @SETTINGS

@@ -31,6 +31,7 @@ from statekit.runtime.control.registry import JobRegistry, current_process_entry
 from statekit.runtime.dataflow.job_handle import JobHandle, JobStatus
 from statekit.runtime.dataflow.run_options import RunOptions
 from statekit.statefmt.fileio import FileIO
+from statekit.statefmt.json_contract import json_data
 from statekit.statefmt.layout import JOB_LOCK_FILE
 
 N = 50_000_000  # never ends on its own: the tests cancel it
@@ -168,7 +169,7 @@ def test_the_latest_checkpoint_of_a_running_job_is_disposed_only_with_force_and_
     newest = max(retained_checkpoints(*FileIO.for_path(str(job))))
     assert newest > latest
     report = verify_snapshot(str(job / f"chk-{newest}"))
-    assert report.ok, report.to_json()
+    assert report.ok, json_data(report)
     sums = keyed_sums(str(job / f"chk-{newest}"))  # reads every SST the checkpoint names
     assert set(sums) == set(expected_sums(10)) and all(v > 0 for v in sums.values())
     env = summing_job(N, 2, SlowSink(0.0), storage=str(tmp_path / "restored"))

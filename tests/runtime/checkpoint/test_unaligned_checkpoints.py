@@ -29,6 +29,7 @@ from statekit.runtime.connectors.sinks import CollectSink
 from statekit.runtime.dataflow.job_handle import JobHandle, JobStatus
 from statekit.runtime.dataflow.run_options import RunOptions
 from statekit.statefmt.fileio import FileIO
+from statekit.statefmt.json_contract import json_data
 
 N = 200_000
 
@@ -91,7 +92,7 @@ def test_an_unaligned_checkpoint_restores_its_in_flight_records_at_a_new_paralle
     assert with_inflight, "no retained checkpoint holds in-flight records"
     checkpoint = io.url(f"{job_dir}/chk-{with_inflight[-1]}")
     verified = verify_snapshot(checkpoint, storage_options=options)
-    assert verified.ok and verified.files > len(retained[with_inflight[-1]].files()), verified.to_json()
+    assert verified.ok and verified.files > len(retained[with_inflight[-1]].files()), json_data(verified)
 
     for parallelism in (3, 1):
         sink = CollectSink()
@@ -127,4 +128,4 @@ def test_inspect_shows_and_verify_checks_the_in_flight_records(tmp_path: Path) -
     report = verify_snapshot(str(directory))
     assert not report.ok
     assert [d.path for d in report.damage] == [str(channel)] * len(report.damage)
-    assert any("checksum" in d.message for d in report.damage), report.to_json()
+    assert any("checksum" in d.message for d in report.damage), json_data(report)

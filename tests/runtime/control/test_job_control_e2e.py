@@ -117,7 +117,7 @@ def test_run_list_savepoint_stop_restore_cancel(env: dict[str, str], job: Path, 
     wait_for(lambda: committed_counts(tmp_path / "out") == {"to": 2, "be": 2, "or": 1, "not": 1}, "the first counts")
 
     [listed] = json.loads(runner.invoke(cli, ["--json", "list"]).stdout)["jobs"]
-    assert (listed["jid"], listed["name"], listed["state"]) == (job_id, "watching-wordcount", "RUNNING")
+    assert (listed["job_id"], listed["name"], listed["state"]) == (job_id, "watching-wordcount", "RUNNING")
 
     # the REST API: refused without the token, 404 for an unknown job, Flink-shaped details
     entry = JobRegistry().get(job_id)
@@ -157,7 +157,8 @@ def test_run_list_savepoint_stop_restore_cancel(env: dict[str, str], job: Path, 
     cancelled = runner.invoke(cli, ["cancel", restored])
     assert cancelled.exit_code == 0, cancelled.output
     assert cancelled.stdout.strip() == f"Cancelled job {restored}."
-    states = {j["jid"]: j["state"] for j in json.loads(runner.invoke(cli, ["--json", "list", "--all"]).stdout)["jobs"]}
+    listed_all = json.loads(runner.invoke(cli, ["--json", "list", "--all"]).stdout)["jobs"]
+    states = {j["job_id"]: j["state"] for j in listed_all}
     assert states == {job_id: "FINISHED", restored: "CANCELED"}
 
 
@@ -168,7 +169,7 @@ def test_killed_runtime_job_is_crashed(env: dict[str, str], job: Path, tmp_path:
     os.kill(entry.pid, signal.SIGKILL)
     wait_for(lambda: not process_alive(entry.pid, entry.pid_start), "the killed process to go")
     [listed] = json.loads(runner.invoke(cli, ["--json", "list", "--all"]).stdout)["jobs"]
-    assert listed["state"] == "CRASHED" and listed["crash-reason"] == f"process {entry.pid} is gone"
+    assert listed["state"] == "CRASHED" and listed["crash_reason"] == f"process {entry.pid} is gone"
     assert runner.invoke(cli, ["list"]).stdout.strip() == "No running jobs."
     for command in (["savepoint", job_id, "sp"], ["stop", job_id], ["cancel", job_id]):
         refused = runner.invoke(cli, command)

@@ -93,7 +93,7 @@ def test_detached_job_list_savepoint_cancel(env: dict[str, str], job_file: str, 
 
     runner = CliRunner()
     [listed] = json.loads(runner.invoke(cli, ["--json", "list"]).stdout)["jobs"]
-    assert (listed["jid"], listed["state"], listed["pid"]) == (job_id, "RUNNING", entry.pid)
+    assert (listed["job_id"], listed["state"], listed["pid"]) == (job_id, "RUNNING", entry.pid)
     taken = runner.invoke(cli, ["savepoint", job_id[:7], str(tmp_path / "sp")])
     assert taken.exit_code == 0, taken.output
     assert Path(taken.stdout.strip()).parent == tmp_path / "sp"
@@ -103,7 +103,7 @@ def test_detached_job_list_savepoint_cancel(env: dict[str, str], job_file: str, 
     _wait_exit(entry.pid, entry.pid_start)
     assert JobRegistry().get(job_id).status == "CANCELED"
     assert "fake job running" in Path(entry.log_path or "").read_text()
-    assert json.loads(runner.invoke(cli, ["--json", "list"]).stdout) == {"jobs": []}
+    assert json.loads(runner.invoke(cli, ["--json", "list"]).stdout) == {"schema_version": 1, "jobs": []}
 
 
 def test_killed_job_shows_as_crashed(env: dict[str, str], job_file: str, tmp_path: Path) -> None:
@@ -114,7 +114,7 @@ def test_killed_job_shows_as_crashed(env: dict[str, str], job_file: str, tmp_pat
     runner = CliRunner()
     assert runner.invoke(cli, ["list"]).stdout.strip() == "No running jobs."
     [listed] = json.loads(runner.invoke(cli, ["--json", "list", "--all"]).stdout)["jobs"]
-    assert listed["state"] == "CRASHED" and listed["crash-reason"] == f"process {entry.pid} is gone"
+    assert listed["state"] == "CRASHED" and listed["crash_reason"] == f"process {entry.pid} is gone"
     text = runner.invoke(cli, ["list", "--all"]).stdout
     assert "CRASHED" in text and "RUNNING" not in text
     refused = runner.invoke(cli, ["savepoint", job_id, str(tmp_path)])
@@ -146,7 +146,7 @@ def test_attached_run_finishes_and_sigterm_cancels(env: dict[str, str], job_file
     assert finished.exit_code == 0, finished.output
     result = json.loads(finished.stdout.split("fake job running\n")[-1])
     assert result["state"] == "FINISHED" and result["detached"] is False
-    assert JobRegistry().get(result["jid"]).status == "FINISHED"
+    assert JobRegistry().get(result["job_id"]).status == "FINISHED"
 
     attached = subprocess.Popen([*STATEKIT, "run", job_file, "60"], env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)

@@ -77,7 +77,7 @@ def test_operations_on_a_running_job(job: tuple[str, int], home: Path) -> None:
     assert location.parent == home / "chk" / job_id and location.name.startswith("chk-")
     taken_id = int(location.name[len("chk-"):])  # retention (1) disposes it soon: the history keeps its figures
     full = _json(statekit("--json", "checkpoint", job_id, "--full"))
-    assert full["full"] is True and full["location"].endswith(f"chk-{full['checkpoint-id']}")
+    assert full["full"] is True and full["location"].endswith(f"chk-{full['checkpoint_id']}")
 
     trigger = statekit("savepoint", job_id, str(home / "sp"), "--detached")
     assert trigger.returncode == 0, trigger.stderr
@@ -89,7 +89,7 @@ def test_operations_on_a_running_job(job: tuple[str, int], home: Path) -> None:
             break
         assert time.monotonic() < deadline
         time.sleep(0.1)
-    assert status["status"] == "COMPLETED" and status["jid"] == job_id
+    assert status["status"] == "COMPLETED" and status["job_id"] == job_id
     assert (Path(status["location"]) / "_metadata").is_file() and Path(status["location"]).parent == home / "sp"
     text = statekit("savepoint", "--status", trigger_id)
     assert text.returncode == 0 and text.stdout.strip() == status["location"]
@@ -97,13 +97,13 @@ def test_operations_on_a_running_job(job: tuple[str, int], home: Path) -> None:
 
     history = _history(job_id)
     assert history["state"] == "RUNNING"
-    ids = {e["id"] for e in history["history"]}
-    assert full["checkpoint-id"] in ids
-    manual = next(e for e in history["history"] if e["id"] == taken_id)
+    ids = {e["id"] for e in history["entries"]}
+    assert full["checkpoint_id"] in ids
+    manual = next(e for e in history["entries"] if e["id"] == taken_id)
     assert manual["status"] == "COMPLETED" and manual["external_path"] == str(location)
-    assert any(e["is_savepoint"] and e["external_path"] == status["location"] for e in history["history"])
+    assert any(e["is_savepoint"] and e["external_path"] == status["location"] for e in history["entries"])
     assert history["summary"]["end_to_end_duration"]["max"] >= history["summary"]["end_to_end_duration"]["min"] > 0
-    details = _history(job_id, "--checkpoint", str(full["checkpoint-id"]))["checkpoint"]
+    details = _history(job_id, "--checkpoint", str(full["checkpoint_id"]))["checkpoint"]
     assert [(s["vertex"], s["subtask"]) for s in details["subtasks"]] == [(0, 0), (0, 1), (1, 0), (1, 1)]
     assert all(s["status"] == "completed" and s["async_duration"] > 0 and s["ack_timestamp"] for s in details["subtasks"])
 
@@ -121,7 +121,7 @@ def test_operations_on_a_running_job(job: tuple[str, int], home: Path) -> None:
     cancelled = statekit("cancel", job_id)
     assert cancelled.returncode == 0, cancelled.stderr
     after = _history(job_id)  # after the end: the file is all there is
-    assert after["state"] == "CANCELED" and {e["id"] for e in after["history"]} >= ids
+    assert after["state"] == "CANCELED" and {e["id"] for e in after["entries"]} >= ids
     table = statekit("checkpoints", "history", job_id[:6])
     assert table.returncode == 0 and "Summary of completed checkpoints" in table.stdout
 

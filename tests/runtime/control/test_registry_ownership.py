@@ -180,7 +180,7 @@ def test_run_with_the_job_id_of_a_crashed_job(home: Path, tiny_job: str) -> None
     runner = CliRunner()
     result = runner.invoke(cli, ["--json", "run", "--job-id", job_id, tiny_job])
     assert result.exit_code == 0, result.output
-    assert json.loads(result.stdout)["jid"] == job_id
+    assert json.loads(result.stdout)["job_id"] == job_id
     entry = JobRegistry().get(job_id)
     assert (entry.status, entry.pid, entry.name) == ("FINISHED", os.getpid(), "tiny")
 

@@ -18,6 +18,7 @@ from statekit.readers.verification import verify_snapshot
 from statekit.runtime.api.checkpoint_config import ExternalizedCheckpointCleanup
 from statekit.runtime.dataflow.run_options import RunOptions
 from statekit.statefmt.fileio import FileIO
+from statekit.statefmt.json_contract import json_data
 from statekit.statefmt.metadata import SnapshotFormat
 from statekit.writers.savepoint_writer import SavepointWriter
 
@@ -46,7 +47,7 @@ def native(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
 
 def check_output(out: str, checkpoint: str, uid: str = "sums") -> None:
     report = verify_snapshot(out)
-    assert report.ok, report.to_json()
+    assert report.ok, json_data(report)
     reader = SavepointReader.read(out)
     assert reader.metadata.format is SnapshotFormat.CANONICAL
     assert {e.key: e.value for e in reader.read_keyed_state(uid, "reduce")} == keyed_sums(checkpoint)

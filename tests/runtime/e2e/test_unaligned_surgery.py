@@ -25,6 +25,7 @@ from statekit.runtime.dataflow.job_handle import JobStatus
 from statekit.runtime.dataflow.run_options import RunOptions
 from statekit.statefmt.channel_state import decode_channel_state
 from statekit.statefmt.fileio import FileIO
+from statekit.statefmt.json_contract import json_data
 
 N = 200_000
 
@@ -117,7 +118,7 @@ def written(scratch: Path, name: str, *args: str) -> str:
     done = statekit(*[a.replace("{out}", out) for a in args])
     assert done.exit_code == 0, done.output
     report = verify_snapshot(out)
-    assert report.ok, report.to_json()
+    assert report.ok, json_data(report)
     return out
 
 

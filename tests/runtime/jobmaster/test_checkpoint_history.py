@@ -14,6 +14,7 @@ from statekit.runtime.checkpoint.handles import OperatorStateHandle, SubtaskStat
 from statekit.runtime.control.checkpoint_history import CheckpointHistoryWriter, history_of, read_history
 from statekit.runtime.control.registry import JobRegistry, current_process_entry, new_job_id
 from statekit.runtime.jobmaster.checkpoint_stats import CheckpointStatsTracker, subtask_details, summarize
+from statekit.statefmt.json_contract import json_data
 
 
 def entry(checkpoint_id: int, status: str = "COMPLETED", duration: int = 10, size: int = 100,
@@ -93,4 +94,4 @@ def test_history_of_a_job_reads_its_file_and_one_checkpoint(tmp_path: Path, monk
     assert [e["id"] for e in history.entries] == [2, 1] and "subtasks" not in history.entries[0]
     assert history.counts == {"completed": 1, "failed": 1, "savepoints": 0}
     assert history.checkpoint is not None and history.checkpoint["subtasks"] == [{"vertex": 0, "subtask": 0}]
-    assert json.loads(json.dumps(history.to_json()))["history-file"].endswith("checkpoints.jsonl")
+    assert json.loads(json.dumps(json_data(history)))["path"].endswith("checkpoints.jsonl")

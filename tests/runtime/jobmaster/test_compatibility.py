@@ -26,6 +26,7 @@ from statekit.runtime.jobmaster.compatibility import (
 )
 from statekit.runtime.jobmaster.state_probe import DeclaredOperator
 from statekit.statefmt.errors import BadInputError, IncompatibleStateError, PathNotFoundError
+from statekit.statefmt.json_contract import json_data
 from statekit.statefmt.metadata import StateDescriptor, StateKind
 from statekit.statefmt.type_evolution import SchemaCompatibility
 from statekit.writers.savepoint_writer import SavepointWriter
@@ -258,7 +259,7 @@ def test_keyed_state_on_an_operator_that_is_no_longer_keyed(tmp_path: Path) -> N
     report = compare(metadata, "SP", [plain])
     assert report.reasons == ("operator 'c' has keyed state 'count' in the snapshot but is not keyed in the job; "
                               "key the stream (key_by) or drop the state offline",)
-    assert report.to_json()["states"][0]["status"] == "undeclared"
+    assert json_data(report)["states"][0]["status"] == "undeclared"
 
 
 def test_run_without_restore_still_runs_the_job(tmp_path: Path, texts: Path) -> None:
