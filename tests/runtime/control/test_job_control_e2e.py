@@ -144,7 +144,7 @@ def test_run_list_savepoint_stop_restore_cancel(env: dict[str, str], job: Path, 
     stopped = runner.invoke(cli, ["--json", "stop", job_id, "--savepoint-path", "final"])
     assert stopped.exit_code == 0, stopped.output
     answer = json.loads(stopped.stdout)
-    assert answer["operation"] == "stop" and answer["state"] == "FINISHED"
+    assert answer["operation"] == "stop" and answer["job_state"] == "FINISHED"
     assert runner.invoke(cli, ["verify", answer["location"]]).exit_code == 0
     assert read_counts(answer["location"]) == {"to": 2, "be": 3, "or": 1, "not": 1, "quick": 1}
     wait_for(lambda: not process_alive(entry.pid, entry.pid_start), "the stopped job's process to exit")

@@ -290,7 +290,7 @@ def test_cli_list_savepoint_stop(served: tuple[JobHandle, FakeControl, str], tmp
     listed = runner.invoke(cli, ["--json", "list"])
     assert listed.exit_code == 0, listed.output
     [job] = json.loads(listed.stdout)["jobs"]
-    assert job["jid"] == handle.job_id and job["state"] == "RUNNING" and job["rest"].startswith("http://127.0.0.1:")
+    assert job["job_id"] == handle.job_id and job["state"] == "RUNNING" and job["rest_url"].startswith("http://127.0.0.1:")
     text = runner.invoke(cli, ["list"])
     assert handle.job_id in text.stdout and "RUNNING" in text.stdout
 
@@ -304,9 +304,9 @@ def test_cli_list_savepoint_stop(served: tuple[JobHandle, FakeControl, str], tmp
     stopped = runner.invoke(cli, ["--json", "stop", handle.job_id, "--savepoint-path", str(tmp_path / "final"), "--drain"])
     assert stopped.exit_code == 0, stopped.output
     answer = json.loads(stopped.stdout)
-    assert answer["operation"] == "stop" and answer["state"] == "FINISHED" and Path(answer["location"]).is_dir()
+    assert answer["operation"] == "stop" and answer["job_state"] == "FINISHED" and Path(answer["location"]).is_dir()
     assert stub.calls[-1] == (str(tmp_path / "final"), True, True)
-    assert json.loads(runner.invoke(cli, ["--json", "list"]).stdout) == {"jobs": []}
+    assert json.loads(runner.invoke(cli, ["--json", "list"]).stdout) == {"schema_version": 1, "jobs": []}
     assert json.loads(runner.invoke(cli, ["--json", "list", "--all"]).stdout)["jobs"][0]["state"] == "FINISHED"
 
     again = runner.invoke(cli, ["savepoint", handle.job_id, str(tmp_path)])
@@ -358,7 +358,7 @@ def test_cancel_with_savepoint(served: tuple[JobHandle, FakeControl, str], tmp_p
     result = CliRunner().invoke(cli, ["--json", "cancel", handle.job_id, "--with-savepoint", str(tmp_path)])
     assert result.exit_code == 0, result.output
     answer = json.loads(result.stdout)
-    assert answer["operation"] == "cancel" and answer["state"] == "CANCELED" and Path(answer["location"]).is_dir()
+    assert answer["operation"] == "cancel" and answer["job_state"] == "CANCELED" and Path(answer["location"]).is_dir()
     assert stub.calls == [(str(tmp_path), False, False)]
 
 
