@@ -239,3 +239,15 @@ def json_documents_follow_their_schema(monkeypatch: pytest.MonkeyPatch) -> Itera
     monkeypatch.setattr(JsonOutput, "show", checked_show)
     yield
     assert not failures, "\n".join(failures[:10])
+
+
+@pytest.fixture(autouse=True)
+def _statekit_environment() -> Iterator[None]:
+    """Each test ends with the ``STATEKIT_*`` variables it started with: a command run in-process
+    writes ``$STATEKIT_STORAGE_OPTIONS`` (it carries storage options to the processes it starts),
+    which would reach the processes of later tests."""
+    saved = {key: value for key, value in os.environ.items() if key.startswith("STATEKIT_")}
+    yield
+    for key in [key for key in os.environ if key.startswith("STATEKIT_") and key not in saved]:
+        del os.environ[key]
+    os.environ.update(saved)
