@@ -21,8 +21,9 @@ JOB_ID = "5eed" * 8
 KILLS = 12
 # let each attempt complete one checkpoint of its own (so every attempt makes progress), then kill
 # it at a random moment, or (every other attempt) while a checkpoint is being written
-PLAN = KillPlan(attempts=KILLS, seed=11, checkpoint_timeout_s=20, random_delay_s=0.4, mid_checkpoint_wait_s=2,
-                mid_checkpoint_delay_s=0.01)
+# (a checkpoint on TaskManager processes can be written in a few ms: the kill follows its start closely)
+PLAN = KillPlan(attempts=KILLS, seed=11, checkpoint_timeout_s=20, random_delay_s=0.4, mid_checkpoint_wait_s=5,
+                mid_checkpoint_delay_s=0.002)
 # 8 files of 80,000 lines (about 4 million words: more than twelve attempts, each with its own
 # checkpoint, get through)
 INPUT = WordInput(files=8, lines=80_000, seed=3, vocabulary=2500, extra_words=("Straße", "naïve", "ÉCOLE"),
