@@ -16,7 +16,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
-from chaos import EXAMPLES, WordInput, assert_exactly_once, read_lines, windowed_input, windowed_truth
+from chaos import (
+    EXAMPLES,
+    WordInput,
+    assert_exactly_once,
+    checkpoint_in_progress,
+    latest_checkpoint,
+    read_lines,
+    windowed_input,
+    windowed_truth,
+)
 from tm_support import JOB, final_sums, task_managers, truth
 
 pytestmark = pytest.mark.slow
@@ -31,34 +40,21 @@ MODES = {
 }
 
 
-def checkpoints(job_dir: Path) -> tuple[int, bool]:
-    """(latest complete checkpoint id or 0, whether a chk-N is being written now)."""
-    latest, in_progress = 0, False
-    if job_dir.is_dir():
-        for entry in os.listdir(job_dir):
-            if entry.startswith("chk-"):
-                if (job_dir / entry / "_metadata").exists():
-                    latest = max(latest, int(entry[4:]))
-                else:
-                    in_progress = True
-    return latest, in_progress
-
-
 def kill_task_managers(master: subprocess.Popen[bytes], job_dir: Path, rng: random.Random, kills: int) -> list[int]:
     """SIGKILL ``kills`` TaskManagers of the job master ``master``, one at a time: each once the
     attempt completed a checkpoint of its own, every other one in the middle of a checkpoint,
     the others at a random moment. Returns the killed process ids."""
     killed: list[int] = []
     for attempt in range(kills):
-        seen = checkpoints(job_dir)[0]
+        seen = latest_checkpoint(job_dir)
         deadline = time.monotonic() + 60
-        while checkpoints(job_dir)[0] <= seen or len(managers := task_managers(master.pid)) < 2:
+        while latest_checkpoint(job_dir) <= seen or len(managers := task_managers(master.pid)) < 2:
             assert master.poll() is None, f"the job ended early: {master.stderr.read()!r}"  # type: ignore[union-attr]
             assert time.monotonic() < deadline, f"attempt {attempt} completed no checkpoint"
             time.sleep(0.005)
         if attempt % 2:  # in the middle of a checkpoint
             deadline = time.monotonic() + 2
-            while not checkpoints(job_dir)[1] and time.monotonic() < deadline:
+            while not checkpoint_in_progress(job_dir) and time.monotonic() < deadline:
                 time.sleep(0.001)
         else:
             time.sleep(rng.uniform(0, 0.2))
@@ -116,9 +112,9 @@ def run_example(tmp_path: Path, job_file: str, job_args: list[str], feed: Sequen
         for add_input in feed:
             add_input()
             killed += kill_task_managers(master, job_dir, rng, 1)
-        checkpoints_before = checkpoints(job_dir)[0]
+        checkpoints_before = latest_checkpoint(job_dir)
         deadline = time.monotonic() + 60
-        while checkpoints(job_dir)[0] <= checkpoints_before:  # the last restart runs again
+        while latest_checkpoint(job_dir) <= checkpoints_before:  # the last restart runs again
             assert master.poll() is None, f"the job ended early: {master.stderr.read()!r}"  # type: ignore[union-attr]
             assert time.monotonic() < deadline, "the job completed no checkpoint after the last kill"
             time.sleep(0.01)
