@@ -20,7 +20,7 @@ import json
 import os
 import sqlite3
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from itertools import groupby
 from typing import Any
@@ -64,6 +64,14 @@ def _identity(e: FlinkKeyedEntry) -> str:
     return _text([e.key, e.namespace, e.user_key])
 
 
+def _timer_identity(e: FlinkKeyedEntry) -> str:
+    """A timer is its key, namespace and time: one key may hold several (an interval join's two)."""
+    return _text([e.key, e.namespace, e.value])
+
+
+Identity = Callable[[FlinkKeyedEntry], str]
+
+
 @dataclass
 class _Tally:
     only_a: int = 0
@@ -102,15 +110,16 @@ class _Tally:
                 self.add("only_in_b", None, b, limit)
 
 
-def _by_key_group(entries: Iterator[FlinkKeyedEntry]) -> Iterator[tuple[int, dict[str, FlinkKeyedEntry]]]:
+def _by_key_group(entries: Iterator[FlinkKeyedEntry],
+                  identity: Identity) -> Iterator[tuple[int, dict[str, FlinkKeyedEntry]]]:
     for key_group, group in groupby(entries, key=lambda e: e.key_group):
-        yield key_group, {_identity(e): e for e in group}
+        yield key_group, {identity(e): e for e in group}
 
 
 def _merge_by_key_group(a: Iterator[FlinkKeyedEntry], b: Iterator[FlinkKeyedEntry], tally: _Tally,
-                        limit: int) -> None:
+                        limit: int, identity: Identity = _identity) -> None:
     """Both sides in key-group order: compare one key group at a time."""
-    ga, gb = _by_key_group(a), _by_key_group(b)
+    ga, gb = _by_key_group(a, identity), _by_key_group(b, identity)
     na, nb = next(ga, None), next(gb, None)
     while na is not None or nb is not None:
         if nb is None or (na is not None and na[0] < nb[0]):
@@ -126,7 +135,8 @@ def _merge_by_key_group(a: Iterator[FlinkKeyedEntry], b: Iterator[FlinkKeyedEntr
         tally.groups += 1
 
 
-def _spilled(a: Iterator[FlinkKeyedEntry], b: Iterator[FlinkKeyedEntry], tally: _Tally, limit: int) -> None:
+def _spilled(a: Iterator[FlinkKeyedEntry], b: Iterator[FlinkKeyedEntry], tally: _Tally, limit: int,
+             identity: Identity = _identity) -> None:
     """Different key groups on both sides: join in a temporary SQLite file."""
     handle, path = tempfile.mkstemp(prefix="statekit-flink-diff-", suffix=".sqlite")
     os.close(handle)
@@ -135,7 +145,7 @@ def _spilled(a: Iterator[FlinkKeyedEntry], b: Iterator[FlinkKeyedEntry], tally: 
             db.execute("CREATE TABLE e (side TEXT, ident TEXT, value TEXT, entry TEXT)")
             for side, entries in (("a", a), ("b", b)):
                 db.executemany("INSERT INTO e VALUES (?, ?, ?, ?)",
-                               ((side, _identity(e), _text(e.value), _text([e.key, e.namespace, e.user_key, e.value]))
+                               ((side, identity(e), _text(e.value), _text([e.key, e.namespace, e.user_key, e.value]))
                                 for e in entries))
             db.execute("CREATE INDEX i ON e (ident, side)")
             rows = db.execute("SELECT ident, side, value, entry FROM e ORDER BY ident, side")
@@ -202,10 +212,11 @@ def _state_diff(sa: _Side, sb: _Side, label: str, name: str, kind: str, request:
     b = read_keyed_state(sb.snapshot, label, name, value_type=declared)
     tally = _Tally()
     limit = request.limit if request.keys else 0
+    identity = _timer_identity if kind == "timers" else _identity
     if sa.ops[label].max_parallelism == sb.ops[label].max_parallelism:
-        _merge_by_key_group(a, b, tally, limit)
+        _merge_by_key_group(a, b, tally, limit, identity)
     else:
-        _spilled(a, b, tally, limit)
+        _spilled(a, b, tally, limit, identity)
     return StateDiff(label, name, kind, "compared", tally.only_a, tally.only_b, tally.changed, tally.same,
                      0, max(tally.groups, 0), examples=tuple(tally.examples))
 

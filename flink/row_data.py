@@ -28,9 +28,10 @@ Values (Python, Spark type): SQL integers and floats as such; DECIMAL as its exa
 ``binary``; DATE ``datetime.date`` (``date``); TIME its ISO text (``string``);
 TIMESTAMP(p <= 3) epoch ms of the wall-clock time (``timestamp_ntz``), TIMESTAMP_LTZ(p <= 3)
 epoch ms (``timestamp``); p > 3 keeps every digit as ISO text (``string``, LTZ with ``Z``);
-ARRAY ``array``, MAP and MULTISET ``map``, ROW ``struct`` of its field names. State rows
-are +I (group keys and accumulators carry no change kind); another kind is an error naming
-it. Any other type (``RAW``, intervals, structured types) is refused by
+ARRAY ``array``, MAP and MULTISET ``map``, ROW ``struct`` of its field names. The row kind
+is not part of the value: keys and accumulators are +I, but deduplication and Top-N keep
+input rows as they were emitted (+U after an update); a kind byte above 3 is an error. Any
+other type (``RAW``, intervals, structured types) is refused by
 :func:`row_data_serializer`, and :func:`unsupported_type` names it.
 """
 
@@ -218,9 +219,8 @@ class BinaryRowReader:
         if self.start + header + 8 * len(types) > self.end:
             raise self.error(f"{what}: {self.end - self.start} bytes cannot hold {len(types)} fields", self.start)
         kind = self.cur.data[self.start]
-        if kind != 0:
-            label = ROW_KINDS[kind] if kind < len(ROW_KINDS) else str(kind)
-            raise self.error(f"{what}: row kind {label} in state (only +I is kept)", self.start)
+        if kind >= len(ROW_KINDS):
+            raise self.error(f"{what}: row kind {kind} (0 to 3: +I, -U, +U, -D)", self.start)
         out: dict[str, Any] = {}
         for i, (name, t) in enumerate(zip(names, types)):
             bit = i + 8

@@ -13,6 +13,9 @@ Supported (snapshot class → Python value, Spark SQL type)::
                                                     then one null bit per field, MSB first
     ListSerializer               list      array<...>  int size + elements
     MapSerializer                dict      map<...>    int size + (key, null flag, value)...
+    SortedMapSerializer          list      array<struct<key,value>>  as MapSerializer, in the
+                                                    comparator's order (Flink SQL's Top-N); entries
+                                                    {"key", "value"}, since keys may be rows
     VoidNamespaceSerializer      None      -        one byte
     TimeWindow.Serializer        dict      struct<start:bigint,end:bigint>
     ByteArrayWrapperSerializer   bytes     binary   PyFlink map-state keys: int length + bytes
@@ -46,6 +49,7 @@ from statekit.flink.state_meta import (
     EXTERNAL_SNAPSHOT,
     KRYO_SNAPSHOTS,
     ROW_DATA_SNAPSHOT,
+    SORTED_MAP_SNAPSHOT,
     STRING_DATA_SNAPSHOT,
     TIMESTAMP_DATA_SNAPSHOT,
     SerializerNode,
@@ -208,6 +212,18 @@ def _map(key: FlinkSerializer, value: FlinkSerializer) -> FlinkSerializer:
     return FlinkSerializer(f"Map<{key.name},{value.name}>", f"map<{key.spark_type},{value.spark_type}>", None, read)
 
 
+def _sorted_map(key: FlinkSerializer, value: FlinkSerializer) -> FlinkSerializer:
+    def read(cur: ByteCursor) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for _ in range(cur.count("sorted map size", min_item_size=2)):
+            k = key.read(cur)
+            out.append({"key": k, "value": None if cur.boolean("sorted map value null flag") else value.read(cur)})
+        return out
+
+    return FlinkSerializer(f"SortedMap<{key.name},{value.name}>",
+                           f"array<struct<key:{key.spark_type},value:{value.spark_type}>>", None, read)
+
+
 def _ttl(value: FlinkSerializer) -> FlinkSerializer:
     def read(cur: ByteCursor) -> TtlValue:
         return TtlValue(cur.i64("TTL timestamp"), value.read(cur))
@@ -268,6 +284,8 @@ def flink_serializer(node: SerializerNode | None) -> FlinkSerializer | None:
         return _list(nested[0])
     if cls == MAP_CLASS and len(nested) == 2:
         return _map(nested[0], nested[1])
+    if cls == SORTED_MAP_SNAPSHOT and len(nested) == 2:
+        return _sorted_map(nested[0], nested[1])
     if cls == TTL_CLASS and len(nested) == 2 and nested[0].name == "Long":
         return _ttl(nested[1])
     if cls == TIMER_CLASS and len(nested) == 2:

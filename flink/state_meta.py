@@ -36,7 +36,7 @@ __all__ = [
     "SerializerNode", "SerializerInfo", "FlinkStateMeta", "KeyedBackendMeta", "read_keyed_backend_meta",
     "BYTE_ARRAY_WRAPPER_SNAPSHOT", "POJO_SNAPSHOT", "AVRO_SNAPSHOT", "KRYO_SNAPSHOTS", "TUPLE_SNAPSHOT",
     "ENUM_SNAPSHOT", "SCALA_CASE_CLASS_SNAPSHOT", "ROW_DATA_SNAPSHOT", "STRING_DATA_SNAPSHOT", "DECIMAL_DATA_SNAPSHOT",
-    "TIMESTAMP_DATA_SNAPSHOT", "EXTERNAL_SNAPSHOT", "RAW_VALUE_SNAPSHOT", "NULL_SNAPSHOT",
+    "TIMESTAMP_DATA_SNAPSHOT", "EXTERNAL_SNAPSHOT", "RAW_VALUE_SNAPSHOT", "NULL_SNAPSHOT", "SORTED_MAP_SNAPSHOT",
 ]
 
 PROXY_VERSION = 6
@@ -104,6 +104,8 @@ STRING_DATA_SNAPSHOT = _TABLE + "StringDataSerializer$StringDataSerializerSnapsh
 DECIMAL_DATA_SNAPSHOT = _TABLE + "DecimalDataSerializer$DecimalSerializerSnapshot"
 TIMESTAMP_DATA_SNAPSHOT = _TABLE + "TimestampDataSerializer$TimestampDataSerializerSnapshot"
 RAW_VALUE_SNAPSHOT = _TABLE + "RawValueDataSerializer$RawValueDataSerializerSnapshot"
+# RetractableTopNFunction's sort keys -> counts: a Java-serialized comparator, then the key and value snapshots
+SORTED_MAP_SNAPSHOT = _TABLE + "SortedMapSerializerSnapshot"
 # snapshot class -> the ints it writes (DecimalData: precision, scale; TimestampData: precision)
 _TABLE_INT_SNAPSHOTS = {DECIMAL_DATA_SNAPSHOT: 2, TIMESTAMP_DATA_SNAPSHOT: 1,
                         _TABLE + "BinaryRowDataSerializer$BinaryRowDataSerializerSnapshot": 1}
@@ -375,7 +377,19 @@ def _table_java(cur: ByteCursor, class_name: str, version: int, depth: int) -> S
     return SerializerNode(class_name, logical_types=types)
 
 
-_SPECIAL = {POJO_SNAPSHOT: _pojo, ROW_DATA_SNAPSHOT: _row_data,
+def _sorted_map(cur: ByteCursor, class_name: str, version: int, depth: int) -> SerializerNode:
+    """``SortedMapSerializerSnapshot`` v3: the key comparator (a Java serialization stream, read
+    as data and dropped: the entries are written in its order), then the key and value snapshots."""
+    if version != 3:
+        raise _Unskippable(f"{class_name} snapshot version {version}")
+    try:
+        read_java_object(cur, "sorted map comparator")
+    except UnsupportedJava as exc:
+        raise _Unskippable(f"{class_name}: its comparator ({exc})") from None
+    return SerializerNode(class_name, _nested_snapshots(cur, depth))
+
+
+_SPECIAL = {POJO_SNAPSHOT: _pojo, SORTED_MAP_SNAPSHOT: _sorted_map, ROW_DATA_SNAPSHOT: _row_data,
             **dict.fromkeys(_TABLE_INT_SNAPSHOTS, _table_ints), **dict.fromkeys(_TABLE_JAVA_SNAPSHOTS, _table_java), AVRO_SNAPSHOT: _avro, ENUM_SNAPSHOT: _enum,
             **dict.fromkeys(KRYO_SNAPSHOTS, _kryo)}
 

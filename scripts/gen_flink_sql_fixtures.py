@@ -158,10 +158,10 @@ def _local(url: str) -> Path:
     return Path(url.removeprefix("file://") if url.startswith("file://") else url.removeprefix("file:"))
 
 
-def run_job(venv: Path, work: Path, backend: str, plan: str, ttl: str) -> dict[str, Any]:
+def run_job(venv: Path, work: Path, backend: str, plan: str, ttl: str, job: Path = JOB) -> dict[str, Any]:
     env = dict(os.environ)
     env["JAVA_TOOL_OPTIONS"] = (env.get("JAVA_TOOL_OPTIONS", "") + " " + ADD_OPENS).strip()
-    done = subprocess.run([str(venv / "bin" / "python"), str(JOB), str(work), backend, plan, ttl],
+    done = subprocess.run([str(venv / "bin" / "python"), str(job), str(work), backend, plan, ttl],
                           cwd=work, env=env, capture_output=True, text=True, timeout=600)
     facts = [line for line in done.stdout.splitlines() if line.startswith("FIXTURE ")]
     if done.returncode != 0 or not facts:

@@ -159,9 +159,15 @@ def test_nested_arrays_and_rows() -> None:
         "f0": [1, None, 3], "f1": ["short", None, "a longer string"], "f2": {"n": 7, "s": "seven and more"}}
 
 
-def test_a_changelog_row_kind_in_state_is_an_error() -> None:
-    with pytest.raises(StatekitError, match=r"row kind -D"):
-        decode([LogicalType("BIGINT")], encode_row([LogicalType("BIGINT")], [1], kind=3))
+@pytest.mark.parametrize("kind", [1, 2, 3])
+def test_a_changelog_row_kind_is_not_part_of_the_value(kind: int) -> None:
+    """Deduplication and Top-N keep input rows as emitted (+U after an update): same fields as +I."""
+    assert decode([LogicalType("BIGINT")], encode_row([LogicalType("BIGINT")], [1], kind=kind)) == {"f0": 1}
+
+
+def test_a_row_kind_beyond_the_four_is_damage() -> None:
+    with pytest.raises(StatekitError, match=r"row kind 4 \(0 to 3"):
+        decode([LogicalType("BIGINT")], encode_row([LogicalType("BIGINT")], [1], kind=4))
 
 
 def test_offsets_outside_the_row_are_damage_not_values() -> None:
