@@ -16,10 +16,12 @@ if TYPE_CHECKING:
     from statekit.flink.offline_results import FlinkDisposal, FlinkInspection, FlinkVerifyReport, SnapshotList
     from statekit.flink.relocation import FlinkRelocation
     from statekit.flink.summary import FlinkOperatorSummary
+    from statekit.flink.plan_check import CompiledPlanReport
     from statekit.flink.upgrade import FlinkUpgradeReport
 
 __all__ = ["snapshot_list", "flink_inspection", "flink_verify_report", "flink_disposal", "flink_relocation",
-           "key_group_lookup", "flink_upgrade_report"]
+           "key_group_lookup", "flink_upgrade_report",
+           "compiled_plan_report"]
 
 _STATUS_STYLES = {"complete": "green", "incomplete": "yellow", "damaged": "red"}
 
@@ -199,3 +201,17 @@ def flink_upgrade_report(console: Console, r: FlinkUpgradeReport) -> None:
         label = "[yellow]unknown[/]" if not f.blocking else f"[red]{escape(f.kind)}[/]"
         console.print(f"  {label} {escape(f.operator)}/{escape(f.state)}: {escape(f.reason)}", soft_wrap=True)
         console.print(f"    way out: {escape(f.way_out)}", soft_wrap=True)
+
+
+def compiled_plan_report(console: Console, r: CompiledPlanReport) -> None:
+    verdict = "[green]COMPATIBLE[/]" if r.compatible else "[red]INCOMPATIBLE[/]"
+    console.print(f"{verdict}: {escape(r.path)} against the compiled plan {escape(r.plan)} "
+                  f"(Flink {escape(r.plan_flink_version)}; {_count(len(r.checks), 'stateful operator')})",
+                  soft_wrap=True)
+    colors = {"compatible": "green", "incompatible": "red", "unknown": "yellow"}
+    for c in r.checks:
+        node = f"node {c.node} {c.node_type}" if c.node is not None else "no node"
+        operator = f"{c.operator_name or '?'} ({c.operator})" if c.operator else "no operator"
+        console.print(f"  [{colors[c.verdict]}]{c.verdict}[/] {escape(node)} <-> {escape(operator)}", soft_wrap=True)
+        for reason in c.reasons:
+            console.print(f"    {escape(reason)}", soft_wrap=True)
