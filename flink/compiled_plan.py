@@ -95,7 +95,8 @@ class PlanWindow:
         if self.kind == "tumble":
             return start, slice_end, "window"
         if self.kind == "hop":
-            return start, slice_end, f"slice of the windows ending {_ms_text(0)}..+{_ms_text(self.size_ms - self.slice_ms)}"
+            return start, slice_end, (f"slice shared by the windows ending at its end and up to "
+                                      f"{_ms_text(self.size_ms - self.slice_ms)} later")
         window_start = (slice_end - 1) - (slice_end - 1) % self.size_ms
         if slice_end == window_start + self.slice_ms:
             return window_start, window_start + self.size_ms, "first slice: the running accumulator of the window"

@@ -23,13 +23,13 @@ import re
 from dataclasses import dataclass
 from typing import ClassVar
 
-from statekit.flink.compiled_plan import STATE_LAYOUTS, CompiledPlan, PlanNode, load_compiled_plan, plan_node_of
+from statekit.flink.compiled_plan import STATE_LAYOUTS, PlanNode, load_compiled_plan, plan_node_of
 from statekit.flink.model import FlinkOperatorState
 from statekit.flink.state_meta import FlinkStateMeta
 from statekit.flink.storage import FlinkSnapshot
 from statekit.statefmt.json_contract import JsonShape
 
-__all__ = ["PlanOperatorCheck", "CompiledPlanReport", "check_compiled_plan", "plan_operator_view"]
+__all__ = ["PlanOperatorCheck", "CompiledPlanReport", "check_compiled_plan"]
 
 _TTL_WRAPPED = re.compile(r"^Ttl<")
 
@@ -146,19 +146,19 @@ def check_compiled_plan(path: str, plan_path: str, *, uids: tuple[str, ...] = ()
         if node is not None:
             matched.setdefault(node.id, op)
     for node in plan.stateful_nodes:
-        op = matched.get(node.id)
-        if op is None:
+        found = matched.get(node.id)
+        if found is None:
             checks.append(PlanOperatorCheck(node.id, node.type, None, None, "incompatible", (
                 f"missing operator: the snapshot has no state of node {node.id} ({node.type}); it would start "
                 "empty (a changed query renumbers the nodes)",)))
             continue
-        states, problem = keyed_state_meta(snapshot, op)
+        states, problem = keyed_state_meta(snapshot, found)
         if problem and not states:
-            checks.append(PlanOperatorCheck(node.id, node.type, op.label, op.name, "unknown", (problem,)))
+            checks.append(PlanOperatorCheck(node.id, node.type, found.label, found.name, "unknown", (problem,)))
             continue
-        reasons, known = _node_reasons(node, states, _key_serializer(snapshot, op))
+        reasons, known = _node_reasons(node, states, _key_serializer(snapshot, found))
         verdict = "unknown" if not known else "incompatible" if reasons else "compatible"
-        checks.append(PlanOperatorCheck(node.id, node.type, op.label, op.name, verdict, tuple(reasons)))
+        checks.append(PlanOperatorCheck(node.id, node.type, found.label, found.name, verdict, tuple(reasons)))
     stateful_ids = {n.id for n in plan.stateful_nodes}
     for op in snapshot.metadata.operators:
         node = plan_node_of(plan, op)
@@ -174,8 +174,3 @@ def check_compiled_plan(path: str, plan_path: str, *, uids: tuple[str, ...] = ()
                                                          f"{op.name or op.label} but {why}: Flink refuses the restore "
                                                          "unless --allowNonRestoredState",)))
     return CompiledPlanReport(snapshot.path, plan.path, plan.flink_version, tuple(checks))
-
-
-def plan_operator_view(plan: CompiledPlan, op: FlinkOperatorState) -> PlanNode | None:
-    """The node of ``op`` (for ``inspect --compiled-plan`` labels)."""
-    return plan_node_of(plan, op)
