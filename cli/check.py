@@ -23,6 +23,9 @@ __all__ = ["check"]
               help="Apache Flink snapshot: a uid of the new Flink job (repeatable; instead of JOB.py).")
 @click.option("--target-flink", metavar="VERSION",
               help="Apache Flink snapshot: name every state Flink VERSION (2.x) will not restore, with the way out.")
+@click.option("--compiled-plan", metavar="PLAN.json",
+              help="Apache Flink SQL snapshot: compare its operators with the stateful nodes of a compiled plan "
+                   "(COMPILE PLAN output): state names, TTL, key types, missing operators.")
 @click.argument("snapshot", metavar="SNAPSHOT")
 @click.argument("job_file", metavar="[JOB.py]", required=False)
 @click.argument("job_args", nargs=-1, type=click.UNPROCESSED, metavar="[JOB ARGS]...")
@@ -31,7 +34,7 @@ __all__ = ["check"]
 @catch_exception
 def check(snapshot: str, job_file: str | None, job_args: tuple[str, ...], parallelism: int | None,
           max_parallelism: int | None, allow_non_restored_state: bool, uids: tuple[str, ...],
-          target_flink: str | None, **_: Any) -> None:
+          target_flink: str | None, compiled_plan: str | None, **_: Any) -> None:
     """Whether JOB.py restores from SNAPSHOT, checked offline; options go before SNAPSHOT.
 
     \b
@@ -43,9 +46,21 @@ def check(snapshot: str, job_file: str | None, job_args: tuple[str, ...], parall
     An Apache Flink snapshot is checked against the new Flink job's uids (--uid, no JOB.py):
     operators mapped / new / dropped, parallelism vs max parallelism. With --target-flink 2.3
     it names every state Flink 2 will not restore (Kryo 2 state of a Flink 1.x snapshot, Scala
-    API serializers, legacy serializer snapshots, SourceFunction-era connector state).
+    API serializers, legacy serializer snapshots, SourceFunction-era connector state). With
+    --compiled-plan PLAN.json it compares a Flink SQL snapshot with the stateful nodes of the
+    job's compiled plan (matched by uid <id>_<transformation> or name Kind[id]).
     Exit 0 compatible, 1 incompatible (one line per reason), 2 bad input.
     """
+    if compiled_plan is not None:
+        from statekit.flink.plan_check import check_compiled_plan
+
+        if job_file is not None or target_flink is not None:
+            raise click.UsageError("--compiled-plan checks an Apache Flink snapshot alone (no JOB.py, no --target-flink)")
+        plan_report = check_compiled_plan(snapshot, compiled_plan, uids=uids)
+        get_output().show(plan_report)
+        if not plan_report.compatible:
+            sys.exit(1)
+        return
     if target_flink is not None:
         from statekit.flink.upgrade import check_flink_upgrade
 

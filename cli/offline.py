@@ -39,15 +39,18 @@ def checkpoints_list(directory: str, **_: Any) -> None:
 @click.command()
 @click.argument("path")
 @click.option("--no-skew", is_flag=True, help="Skip the key-group skew view (reads no state file).")
+@click.option("--compiled-plan", metavar="PLAN.json",
+              help="Apache Flink SQL snapshot: label operators with their plan node (id, type), name accumulator "
+                   "fields, list window aggregates' open windows and timers (reads their state).")
 @uid_option
 @storage_option
 @common_options
 @catch_exception
-def inspect(path: str, no_skew: bool, uids: tuple[str, ...], **_: Any) -> None:
+def inspect(path: str, no_skew: bool, uids: tuple[str, ...], compiled_plan: str | None, **_: Any) -> None:
     """Operators, states, parallelism, key-group ranges, sizes and skew of a snapshot."""
     from statekit.flink.dispatch import inspect_any
 
-    get_output().show(inspect_any(path, skew=not no_skew, uids=uids))
+    get_output().show(inspect_any(path, skew=not no_skew, uids=uids, compiled_plan=compiled_plan))
 
 
 @click.command()

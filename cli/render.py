@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from statekit.flink.convert import ConvertReport
     from statekit.flink.key_group_lookup import KeyGroupLookup
     from statekit.flink.offline_results import FlinkDisposal, FlinkInspection, FlinkVerifyReport, SnapshotList
+    from statekit.flink.plan_check import CompiledPlanReport
     from statekit.flink.relocation import FlinkRelocation
     from statekit.flink.rewrite_report import FlinkModifyReport, FlinkRescaleReport
     from statekit.flink.savepoint_bootstrap import FlinkBootstrapReport
@@ -63,7 +64,7 @@ if TYPE_CHECKING:
         | FlinkBootstrapReport | ConvertReport
         | RunResult | JobList | SavepointResult | CancelResult
         | CheckpointResult | SavepointTrigger | SavepointStatus | CheckpointHistory
-        | CompatibilityReport | MigrationReport | ReportResult | FlinkUpgradeReport
+        | CompatibilityReport | MigrationReport | ReportResult | FlinkUpgradeReport | CompiledPlanReport
         | ConfigReport | SparkServerStatus
     )
 
@@ -87,6 +88,7 @@ RENDERERS: dict[str, str] = {
     "statekit.flink.offline_results.FlinkInspection": "flink.flink_inspection",
     "statekit.flink.offline_results.FlinkVerifyReport": "flink.flink_verify_report",
     "statekit.flink.upgrade.FlinkUpgradeReport": "flink.flink_upgrade_report",
+    "statekit.flink.plan_check.CompiledPlanReport": "flink.compiled_plan_report",
     "statekit.flink.offline_results.FlinkDisposal": "flink.flink_disposal",
     "statekit.flink.relocation.FlinkRelocation": "flink.flink_relocation",
     "statekit.flink.key_group_lookup.KeyGroupLookup": "flink.key_group_lookup",
@@ -149,7 +151,7 @@ COMMAND_RESULTS: dict[str, tuple[str, ...]] = {
     "keygroup": ("statekit.flink.key_group_lookup.KeyGroupLookup",),
     "relocate": ("statekit.flink.relocation.FlinkRelocation",),
     "check": ("statekit.runtime.jobmaster.compatibility.CompatibilityReport",
-              "statekit.flink.upgrade.FlinkUpgradeReport"),
+              "statekit.flink.upgrade.FlinkUpgradeReport", "statekit.flink.plan_check.CompiledPlanReport"),
     "migrate": ("statekit.writers.migration.MigrationReport",),
     "report": ("statekit.writers.report.ReportResult",),
     "spark start": ("statekit.spark.connect_server.SparkServerStatus",),

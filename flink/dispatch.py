@@ -177,7 +177,8 @@ def _no_uids(uids: tuple[str, ...], url: str) -> None:
                             "record their uids", path=url)
 
 
-def inspect_any(url: str, *, skew: bool = True, uids: tuple[str, ...] = ()) -> SnapshotInspection | FlinkInspection:
+def inspect_any(url: str, *, skew: bool = True, uids: tuple[str, ...] = (),
+                compiled_plan: str | None = None) -> SnapshotInspection | FlinkInspection:
     """Inspect a statekit or Flink snapshot.
 
     Args:
@@ -185,13 +186,17 @@ def inspect_any(url: str, *, skew: bool = True, uids: tuple[str, ...] = ()) -> S
         skew: statekit: compute the key-group skew view. Flink: read the keyed state names
             from the state streams (``False`` reads nothing but ``_metadata``).
         uids: Flink only: operator uids to label operators with (``--uid``).
+        compiled_plan: Flink SQL only: the job's compiled plan (``--compiled-plan``).
     """
     flink = flink_snapshot_path(url)
     if flink is not None:
         from statekit.flink import inspect_flink_snapshot
 
-        return FlinkInspection(inspect_flink_snapshot(flink, read_state_meta=skew, uids=uids))
+        return FlinkInspection(inspect_flink_snapshot(flink, read_state_meta=skew, uids=uids,
+                                                      compiled_plan=compiled_plan))
     _no_uids(uids, url)
+    if compiled_plan is not None:
+        raise BadInputError("--compiled-plan names the nodes of an Apache Flink SQL snapshot", path=url)
     from statekit.readers.inspection import inspect_snapshot
 
     return inspect_snapshot(url, skew=skew)

@@ -72,11 +72,25 @@ def list_flink_checkpoints(
 
 
 def inspect_flink_snapshot(
-    path: str, *, storage_options: StorageOptions = None, read_state_meta: bool = True, uids: Uids = ()
+    path: str, *, storage_options: StorageOptions = None, read_state_meta: bool = True, uids: Uids = (),
+    compiled_plan: str | None = None,
 ) -> FlinkSnapshotSummary:
-    """Open a snapshot and summarize it (operators, key groups, sizes, state names)."""
+    """Open a snapshot and summarize it (operators, key groups, sizes, state names).
+
+    With ``compiled_plan`` (a Flink SQL ``COMPILE PLAN`` file) the summary also names each
+    stateful operator's plan node and accumulator fields, and lists the window aggregates'
+    slices and timers (:mod:`statekit.flink.sql_operators`).
+    """
     snapshot = load_snapshot(path, storage_options=storage_options, uids=uids, in_place=True)
-    return summarize_snapshot(snapshot, read_state_meta=read_state_meta)
+    summary = summarize_snapshot(snapshot, read_state_meta=read_state_meta)
+    if compiled_plan is None:
+        return summary
+    from dataclasses import replace
+
+    from statekit.flink.compiled_plan import load_compiled_plan
+    from statekit.flink.sql_operators import sql_operators
+
+    return replace(summary, sql_operators=sql_operators(snapshot, load_compiled_plan(compiled_plan)))
 
 
 def flink_referenced_files(path: str, *, storage_options: StorageOptions = None) -> list[FlinkFileRef]:

@@ -24,6 +24,7 @@ from statekit.flink.model import (
     StreamHandle,
 )
 from statekit.flink.source_splits import SourceSplit, source_splits
+from statekit.flink.sql_operators import SqlOperatorView
 from statekit.flink.state_meta import FlinkStateMeta, read_keyed_backend_meta
 from statekit.flink.storage import FlinkSnapshot, moved_note, read_stream_bytes
 from statekit.statefmt.errors import StatekitError
@@ -149,6 +150,7 @@ class FlinkSnapshotSummary:
     file_bytes: int
     shared_bytes: int
     moved: str | None = None
+    sql_operators: tuple[SqlOperatorView, ...] = ()  # with a compiled plan (inspect --compiled-plan)
 
     @property
     def engine(self) -> str:

@@ -23,10 +23,16 @@ Once the input is consumed the state is frozen; the job waits for two more check
 the savepoints and is cancelled; its last checkpoint is retained.
 
 Usage:  python flink_sql_fixture_job.py OUT BACKEND PLAN [TTL]
+        python flink_sql_fixture_job.py OUT compile-plan - [TTL]
     OUT      absolute directory: OUT/savepoints/savepoint-*
     BACKEND  hashmap | rocksdb
     PLAN     comma-separated savepoints to take: canonical, native
     TTL      table.exec.state.ttl (e.g. "1 d"; default none): state values carry a last-access time
+
+``compile-plan`` runs nothing: it compiles the same statements (``StatementSet.compilePlan``) into
+OUT/plan.json. A compiled plan cannot hold a DataStream source, so there ``numbers`` is a
+``datagen`` table of the same schema (``f0 BIGINT NOT NULL``): one scan node as the DataStream
+one, so every other node keeps its id and type (``GroupAggregate[4]`` is node 4).
 
 Prints one JSON line "FIXTURE {...}" with the job id, the snapshot paths and the operators'
 descriptions.
@@ -147,14 +153,16 @@ def wait_for(predicate, what: str, timeout: float = 300.0) -> None:  # type: ign
         time.sleep(0.2)
 
 
-def main() -> None:
+def compile_plan() -> None:
     env = StreamExecutionEnvironment.get_execution_environment(configuration())
     t_env = StreamTableEnvironment.create(env)
-    numbers = (env.from_source(NumberSequenceSource(0, 10**12), WatermarkStrategy.no_watermarks(), "numbers")
-               .set_parallelism(1).uid("numbers")
-               .map(throttle, output_type=Types.LONG()).set_parallelism(1).uid("throttle")
-               .filter(lambda n: n < N).set_parallelism(1).uid("first-n"))
-    t_env.create_temporary_view("numbers", t_env.from_data_stream(numbers))
+    t_env.execute_sql("CREATE TEMPORARY TABLE numbers (f0 BIGINT NOT NULL) WITH ('connector' = 'datagen')")
+    statements = insert_statements(t_env)
+    with open(os.path.join(OUT, "plan.json"), "w") as out:
+        out.write(statements._j_statement_set.compilePlan().asJsonString())
+
+
+def insert_statements(t_env):  # type: ignore[no-untyped-def]
     t_env.execute_sql(CLICKS)
     for name in ("by_user", "by_bucket", "last", "distincts"):
         t_env.execute_sql(f"CREATE TEMPORARY TABLE {name}_sink ({SINK_COLUMNS[name]}) "
@@ -164,7 +172,21 @@ def main() -> None:
     statements.add_insert_sql(f"INSERT INTO by_bucket_sink {BY_BUCKET}")
     statements.add_insert_sql(f"INSERT INTO last_sink {LAST}")
     statements.add_insert_sql(f"INSERT INTO distincts_sink {DISTINCTS}")
-    client = statements.execute().get_job_client()
+    return statements
+
+
+def main() -> None:
+    if BACKEND == "compile-plan":
+        compile_plan()
+        return
+    env = StreamExecutionEnvironment.get_execution_environment(configuration())
+    t_env = StreamTableEnvironment.create(env)
+    numbers = (env.from_source(NumberSequenceSource(0, 10**12), WatermarkStrategy.no_watermarks(), "numbers")
+               .set_parallelism(1).uid("numbers")
+               .map(throttle, output_type=Types.LONG()).set_parallelism(1).uid("throttle")
+               .filter(lambda n: n < N).set_parallelism(1).uid("first-n"))
+    t_env.create_temporary_view("numbers", t_env.from_data_stream(numbers))
+    client = insert_statements(t_env).execute().get_job_client()
     job_id = str(client.get_job_id())
     print("job id", job_id, flush=True)
     wait_for(lambda: os.path.exists(MARKER), "the input to be consumed")

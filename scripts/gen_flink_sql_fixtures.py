@@ -2,14 +2,18 @@
 """Generate tests/golden/flink-sql-2.3/ with real Apache Flink 2.3: a PyFlink SQL job's state.
 
     scripts/install_pyflink.sh 2.3.0          # once: PyFlink into .venv-flink
-    python3 scripts/gen_flink_sql_fixtures.py [--only VARIANT] [--keep-work] [--dest DIR]
+    python3 scripts/gen_flink_sql_fixtures.py [--only VARIANT] [--keep-work] [--dest DIR] [--plans-only]
 
 Runs scripts/flink_sql_fixture_job.py (two group aggregates over the numbers 0..N-1, see its
 docstring) on the local MiniCluster once per state backend and copies its savepoints into
 DEST/<variant>/ (the hashmap run's retained heap checkpoint too) with facts.json and expected.json: every group's key and aggregates, computed
 here in plain Python from the same input rows (not read back with statekit), and the
 planner's accumulator layout of each GroupAggregate operator (``AVG`` is reduced to
-``SUM``/``COUNT`` and shares the ``SUM`` and ``COUNT(*)`` already asked for).
+``SUM``/``COUNT`` and shares the ``SUM`` and ``COUNT(*)`` already asked for). Each variant also
+gets plan.json: the job's statements compiled by Flink (``COMPILE PLAN``, with the variant's
+``table.exec.state.ttl``) over a ``datagen`` stand-in of the same schema for the DataStream
+source, which compiled plans cannot hold (``--plans-only`` writes just these, leaving the
+savepoints as they are).
 """
 
 from __future__ import annotations
@@ -170,6 +174,21 @@ def run_job(venv: Path, work: Path, backend: str, plan: str, ttl: str, job: Path
     return dict(json.loads(facts[-1][len("FIXTURE "):]))
 
 
+def compile_plan(venv: Path, variant: str, dest: Path) -> None:
+    """DEST/<variant>/plan.json: Flink's compiled plan of the job's statements."""
+    env = dict(os.environ)
+    env["JAVA_TOOL_OPTIONS"] = (env.get("JAVA_TOOL_OPTIONS", "") + " " + ADD_OPENS).strip()
+    with tempfile.TemporaryDirectory(prefix="statekit-flink-sql-plan-") as work:
+        done = subprocess.run([str(venv / "bin" / "python"), str(JOB), work, "compile-plan", "-", VARIANTS[variant][3]],
+                              cwd=work, env=env, capture_output=True, text=True, timeout=600)
+        plan = Path(work) / "plan.json"
+        if done.returncode != 0 or not plan.exists():
+            sys.stderr.write(done.stdout[-4000:] + done.stderr[-4000:])
+            raise SystemExit(f"compiling the Flink SQL plan failed (exit {done.returncode})")
+        (dest / variant / "plan.json").write_text(json.dumps(json.loads(plan.read_text()), indent=1) + "\n")
+    print(f"{variant}: plan.json", flush=True)
+
+
 def copy_variant(variant: str, facts: dict[str, Any], work: Path, dest: Path, seconds: float) -> None:
     target = dest / variant
     if target.exists():
@@ -198,16 +217,21 @@ def main() -> None:
     parser.add_argument("--keep-work", action="store_true", help="keep the /tmp work directories")
     parser.add_argument("--dest", type=Path, default=ROOT / "tests" / "golden" / "flink-sql-2.3")
     parser.add_argument("--venv", type=Path, default=ROOT / ".venv-flink")
+    parser.add_argument("--plans-only", action="store_true", help="only (re)compile each variant's plan.json")
     args = parser.parse_args()
     if not (args.venv / "bin" / "python").exists():
         raise SystemExit(f"{args.venv} is missing: run scripts/install_pyflink.sh 2.3.0")
     for variant in args.only or VARIANTS:
+        if args.plans_only:
+            compile_plan(args.venv, variant, args.dest)
+            continue
         backend, plan, _, ttl = VARIANTS[variant]
         work = Path(tempfile.mkdtemp(prefix="statekit-flink-sql-"))
         started = time.monotonic()
         try:
             facts = run_job(args.venv, work, backend, plan, ttl)
             copy_variant(variant, facts, work, args.dest, time.monotonic() - started)
+            compile_plan(args.venv, variant, args.dest)
         finally:
             if not args.keep_work:
                 shutil.rmtree(work, ignore_errors=True)

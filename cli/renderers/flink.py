@@ -14,12 +14,15 @@ from statekit.cli.renderers.snapshots import LISTING_COLUMNS
 if TYPE_CHECKING:
     from statekit.flink.key_group_lookup import KeyGroupLookup
     from statekit.flink.offline_results import FlinkDisposal, FlinkInspection, FlinkVerifyReport, SnapshotList
+    from statekit.flink.plan_check import CompiledPlanReport
     from statekit.flink.relocation import FlinkRelocation
+    from statekit.flink.sql_operators import SqlOperatorView
     from statekit.flink.summary import FlinkOperatorSummary
     from statekit.flink.upgrade import FlinkUpgradeReport
 
 __all__ = ["snapshot_list", "flink_inspection", "flink_verify_report", "flink_disposal", "flink_relocation",
-           "key_group_lookup", "flink_upgrade_report"]
+           "key_group_lookup", "flink_upgrade_report",
+           "compiled_plan_report"]
 
 _STATUS_STYLES = {"complete": "green", "incomplete": "yellow", "damaged": "red"}
 
@@ -79,6 +82,30 @@ def flink_inspection(console: Console, result: FlinkInspection) -> None:
     for index, op in enumerate(s.operators):
         if op.bytes or op.keyed_states or op.keyed_state_problem or op.splits_problem:
             _operator_detail(console, result, index)
+    for view in s.sql_operators:
+        _sql_operator(console, view)
+
+
+def _sql_operator(console: Console, v: SqlOperatorView) -> None:
+    fields = ", ".join(v.accumulators) or "not named (see the plan)"
+    console.print(f"[bold]SQL[/] {escape(v.name or v.operator_id)}: plan node {v.plan_node} {escape(v.node_type)}; "
+                  f"key {escape(v.key_type or '?')}; accumulators {escape(fields)}"
+                  + (f"; window {escape(v.window)}" if v.window else ""), soft_wrap=True)
+    if v.slices:
+        print_table(console, f"{v.name or v.operator_id}: window-aggs by slice end", [
+            Column("slice end", key=True), Column("covers"), Column("holds", drop=1), Column("keys", right=True)],
+            [[s.slice_end_time, f"[{_utc(s.start)}, {_utc(s.end)})" if s.start is not None and s.end is not None
+              else "-", s.holds or "-", str(s.keys)] for s in v.slices])
+    if v.event_timers:
+        print_table(console, f"{v.name or v.operator_id}: event-time window timers", [
+            Column("window end", key=True), Column("fires at watermark", right=True), Column("keys", right=True)],
+            [[t.window_end_time, str(t.timestamp), str(t.keys)] for t in v.event_timers])
+
+
+def _utc(ms: int) -> str:
+    from statekit.flink.sql_operators import epoch_ms_text
+
+    return epoch_ms_text(ms)
 
 
 def _keyed(op: FlinkOperatorSummary) -> bool:
@@ -199,3 +226,17 @@ def flink_upgrade_report(console: Console, r: FlinkUpgradeReport) -> None:
         label = "[yellow]unknown[/]" if not f.blocking else f"[red]{escape(f.kind)}[/]"
         console.print(f"  {label} {escape(f.operator)}/{escape(f.state)}: {escape(f.reason)}", soft_wrap=True)
         console.print(f"    way out: {escape(f.way_out)}", soft_wrap=True)
+
+
+def compiled_plan_report(console: Console, r: CompiledPlanReport) -> None:
+    verdict = "[green]COMPATIBLE[/]" if r.compatible else "[red]INCOMPATIBLE[/]"
+    console.print(f"{verdict}: {escape(r.path)} against the compiled plan {escape(r.plan)} "
+                  f"(Flink {escape(r.plan_flink_version)}; {_count(len(r.checks), 'stateful operator')})",
+                  soft_wrap=True)
+    colors = {"compatible": "green", "incompatible": "red", "unknown": "yellow"}
+    for c in r.checks:
+        node = f"node {c.node} {c.node_type}" if c.node is not None else "no node"
+        operator = f"{c.operator_name or '?'} ({c.operator})" if c.operator else "no operator"
+        console.print(f"  [{colors[c.verdict]}]{c.verdict}[/] {escape(node)} <-> {escape(operator)}", soft_wrap=True)
+        for reason in c.reasons:
+            console.print(f"    {escape(reason)}", soft_wrap=True)

@@ -56,6 +56,10 @@ def test_a_fresh_sql_run_decodes_to_its_expected_json(tmp_path: Path) -> None:
         if "cnt" in query["accumulators"]:  # COUNT(*): its field in the accumulator layout
             field = f"f{query['accumulators'].index('cnt')}"
             assert sorted(v[field] for v in got.values()) == sorted(g["result"]["cnt"] for g in query["groups"])
+    assert (root / "plan.json").exists()  # the variant's compiled plan, checked against the savepoint
+    from statekit.flink.plan_check import check_compiled_plan
+
+    assert check_compiled_plan(str(root / facts["savepoints"]["canonical"]), str(root / "plan.json")).compatible
 
 
 def test_a_fresh_sql_operators_run_decodes_to_its_expected_json(tmp_path: Path) -> None:
@@ -91,3 +95,21 @@ def test_a_fresh_sql_operators_run_decodes_to_its_expected_json(tmp_path: Path) 
             want = [json.dumps([x["key"], x.get("user_key"), sorted(x["value"], key=json.dumps)
                                 if state in op["unordered_lists"] else x["value"]], sort_keys=True) for x in entries]
             assert sorted(got) == sorted(want), (op["name"], state)
+
+
+def test_a_fresh_sql_window_run_decodes_to_its_expected_json(tmp_path: Path) -> None:
+    """scripts/gen_flink_sql_window_fixtures.py (about 35 s of a JVM): the open windows' slices and timers."""
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_flink_sql_window_fixtures.py"), "--only", "hashmap",
+                    "--dest", str(tmp_path)], check=True, timeout=600)
+    from statekit.flink.plan_check import check_compiled_plan
+
+    root = tmp_path / "hashmap"
+    facts = json.loads((root / "facts.json").read_text())
+    truth = json.loads((root / "expected.json").read_text())
+    path = str(root / facts["savepoints"]["canonical"])
+    snapshot = open_flink_snapshot(path)
+    for query in truth["operators"].values():
+        got = sorted((e.key["f0"], e.namespace, e.value["f0"]) for e in read_keyed_state(snapshot, query["uid"],
+                                                                                          "window-aggs"))
+        assert got == sorted((s["key"]["user_id"], s["slice_end"], s["acc"]["cnt"]) for s in query["slices"])
+    assert check_compiled_plan(path, str(tmp_path / "plan.json")).compatible
