@@ -15,7 +15,8 @@ each). This module does the same work on whole key groups (*blocks*) with array 
    at the block's end; otherwise (a key of 64 KiB or more) the block goes to the Python path.
 2. **hash** (only when ``M2`` does not divide ``M``) — Java ``hashCode`` of the keys, as
    :mod:`statekit.flink.key_hash` computes it, vectorized for keys of ``String``, ``Long``,
-   ``Integer`` and one-field ``Row`` s of them (PyFlink's keys), then Flink's
+   ``Integer``, one-field ``Row`` s of them (PyFlink's keys) and SQL ``BinaryRowData`` (the
+   murmur word hash over the keys of one size at a time), then Flink's
    ``murmurHash % M2`` (:func:`murmur_hash_array`); other keys are hashed one by one. When
    ``M2`` divides ``M`` a key's new key group is its old one modulo ``M2``
    (``(h % M) % M2 == h % M2``): nothing is hashed.
@@ -33,6 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from statekit.flink.key_hash import ROW_DATA_SEED, binary_row_fixed_size
 from statekit.flink.sources import END_OF_KEY_GROUP_MARK, META_FOLLOWS
 
 if TYPE_CHECKING:
@@ -218,14 +220,53 @@ def _powers(length: int) -> npt.NDArray[np.uint32]:
     return powers
 
 
+def _rotl(k: npt.NDArray[np.uint32], r: int) -> npt.NDArray[np.uint32]:
+    import numpy as np
+
+    return (k << np.uint32(r)) | (k >> np.uint32(32 - r))
+
+
+def _binary_row_hashes(b: npt.NDArray[np.uint8], at: npt.NDArray[np.int64], ends: npt.NDArray[np.int64],
+                       arity: int) -> npt.NDArray[np.uint32] | None:
+    """``BinaryRowData.hashCode`` of the SQL rows at ``at`` (int size, then the row), or ``None``
+    when one does not fit: the rows of each size as one matrix of little-endian words."""
+    import numpy as np
+
+    if (at + 4 > ends).any():
+        return None
+    sizes = _be32(b, at)
+    if ((sizes < binary_row_fixed_size(arity)) | (sizes % 4 != 0) | (at + 4 + sizes > ends)).any():
+        return None
+    hashes = np.empty(len(at), np.uint32)
+    with np.errstate(over="ignore"):
+        for size in np.unique(sizes).tolist():
+            rows = np.flatnonzero(sizes == size)
+            words = b[(at[rows] + 4)[:, None] + _steps(size)].view("<u4")  # (rows, size / 4)
+            h = np.full(len(rows), ROW_DATA_SEED, np.uint32)
+            for column in range(size // 4):
+                k = _rotl(words[:, column].astype(np.uint32) * np.uint32(0xCC9E2D51), 15) * np.uint32(0x1B873593)
+                h = _rotl(h ^ k, 13) * np.uint32(5) + np.uint32(0xE6546B64)
+            h ^= np.uint32(size)
+            h ^= h >> np.uint32(16)
+            h = h * np.uint32(0x85EBCA6B)
+            h ^= h >> np.uint32(13)
+            h = h * np.uint32(0xC2B2AE35)
+            h ^= h >> np.uint32(16)
+            hashes[rows] = h
+    return hashes
+
+
 def java_hashes(b: npt.NDArray[np.uint8], at: npt.NDArray[np.int64], key_type: str,
-                ends: npt.NDArray[np.int64] | None = None) -> npt.NDArray[np.uint32] | None:
+                ends: npt.NDArray[np.int64] | None = None, row_arity: int | None = None) -> npt.NDArray[np.uint32] | None:
     """Java ``hashCode`` (as uint32) of the keys at ``at`` (each ending before ``ends``), or ``None``
-    (not vectorized, or a key that does not fit: hash one by one, which names the damage)."""
+    (not vectorized, or a key that does not fit: hash one by one, which names the damage).
+    ``row_arity``: the keys are SQL binary rows of that many fields (``KeyHasher.row_arity``)."""
     import numpy as np
 
     if ends is None:
         ends = np.full(len(at), len(b), np.int64)
+    if row_arity is not None:
+        return _binary_row_hashes(b, at, ends, row_arity)
     row = key_type.startswith("Row<")
     inner = key_type[4:-1] if row else key_type
     if row:
@@ -267,7 +308,7 @@ def _new_key_groups(b: npt.NDArray[np.uint8], entries: BlockEntries, key_group: 
         skip[np.isin(entries.states, list(timers))] = TIMER_TIMESTAMP_BYTES
     at = entries.starts + 4 + prefix + skip
     ends = entries.starts + 4 + entries.key_lengths
-    hashes = java_hashes(b, at, hasher.name, ends) if (at <= ends).all() else None
+    hashes = java_hashes(b, at, hasher.name, ends, hasher.row_arity) if (at <= ends).all() else None
     if hashes is None:
         raw = bytes(data)
         cache: dict[bytes, int] = {}

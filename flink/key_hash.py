@@ -16,6 +16,10 @@ serializer the keyed backend recorded, without building Python values:
     Tuple1..25 (``Tuple``)      ``h = f0.hashCode()``, then per field ``h = 31 * h + f.hashCode()``
                                 (no null fields: ``TupleSerializer`` writes none); fields of the
                                 types above, or tuples
+    SQL ``RowData``             ``BinaryRowData.hashCode``: murmur3_32 (seed 42) of the row's
+    (``RowDataSerializer``,     bytes as little-endian 4-byte words, then ``fmix(h ^ size)``
+    ``BinaryRowDataSerializer``) (``MurmurHashUtils.hashBytesByWords``); the key bytes are the
+                                row's size (big-endian int) and its ``size`` bytes
     ==========================  =============================================================
 
 ``d`` is Flink's ``RowUtils.deepHashCodeInternal``: 0 for null, ``31 + hashCode`` for a
@@ -23,6 +27,16 @@ scalar or a nested row (``Arrays.deepHashCode`` of a one-element array; for ``by
 ``31 + Arrays.hashCode``), and for a ``List`` ``1`` folded by ``31 * h + d(element)``, for a
 ``Map`` ``1 + sum(d(key) ^ d(value))``. PyFlink keys by a one-field ``Row``, so a PyFlink
 ``String`` key hashes to ``62 + String.hashCode`` (``RowKind.INSERT`` is 0).
+
+Flink SQL keys its operators by ``BinaryRowData`` (the planner's ``BinaryRowDataKeySelector``
+projects each input row to a binary row and copies it), and ``RowDataSerializer`` writes a
+``BinaryRowData`` as it is, so the hash of the bytes in the savepoint is the hash Flink
+assigned the key group from. The hash covers every byte of the row: header, null bits, the
+fixed part (whatever the writer left in the unused bytes of a slot) and the variable part.
+The one SQL key selector that is not binary, the ``GenericRowData`` one of keyed lookup
+joins, writes the same bytes but hashes its fields: such keys would be regrouped wrongly
+(statekit cannot tell them apart in a savepoint; the SQL group aggregates, joins and windows
+key by binary rows).
 
 Invariant: for every key the serializer wrote, :meth:`KeyHasher.java_hash` equals the Java
 ``hashCode`` of the key object Flink deserializes from the same bytes (checked against a JVM
@@ -37,12 +51,14 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import mmh3
+
 from statekit.flink.keygroups import flink_murmur_hash
 from statekit.flink.serializers import BYTES_CLASS, LIST_CLASS, MAP_CLASS, ROW_CLASS
-from statekit.flink.state_meta import TUPLE_SNAPSHOT, SerializerNode
+from statekit.flink.state_meta import BINARY_ROW_DATA_SNAPSHOT, ROW_DATA_SNAPSHOT, TUPLE_SNAPSHOT, SerializerNode
 from statekit.statefmt.errors import CorruptStateError
 
-__all__ = ["KeyHasher", "key_hasher", "unhashable_class"]
+__all__ = ["KeyHasher", "key_hasher", "unhashable_class", "murmur_words", "binary_row_fixed_size", "ROW_DATA_SEED"]
 
 _M = 0xFFFFFFFF
 _BASE = "org.apache.flink.api.common.typeutils.base."
@@ -50,6 +66,7 @@ _I64, _I32, _I16, _U16 = struct.Struct(">q"), struct.Struct(">i"), struct.Struct
 _ROW_KIND_BITS = 2
 _CANONICAL_DOUBLE_NAN = 0x7FF8000000000000
 _CANONICAL_FLOAT_NAN = 0x7FC00000
+ROW_DATA_SEED = 42  # MurmurHashUtils.DEFAULT_SEED
 
 # (data, pos) -> (hashCode as an unsigned 32-bit int, position after the value)
 Read = Callable[[bytes, int], tuple[int, int]]
@@ -217,6 +234,44 @@ def _row(field_nodes: tuple[SerializerNode, ...]) -> Read | None:
     return read
 
 
+def murmur_words(data: bytes | bytearray | memoryview, pos: int, length: int, seed: int = ROW_DATA_SEED) -> int:
+    """``MurmurHashUtils.hashBytesByWords`` of ``data[pos:pos + length]`` (``length`` a multiple
+    of 4), unsigned: murmur3_32 over little-endian 4-byte words, then ``fmix(h ^ length)`` —
+    for whole words exactly the standard murmur3_32 (no tail), so ``mmh3`` computes it."""
+    return int(mmh3.hash(bytes(data[pos:pos + length]), seed, signed=False))
+
+
+def binary_row_fixed_size(arity: int) -> int:
+    """``BinaryRowData.calculateFixPartSizeInBytes``: header and null bits (8-byte words), 8 bytes a field."""
+    return ((arity + 63 + 8) // 64) * 8 + 8 * arity
+
+
+def _binary_row(arity: int) -> Read:
+    """``BinaryRowData.hashCode`` of a ``(Binary)RowDataSerializer`` value: int size, then the row."""
+    fixed = binary_row_fixed_size(arity)
+
+    def read(data: bytes, pos: int) -> tuple[int, int]:
+        size = _I32.unpack_from(data, pos)[0]
+        pos += 4
+        if size < fixed or size % 4:
+            raise ValueError(f"a binary row of {size} bytes (a row of {arity} fields takes at least {fixed}, "
+                             "in 4-byte words)")
+        if pos + size > len(data):
+            raise ValueError(f"binary row of {size} bytes does not fit")
+        return murmur_words(data, pos, size), pos + size
+
+    return read
+
+
+def _row_arity(node: SerializerNode) -> int | None:
+    """The field count of a SQL row serializer's snapshot, or ``None`` for another class."""
+    if node.snapshot_class == ROW_DATA_SNAPSHOT:
+        return len(node.logical_types)
+    if node.snapshot_class == BINARY_ROW_DATA_SNAPSHOT and node.text is not None and node.text.isdigit():
+        return int(node.text)
+    return None
+
+
 def _tuple(field_nodes: tuple[SerializerNode, ...]) -> Read | None:
     """``Tuple2.hashCode`` and its siblings: ``31 * h + hashCode`` over the fields, from ``f0``'s."""
     fields = [_hash(node) for node in field_nodes]
@@ -243,6 +298,9 @@ def _hash(node: SerializerNode) -> Read | None:
         return _row(node.children)
     if node.snapshot_class == TUPLE_SNAPSHOT:
         return _tuple(node.children)
+    arity = _row_arity(node)
+    if arity is not None:
+        return _binary_row(arity)
     return None
 
 
@@ -253,6 +311,10 @@ def _name(node: SerializerNode) -> str:
     if node.snapshot_class in (ROW_CLASS, TUPLE_SNAPSHOT):
         kind = "Row" if node.snapshot_class == ROW_CLASS else f"Tuple{len(node.children)}"
         return f"{kind}<{','.join(_name(child) for child in node.children)}>"
+    if node.snapshot_class == ROW_DATA_SNAPSHOT:
+        return "RowData<" + ", ".join(t.sql() for t in node.logical_types) + ">"
+    if _row_arity(node) is not None:
+        return f"BinaryRowData<{node.text} fields>"
     return node.snapshot_class.rsplit(".", 1)[-1]
 
 
@@ -261,11 +323,13 @@ class KeyHasher:
     """The Java ``hashCode`` of keys written by one key serializer.
 
     Attributes:
-        name: The key type (``String``, ``Row<String>``, ...).
+        name: The key type (``String``, ``Row<String>``, ``RowData<INT NOT NULL>``, ...).
+        row_arity: The field count of a SQL ``BinaryRowData`` key, else ``None``.
     """
 
     name: str
     _read: Read
+    row_arity: int | None = None
 
     def java_hash(self, data: bytes, pos: int, *, where: str) -> tuple[int, int]:
         """``(hashCode, end)`` of the key that starts at ``data[pos]``.
@@ -292,7 +356,7 @@ def key_hasher(node: SerializerNode | None) -> KeyHasher | None:
     if node is None:
         return None
     read = _hash(node)
-    return None if read is None else KeyHasher(_name(node), read)
+    return None if read is None else KeyHasher(_name(node), read, _row_arity(node))
 
 
 def unhashable_class(node: SerializerNode | None) -> str:

@@ -35,8 +35,9 @@ from statekit.statefmt.json_contract import JsonShape
 __all__ = [
     "SerializerNode", "SerializerInfo", "FlinkStateMeta", "KeyedBackendMeta", "read_keyed_backend_meta",
     "BYTE_ARRAY_WRAPPER_SNAPSHOT", "POJO_SNAPSHOT", "AVRO_SNAPSHOT", "KRYO_SNAPSHOTS", "TUPLE_SNAPSHOT",
-    "ENUM_SNAPSHOT", "SCALA_CASE_CLASS_SNAPSHOT", "ROW_DATA_SNAPSHOT", "STRING_DATA_SNAPSHOT", "DECIMAL_DATA_SNAPSHOT",
-    "TIMESTAMP_DATA_SNAPSHOT", "EXTERNAL_SNAPSHOT", "RAW_VALUE_SNAPSHOT", "NULL_SNAPSHOT", "SORTED_MAP_SNAPSHOT",
+    "ENUM_SNAPSHOT", "SCALA_CASE_CLASS_SNAPSHOT", "ROW_DATA_SNAPSHOT", "BINARY_ROW_DATA_SNAPSHOT", "STRING_DATA_SNAPSHOT",
+    "DECIMAL_DATA_SNAPSHOT", "TIMESTAMP_DATA_SNAPSHOT", "EXTERNAL_SNAPSHOT", "RAW_VALUE_SNAPSHOT", "NULL_SNAPSHOT",
+    "SORTED_MAP_SNAPSHOT",
 ]
 
 PROXY_VERSION = 6
@@ -98,6 +99,7 @@ SCALA_CASE_CLASS_SNAPSHOT = "org.apache.flink.api.scala.typeutils.ScalaCaseClass
 # Flink SQL's rows (keys and values of SQL operators' state) and the serializers of their fields
 _TABLE = "org.apache.flink.table.runtime.typeutils."
 ROW_DATA_SNAPSHOT = _TABLE + "RowDataSerializer$RowDataSerializerSnapshot"
+BINARY_ROW_DATA_SNAPSHOT = _TABLE + "BinaryRowDataSerializer$BinaryRowDataSerializerSnapshot"  # text: the arity
 TTL_SNAPSHOT = "org.apache.flink.runtime.state.ttl.TtlStateFactory$TtlSerializerSnapshot"
 EXTERNAL_SNAPSHOT = _TABLE + "ExternalSerializer$ExternalSerializerSnapshot"
 STRING_DATA_SNAPSHOT = _TABLE + "StringDataSerializer$StringDataSerializerSnapshot"
@@ -108,7 +110,7 @@ RAW_VALUE_SNAPSHOT = _TABLE + "RawValueDataSerializer$RawValueDataSerializerSnap
 SORTED_MAP_SNAPSHOT = _TABLE + "SortedMapSerializerSnapshot"
 # snapshot class -> the ints it writes (DecimalData: precision, scale; TimestampData: precision)
 _TABLE_INT_SNAPSHOTS = {DECIMAL_DATA_SNAPSHOT: 2, TIMESTAMP_DATA_SNAPSHOT: 1,
-                        _TABLE + "BinaryRowDataSerializer$BinaryRowDataSerializerSnapshot": 1}
+                        BINARY_ROW_DATA_SNAPSHOT: 1}
 # snapshot class -> the Java-serialized objects it writes (logical types, then serializers)
 _TABLE_JAVA_SNAPSHOTS = {_TABLE + "ArrayDataSerializer$ArrayDataSerializerSnapshot": 2,
                          _TABLE + "MapDataSerializer$MapDataSerializerSnapshot": 4}

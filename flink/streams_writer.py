@@ -38,7 +38,7 @@ from statekit.flink.model import FlinkOperatorState, KeyedHandleKind, StreamHand
 from statekit.flink.regroup import StreamInput
 from statekit.flink.serializers import TIMER_CLASS
 from statekit.flink.sources import StreamSource, keyed_sources
-from statekit.flink.state_meta import ROW_DATA_SNAPSHOT, FlinkStateMeta, KeyedBackendMeta
+from statekit.flink.state_meta import FlinkStateMeta, KeyedBackendMeta
 from statekit.flink.storage import FlinkSnapshot, read_stream_bytes, resolve_stream
 from statekit.statefmt.errors import BadInputError
 from statekit.statefmt.keygroups import KeyGroupRange
@@ -46,8 +46,8 @@ from statekit.statefmt.keygroups import KeyGroupRange
 __all__ = ["OperatorStreams", "operator_streams", "open_inputs", "write_stream", "has_keyed_state"]
 
 END_OF_KEY_GROUP = b"\xff\xff"
-SUPPORTED_KEYS = ("String, Long, Integer, Short, Byte, Boolean, Character, Double, Float, and Rows and Tuples of these; "
-                  "a POJO, Kryo, Avro or case class key hashes by user code")
+SUPPORTED_KEYS = ("String, Long, Integer, Short, Byte, Boolean, Character, Double, Float, Rows and Tuples of these, "
+                  "and Flink SQL's RowData; a POJO, Kryo, Avro or case class key hashes by user code")
 
 
 @dataclass(frozen=True)
@@ -172,10 +172,6 @@ def operator_streams(snapshot: FlinkSnapshot, op: FlinkOperatorState) -> Operato
     hasher = key_hasher(meta.key_serializer.tree)
     if hasher is None:
         state = meta.states[0].name
-        if meta.key_serializer.snapshot_class == ROW_DATA_SNAPSHOT:
-            raise BadInputError(f"operator {op.label}: state {state!r} is keyed by a Flink SQL row "
-                                f"({meta.key_serializer.short_name}): rewriting SQL savepoints is not supported "
-                                "yet (their key groups come from BinaryRowData's hash)", path=reference.source)
         raise BadInputError(f"operator {op.label}: state {state!r} is keyed by "
                             f"{unhashable_class(meta.key_serializer.tree)}, whose Java hashCode statekit cannot "
                             f"compute (it hashes {SUPPORTED_KEYS})", path=reference.source)

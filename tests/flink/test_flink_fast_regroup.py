@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from statekit.flink import regroup
 from statekit.flink.fast_regroup import java_hashes, murmur_hash_array, parse_block
+from statekit.flink.key_hash import murmur_words
 from statekit.flink.keygroups import flink_murmur_hash, java_string_hash
 from statekit.flink.rewrite import rescale_flink_savepoint
 from statekit.flink.savepoint_bootstrap import (
@@ -31,6 +32,9 @@ from statekit.flink.type_info import parse_flink_type
 from statekit.statefmt.json_contract import json_data
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "pyflink-2.3/hashmap/savepoints/savepoint-48634f-b2be849ccf0d"
+SQL_GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "flink-sql-2.3"
+SQL_SAVEPOINTS = {"hashmap": "savepoint-90ad96-f1c6f0d4e954", "rocksdb": "savepoint-a2f725-610023af5004",
+                  "hashmap-ttl": "savepoint-cfdbfe-d2f56d1ef35f"}  # canonical
 
 
 def streams(directory: Path) -> list[bytes]:
@@ -56,6 +60,14 @@ def both_paths(source: Path, out: Path, max_parallelism: int, monkeypatch: pytes
 def test_real_flink_savepoint_same_bytes_on_every_path(tmp_path: Path, max_parallelism: int,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     both_paths(GOLDEN, tmp_path, max_parallelism, monkeypatch)
+
+
+@pytest.mark.parametrize("variant", sorted(SQL_SAVEPOINTS))
+@pytest.mark.parametrize("max_parallelism", [64, 100, 256, 1000])
+def test_real_flink_sql_savepoint_same_bytes_on_every_path(tmp_path: Path, variant: str, max_parallelism: int,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """``BinaryRowData`` keys: hashed a matrix of words at a time, or one by one."""
+    both_paths(SQL_GOLDEN / variant / "savepoints" / SQL_SAVEPOINTS[variant], tmp_path, max_parallelism, monkeypatch)
 
 
 def generated(tmp_path: Path, key_type: str, keys: list[object], max_parallelism: int) -> Path:
@@ -125,3 +137,29 @@ def test_vectorized_hashes_are_javas(texts: list[str]) -> None:
         expected = [(java_string_hash(t) + extra) & 0xFFFFFFFF for t in texts]
         assert hashes.tolist() == expected
         assert murmur_hash_array(hashes).tolist() == [flink_murmur_hash(h) for h in expected]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.binary(max_size=40)), min_size=1, max_size=30),
+       st.binary(max_size=9))
+def test_vectorized_binary_row_hashes_are_the_word_hash(rows: list[tuple[int, bytes]], gap: bytes) -> None:
+    """SQL keys of 0 to 3 fields with any bytes after the fixed part (rows of several sizes in one
+    block, each followed by bytes of no row): ``BinaryRowData.hashCode`` of each."""
+    arity = 2
+    fixed = 8 + 8 * arity
+    data, starts, ends, expected, sizes = bytearray(), [], [], [], []
+    for words, tail in rows:
+        body = bytes(range(fixed)) + tail[:len(tail) // 4 * 4] + bytes(4 * words)
+        starts.append(len(data))
+        data += len(body).to_bytes(4, "big") + body
+        ends.append(len(data) + len(gap))
+        data += gap
+        expected.append(murmur_words(body, 0, len(body)))
+        sizes.append(len(body))
+    hashes = java_hashes(np.frombuffer(bytes(data), np.uint8), np.array(starts, np.int64), "RowData<INT, INT>",
+                         np.array(ends, np.int64), row_arity=arity)
+    assert hashes is not None and hashes.tolist() == expected
+    wider = java_hashes(np.frombuffer(bytes(data), np.uint8), np.array(starts, np.int64), "RowData<INT, INT, INT>",
+                        np.array(ends, np.int64), row_arity=3)  # a row shorter than 3 fields' fixed part: one by one
+    assert (wider is None) == (min(sizes) < 8 + 8 * 3)
+    assert wider is None or wider.tolist() == expected

@@ -1,24 +1,29 @@
 """The Java ``hashCode`` of Flink keys, computed from their bytes (``statekit.flink.key_hash``).
 
 The expected values were printed by a JVM (PyFlink 2.3's Flink classes, ``Row.hashCode``,
-``Objects.hashCode``, ``KeyGroupRangeAssignment.assignToKeyGroup``); the golden PyFlink
-savepoints then check every real key against the key group Flink stored it in.
+``Objects.hashCode``, ``KeyGroupRangeAssignment.assignToKeyGroup``; SQL rows built with
+``BinaryRowWriter``, serialized by ``RowDataSerializer``, hashed by ``BinaryRowData.hashCode``);
+the golden PyFlink and Flink SQL savepoints then check every real key against the key group
+Flink stored it in.
 """
 
 from __future__ import annotations
 
+import json
 import struct
+from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from statekit.flink.key_hash import key_hasher, unhashable_class
+from statekit.flink.key_hash import key_hasher, murmur_words, unhashable_class
 from statekit.flink.keygroups import flink_murmur_hash, java_hash_code
+from statekit.flink.logical_type import LogicalType
 from statekit.flink.serializers import BYTES_CLASS, LIST_CLASS, MAP_CLASS, ROW_CLASS
 from statekit.flink.sources import StreamSource, key_group_entries, keyed_sources, prefix_bytes
-from statekit.flink.state_meta import SerializerNode
+from statekit.flink.state_meta import BINARY_ROW_DATA_SNAPSHOT, ROW_DATA_SNAPSHOT, SerializerNode
 from statekit.flink.storage import load_snapshot
 from statekit.statefmt.errors import CorruptStateError
 
@@ -157,3 +162,120 @@ def test_every_key_of_real_savepoints_hashes_to_the_key_group_flink_stored_it_in
                     assert flink_murmur_hash(code) % op.max_parallelism == key_group
                     checked += 1
     assert checked > 10000
+
+
+# ----------------------------------------------------------------------------- Flink SQL's BinaryRowData keys
+
+SQL_GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "flink-sql-2.3"
+
+
+SQL_TYPES = {"VARCHAR": LogicalType("VARCHAR", precision=2147483647), "DECIMAL": LogicalType("DECIMAL", precision=38, scale=2),
+             "TIMESTAMP_WITHOUT_TIME_ZONE": LogicalType("TIMESTAMP_WITHOUT_TIME_ZONE", precision=9)}
+
+
+def row_data(*roots: str) -> SerializerNode:
+    return SerializerNode(ROW_DATA_SNAPSHOT, logical_types=tuple(SQL_TYPES.get(root, LogicalType(root)) for root in roots))
+
+
+def signed(code: int) -> int:
+    return code - (1 << 32) if code >= 1 << 31 else code
+
+
+# (row, field types, RowDataSerializer bytes, BinaryRowData.hashCode, assignToKeyGroup at 128 and at 100), by a JVM
+JVM_SQL_ROWS: list[tuple[str, tuple[str, ...], str, int, int, int]] = [
+    ("STRING u7", ("VARCHAR",), "0000001000000000000000007537000000000082", -1467618142, 105, 65),
+    ("STRING a-rather-long-key", ("VARCHAR",),
+     "0000002800000000000000001100000010000000612d7261746865722d6c6f6e672d6b657900000000000000", -1997020676, 13, 41),
+    ("INT 3, BOOLEAN true", ("INTEGER", "BOOLEAN"), "00000018000000000000000003000000000000000100000000000000",
+     -1487935460, 112, 0),
+    ("BIGINT -5", ("BIGINT",), "000000100000000000000000fbffffffffffffff", -716660054, 77, 37),
+    ("INT null, STRING x", ("INTEGER", "VARCHAR"), "00000018000100000000000000000000000000007800000000000081",
+     398608515, 6, 6),
+    ("no fields", (), "000000080000000000000000", -1670924195, 11, 15),
+    ("INT 2, INT 4, STRING u49", ("INTEGER", "INTEGER", "VARCHAR"),
+     "000000200000000000000000020000000000000004000000000000007534390000000083", 484983217, 79, 31),
+    ("DECIMAL(38, 2) 12345678901234567890.12", ("DECIMAL",),
+     "000000200000000000000000090000001000000042ed123b0bd8203a1400000000000000", 881144972, 34, 66),
+    ("TIMESTAMP(9)", ("TIMESTAMP_WITHOUT_TIME_ZONE",), "00000018000000000000000055f80600100000007b68e5cf8b010000",
+     -71831406, 11, 23),
+]
+
+
+@pytest.mark.parametrize(("what", "roots", "data", "expected", "kg128", "kg100"), JVM_SQL_ROWS,
+                         ids=[case[0] for case in JVM_SQL_ROWS])
+def test_binary_row_hash_codes_and_key_groups_equal_the_jvms(what: str, roots: tuple[str, ...], data: str,
+                                                             expected: int, kg128: int, kg100: int) -> None:
+    key = bytes.fromhex(data)
+    for node in (row_data(*roots), SerializerNode(BINARY_ROW_DATA_SNAPSHOT, text=str(len(roots)))):
+        hasher = key_hasher(node)
+        assert hasher is not None and hasher.row_arity == len(roots)
+        code, end = hasher.java_hash(b"\x07" + key + b"\x00\x01", 1, where="test")  # a prefix and a namespace around
+        assert (signed(code), end) == (expected, 1 + len(key))
+        assert hasher.key_group(key, 0, 128, where="test") == kg128
+        assert hasher.key_group(key, 0, 100, where="test") == kg100
+    assert key_hasher(row_data("VARCHAR", "INTEGER")) is not None
+    assert key_hasher(row_data("INTEGER")).name == "RowData<INT>"  # type: ignore[union-attr]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(-(1 << 31), (1 << 31) - 1))
+def test_the_word_hash_of_one_int_with_seed_0_is_flinks_murmur_hash(code: int) -> None:
+    """``MathUtils.murmurHash(code)`` is murmur3_32 (seed 0) of the int's 4 little-endian bytes, made
+    non-negative: the same mixing as ``hashBytesByWords``, checked against an independent implementation."""
+    h = signed(murmur_words(struct.pack("<i", code), 0, 4, seed=0))
+    assert (0 if h == -(1 << 31) else abs(h)) == flink_murmur_hash(code)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=120).map(lambda b: b[:len(b) // 4 * 4]), st.integers(0, 7))
+def test_the_word_hash_reads_only_its_words(words: bytes, skip: int) -> None:
+    """The hash of a slice depends on nothing around it, and the length is mixed in (zero words differ)."""
+    assert murmur_words(b"\xff" * skip + words + b"\xee", skip, len(words)) == murmur_words(words, 0, len(words))
+    assert murmur_words(words + bytes(4), 0, len(words) + 4) != murmur_words(words, 0, len(words))
+
+
+@pytest.mark.parametrize("data", ["00000010000000000000000075370000000000",  # cut short
+                                  "0000000c000000000000000075370000",  # 12 bytes: no room for the field
+                                  "0000000e0000000000000000753700000000",  # 14: not whole words
+                                  "ffffffff"])
+def test_damaged_binary_rows_are_corrupt_state_naming_where(data: str) -> None:
+    hasher = key_hasher(row_data("VARCHAR"))
+    assert hasher is not None
+    with pytest.raises(CorruptStateError, match=r"^somewhere: .*RowData<STRING>"):
+        hasher.java_hash(bytes.fromhex(data), 0, where="somewhere")
+
+
+def sql_snapshot(variant: str, kind: str) -> Path:
+    facts = json.loads((SQL_GOLDEN / variant / "facts.json").read_text())
+    return SQL_GOLDEN / variant / facts["savepoints"][kind]
+
+
+@pytest.mark.parametrize(("variant", "kind"), [("hashmap", "canonical"), ("rocksdb", "canonical"),
+                                               ("rocksdb", "native"), ("hashmap-ttl", "canonical")])
+def test_every_key_of_real_sql_savepoints_hashes_to_the_key_group_flink_stored_it_in(variant: str,
+                                                                                   kind: str) -> None:
+    """Every entry (group accumulators and the distinct values' map entries) of the Flink SQL job's
+    four GroupAggregates, in the savepoint's stream or RocksDB files; and a hash with another seed
+    puts almost every key elsewhere (the check can fail)."""
+    snapshot = load_snapshot(str(sql_snapshot(variant, kind)))
+    checked, wrong_seed_agrees, types = 0, 0, set()
+    for op in snapshot.metadata.operators:
+        if not any(sub.managed_keyed_state for sub in op.subtasks):
+            continue
+        prefix = prefix_bytes(op.max_parallelism)
+        for source in keyed_sources(snapshot, op):
+            assert source.meta.key_serializer is not None
+            hasher = key_hasher(source.meta.key_serializer.tree)
+            assert hasher is not None and hasher.row_arity is not None
+            types.add(hasher.name)
+            for state in source.meta.states:
+                for key_group, key, _, where in source.entries(snapshot, state.name, prefix, None):
+                    code, end = hasher.java_hash(key, prefix, where=where)
+                    assert flink_murmur_hash(code) % op.max_parallelism == key_group, where
+                    other = murmur_words(key, prefix + 4, end - prefix - 4, seed=0)
+                    wrong_seed_agrees += flink_murmur_hash(other) % op.max_parallelism == key_group
+                    checked += 1
+    assert types == {"RowData<STRING NOT NULL>", "RowData<INT NOT NULL, BOOLEAN NOT NULL>",
+                     "RowData<INT NOT NULL, INT NOT NULL, STRING NOT NULL>", "RowData<INT NOT NULL>"}
+    assert checked == 1271  # 50 + 14 + 150 + 7 accumulators, 350 + 700 distinct values
+    assert wrong_seed_agrees < checked // 20

@@ -80,7 +80,11 @@ def _ms_text(epoch_ms: int) -> str:
 
 @pytest.mark.parametrize(("variant", "kind"), SAVEPOINTS)
 def test_group_aggregates_decode_to_the_truth(variant: str, kind: str) -> None:
-    path = savepoint(variant, kind)
+    assert_decodes_to_the_truth(savepoint(variant, kind), variant)
+
+
+def assert_decodes_to_the_truth(path: Path, variant: str) -> None:
+    """Every group's accumulators in ``path`` are expected.json's (of ``variant``)."""
     ids = operator_ids(path)
     snapshot = load_snapshot(str(path))
     for query, truth in expected(variant)["operators"].items():
@@ -204,13 +208,71 @@ def test_every_savepoint_diffs_equal_to_the_hashmap_one(variant: str, kind: str)
     assert report["totals"]["unchanged"] == 50 + 14 + 150 + 7 + 350 + 700  # accumulators, distinct values
 
 
-def test_rescale_of_a_sql_savepoint_is_refused_naming_the_key_serializer(tmp_path: Path) -> None:
-    result = CliRunner().invoke(cli, ["rescale", str(savepoint("hashmap", "canonical")), "--max-parallelism",
-                                      "256", "-o", str(tmp_path / "out")])
-    assert result.exit_code == 2
-    (line,) = result.output.strip().splitlines()
-    assert "state 'accState' is keyed by a Flink SQL row (RowData<" in line and "not supported yet" in line
-    assert not (tmp_path / "out").exists()
+@pytest.mark.parametrize(("variant", "max_parallelism"), [("hashmap", 256), ("hashmap", 100), ("rocksdb", 64),
+                                                          ("hashmap-ttl", 1000)])
+def test_a_rescaled_sql_savepoint_keeps_every_group_in_the_key_group_of_its_binary_row(
+        tmp_path: Path, variant: str, max_parallelism: int) -> None:
+    """``rescale --max-parallelism`` of a SQL savepoint: every key moves to the key group of its
+    ``BinaryRowData.hashCode``, every accumulator and distinct value decodes as before and the
+    rest of the savepoint is kept (the restore in real Flink: test_flink_sql_rescale_restore.py)."""
+    from statekit.flink.key_hash import key_hasher
+    from statekit.flink.keygroups import flink_murmur_hash
+    from statekit.flink.sources import keyed_sources, prefix_bytes
+
+    source, out = savepoint(variant, "canonical"), tmp_path / "out"
+    code, report = statekit("rescale", str(source), "--max-parallelism", str(max_parallelism), "-o", str(out))
+    assert code == 0, report
+    ids = operator_ids(source)
+    sql = {ids[truth["name"]] for truth in expected(variant)["operators"].values()}
+    assert {op["label"] for op in report["operators"] if op["action"] == "regroup"} == sql
+    assert_decodes_to_the_truth(out, variant)
+    code, diffed = statekit("diff", str(source), str(out))
+    assert (code, diffed["equal"], diffed["totals"]["unchanged"]) == (0, True, 1271), diffed
+    snapshot = load_snapshot(str(out))
+    assert {op.max_parallelism for op in snapshot.metadata.operators} == {max_parallelism}
+    assert [op.operator_id for op in snapshot.metadata.operators] == list(operator_ids(source).values())
+    placed = 0
+    for op in snapshot.metadata.operators:
+        if op.operator_id not in sql:
+            continue
+        assert len(op.subtasks) == 2
+        for keyed in keyed_sources(snapshot, op):
+            assert keyed.meta.key_serializer is not None
+            hasher = key_hasher(keyed.meta.key_serializer.tree)
+            assert hasher is not None
+            for state in keyed.meta.states:
+                for key_group, key, _, where in keyed.entries(snapshot, state.name, prefix_bytes(max_parallelism), None):
+                    code = hasher.java_hash(key, prefix_bytes(max_parallelism), where=where)[0]
+                    assert flink_murmur_hash(code) % max_parallelism == key_group
+                    assert key_group in keyed.handle.key_group_range
+                    placed += 1
+    assert placed == 1271
+    code, verified = statekit("verify", str(out))
+    assert (code, verified["ok"]) == (0, True)
+
+
+def test_modify_renames_and_removes_sql_operators(tmp_path: Path) -> None:
+    """SQL operators have no uid: ``modify`` names them by id (``--rename-uid ID=NEW`` gives one
+    Flink's id of NEW) or by name; the other operators' state is copied as it is."""
+    from statekit.flink.uids import operator_id_for_uid
+
+    source = savepoint("hashmap", "canonical")
+    ids = operator_ids(source)
+    truth = expected("hashmap")["operators"]
+    by_user, distincts = ids[truth["by_user"]["name"]], ids[truth["distincts"]["name"]]
+    out = tmp_path / "out"
+    code, report = statekit("modify", str(source), "--rename-uid", f"{by_user}=by-user-v2",
+                            "--remove-operator", distincts, "-o", str(out))
+    assert code == 0, report
+    assert [r["label"] for r in report["removed"]] == [distincts]
+    snapshot = load_snapshot(str(out))
+    renamed = snapshot.metadata.operator("by-user-v2")
+    assert renamed.operator_id == operator_id_for_uid("by-user-v2")
+    got = {e.key["f0"]: e.value["f0"] for e in read_keyed_state(snapshot, "by-user-v2", "accState")}
+    assert got == {g["key"]["user_id"]: g["result"]["cnt"] for g in truth["by_user"]["groups"]}
+    assert distincts not in {op.operator_id for op in snapshot.metadata.operators}
+    code, diffed = statekit("diff", str(source), str(out), "--operator", ids[truth["last"]["name"]])
+    assert (code, diffed["equal"]) == (0, True), diffed
 
 
 @settings(max_examples=60, deadline=None)
