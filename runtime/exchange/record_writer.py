@@ -17,7 +17,7 @@ from __future__ import annotations
 import collections
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import mmh3
 import msgpack
@@ -41,6 +41,9 @@ __all__ = [
 ]
 
 BUFFER_SIZE = 512
+
+# the most records a buffer sized by bytes holds (tiny records would otherwise make huge buffers)
+MAX_BUFFER_RECORDS = 8192
 
 
 _ROUTE_CACHE_LIMIT = 1 << 20
@@ -84,6 +87,7 @@ class RecordWriter:
         max_parallelism: int = 128,
         start_channel: int = 0,
         buffer_size: int = BUFFER_SIZE,
+        buffer_bytes: int | None = None,
     ) -> None:
         self._targets = targets
         self._n = len(targets)
@@ -95,6 +99,8 @@ class RecordWriter:
         self.side_output: str | None = None  # the side-output tag this writer's edge takes
         self.timestamped = False  # records go out as (value, timestamp) pairs
         self._size = buffer_size
+        self._buffer_bytes = buffer_bytes  # None: buffers hold buffer_size records, never resized
+        self._set_size: Callable[[int], None] | None = None  # the hash emitter's, when it has one
         self.partitioning = partitioning
         self._selector = key_selector
         self._serialize = _key_bytes(key_serializer)
@@ -151,6 +157,13 @@ class RecordWriter:
         size = self._size
         route = self.channel_for_key
         flush = self.flush_channel
+        flush_full = self._flush_full
+
+        def set_size(records: int) -> None:
+            nonlocal size
+            size = records
+
+        self._set_size = set_size
 
         lookup = cache.get
 
@@ -178,20 +191,23 @@ class RecordWriter:
                 flush(channel)
 
         def emit_all(records: list[Any]) -> None:
-            """``emit`` of every record in order, the body inlined: a call less per record."""
-            for record in records:
-                key = selector(record)
-                try:
-                    channel = lookup(key)
-                except TypeError:
-                    channel = route(key)
-                else:
-                    if channel is None:
-                        channel = cached_route(key)
-                buffer = buffers[channel]
-                buffer.append(record)
+            """``emit`` of every record in order, a poll at a time: the keys and the channels are
+            looked up with ``map`` (C loops), then each record goes to its channel's buffer in one
+            pass; buffers that filled up are handed over in ``size`` pieces, in order."""
+            keys = list(map(selector, records))
+            try:
+                cached: list[int | None] = list(map(lookup, keys))
+            except TypeError:  # an unhashable key among them: route them all without the cache
+                cached = [route(key) for key in keys]
+            channels = cast("list[int]", cached)
+            if None in cached:  # keys seen for the first time
+                channels = [cached_route(key) if channel is None else channel for key, channel in zip(keys, cached)]
+            appends = [buffer.append for buffer in buffers]
+            for record, channel in zip(records, channels):
+                appends[channel](record)
+            for channel, buffer in enumerate(buffers):
                 if len(buffer) >= size:
-                    flush(channel)
+                    flush_full(channel, size)
 
         with_emit_all(emit, emit_all)
         value_selector = value_key_selector(selector)
@@ -274,9 +290,41 @@ class RecordWriter:
             self._buffers[channel] = self._new_buffer()
             self.records_out += len(buffer)
             self._send(channel, buffer)
+            if self._buffer_bytes is not None:
+                self._fit_size(channel)
         if self._markers:
             for marker in self._markers.pop(channel, ()):
                 self._send(channel, marker)
+
+    def _flush_full(self, channel: int, size: int) -> None:
+        """Hand over the plain-list buffer of ``channel``, which holds ``size`` records or more, in
+        pieces of ``size`` records; the rest stays as the channel's open buffer."""
+        buffer = self._buffers[channel]
+        if len(buffer) == size:
+            self.flush_channel(channel)
+            return
+        whole = len(buffer) - len(buffer) % size
+        for start in range(0, whole, size):
+            self._buffers[channel] = buffer[start:start + size]
+            self.flush_channel(channel)
+        self._buffers[channel] = buffer[whole:]
+
+    def _fit_size(self, channel: int) -> None:
+        """Buffers of ``buffer_bytes``: the records a buffer holds follow the bytes a record took
+        on the wire, as the channel's remote gate measured them (a local gate measures nothing)."""
+        measured: float | None = getattr(self._targets[channel].gate, "record_bytes", None)
+        if not measured or self._buffer_bytes is None:
+            return
+        size = min(MAX_BUFFER_RECORDS, max(1, int(self._buffer_bytes / measured)))
+        if abs(size - self._size) * 8 > self._size:  # off by more than an eighth
+            self._size = size
+            if self._set_size is not None:
+                self._set_size(size)
+
+    @property
+    def buffer_records(self) -> int:
+        """Records a buffer holds before it is handed over."""
+        return self._size
 
     def emit_latency_marker(self, marker: LatencyMarker) -> None:
         """Send ``marker`` on one channel (in turn): behind the records its buffer holds now, when
