@@ -17,7 +17,7 @@ from __future__ import annotations
 import collections
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import mmh3
 import msgpack
@@ -157,7 +157,6 @@ class RecordWriter:
         size = self._size
         route = self.channel_for_key
         flush = self.flush_channel
-        flush_full = self._flush_full
 
         def set_size(records: int) -> None:
             nonlocal size
@@ -191,23 +190,20 @@ class RecordWriter:
                 flush(channel)
 
         def emit_all(records: list[Any]) -> None:
-            """``emit`` of every record in order, a poll at a time: the keys and the channels are
-            looked up with ``map`` (C loops), then each record goes to its channel's buffer in one
-            pass; buffers that filled up are handed over in ``size`` pieces, in order."""
-            keys = list(map(selector, records))
-            try:
-                cached: list[int | None] = list(map(lookup, keys))
-            except TypeError:  # an unhashable key among them: route them all without the cache
-                cached = [route(key) for key in keys]
-            channels = cast("list[int]", cached)
-            if None in cached:  # keys seen for the first time
-                channels = [cached_route(key) if channel is None else channel for key, channel in zip(keys, cached)]
-            appends = [buffer.append for buffer in buffers]
-            for record, channel in zip(records, channels):
-                appends[channel](record)
-            for channel, buffer in enumerate(buffers):
+            """``emit`` of every record in order, the body inlined: a call less per record."""
+            for record in records:
+                key = selector(record)
+                try:
+                    channel = lookup(key)
+                except TypeError:
+                    channel = route(key)
+                else:
+                    if channel is None:
+                        channel = cached_route(key)
+                buffer = buffers[channel]
+                buffer.append(record)
                 if len(buffer) >= size:
-                    flush_full(channel, size)
+                    flush(channel)
 
         with_emit_all(emit, emit_all)
         value_selector = value_key_selector(selector)
@@ -295,19 +291,6 @@ class RecordWriter:
         if self._markers:
             for marker in self._markers.pop(channel, ()):
                 self._send(channel, marker)
-
-    def _flush_full(self, channel: int, size: int) -> None:
-        """Hand over the plain-list buffer of ``channel``, which holds ``size`` records or more, in
-        pieces of ``size`` records; the rest stays as the channel's open buffer."""
-        buffer = self._buffers[channel]
-        if len(buffer) == size:
-            self.flush_channel(channel)
-            return
-        whole = len(buffer) - len(buffer) % size
-        for start in range(0, whole, size):
-            self._buffers[channel] = buffer[start:start + size]
-            self.flush_channel(channel)
-        self._buffers[channel] = buffer[whole:]
 
     def _fit_size(self, channel: int) -> None:
         """Buffers of ``buffer_bytes``: the records a buffer holds follow the bytes a record took
