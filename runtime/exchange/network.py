@@ -62,7 +62,7 @@ __all__ = [
 
 log = logging.getLogger("statekit.runtime")
 
-INITIAL_CREDITS = 4
+INITIAL_CREDITS = 8
 _HEADER = struct.Struct(">IBI")
 _REGISTER = struct.Struct(">III")
 _CREDIT = struct.Struct(">I")
@@ -268,6 +268,9 @@ class RemoteGate:
         self.subtask = subtask
         self.cancelled = link.cancelled
         self._channels: dict[int, int] = {}  # gate channel -> link channel
+        # bytes a record of this gate's buffers took on the wire lately (a moving average), which
+        # record writers size their buffers by; None until a record buffer went
+        self.record_bytes: float | None = None
 
     def target(self, gate_channel: int) -> ChannelTarget:
         """The output channel into ``gate_channel`` of this gate (registered on the link now)."""
@@ -286,6 +289,10 @@ class RemoteGate:
             self.link.connection.send(kind, channel, data)
         except ConnectionClosed as exc:
             raise TaskCancelled() from exc
+        if kind != EVENT and payload:
+            measured = len(data) / len(payload)
+            previous = self.record_bytes
+            self.record_bytes = measured if previous is None else previous + (measured - previous) / 4
         return True
 
     def put_priority(self, item: tuple[int, Any]) -> None:

@@ -42,6 +42,9 @@ __all__ = [
 
 BUFFER_SIZE = 512
 
+# the most records a buffer sized by bytes holds (tiny records would otherwise make huge buffers)
+MAX_BUFFER_RECORDS = 8192
+
 
 _ROUTE_CACHE_LIMIT = 1 << 20
 
@@ -84,6 +87,7 @@ class RecordWriter:
         max_parallelism: int = 128,
         start_channel: int = 0,
         buffer_size: int = BUFFER_SIZE,
+        buffer_bytes: int | None = None,
     ) -> None:
         self._targets = targets
         self._n = len(targets)
@@ -95,6 +99,8 @@ class RecordWriter:
         self.side_output: str | None = None  # the side-output tag this writer's edge takes
         self.timestamped = False  # records go out as (value, timestamp) pairs
         self._size = buffer_size
+        self._buffer_bytes = buffer_bytes  # None: buffers hold buffer_size records, never resized
+        self._set_size: Callable[[int], None] | None = None  # the hash emitter's, when it has one
         self.partitioning = partitioning
         self._selector = key_selector
         self._serialize = _key_bytes(key_serializer)
@@ -151,6 +157,12 @@ class RecordWriter:
         size = self._size
         route = self.channel_for_key
         flush = self.flush_channel
+
+        def set_size(records: int) -> None:
+            nonlocal size
+            size = records
+
+        self._set_size = set_size
 
         lookup = cache.get
 
@@ -274,9 +286,28 @@ class RecordWriter:
             self._buffers[channel] = self._new_buffer()
             self.records_out += len(buffer)
             self._send(channel, buffer)
+            if self._buffer_bytes is not None:
+                self._fit_size(channel)
         if self._markers:
             for marker in self._markers.pop(channel, ()):
                 self._send(channel, marker)
+
+    def _fit_size(self, channel: int) -> None:
+        """Buffers of ``buffer_bytes``: the records a buffer holds follow the bytes a record took
+        on the wire, as the channel's remote gate measured them (a local gate measures nothing)."""
+        measured: float | None = getattr(self._targets[channel].gate, "record_bytes", None)
+        if not measured or self._buffer_bytes is None:
+            return
+        size = min(MAX_BUFFER_RECORDS, max(1, int(self._buffer_bytes / measured)))
+        if abs(size - self._size) * 8 > self._size:  # off by more than an eighth
+            self._size = size
+            if self._set_size is not None:
+                self._set_size(size)
+
+    @property
+    def buffer_records(self) -> int:
+        """Records a buffer holds before it is handed over."""
+        return self._size
 
     def emit_latency_marker(self, marker: LatencyMarker) -> None:
         """Send ``marker`` on one channel (in turn): behind the records its buffer holds now, when

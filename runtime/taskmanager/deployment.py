@@ -58,7 +58,10 @@ class DeploymentContext:
         storage_options: The job's fsspec options.
         restore: The snapshot the attempt restores from, opened on this host (None: none).
         exchanges: Every exchange of the job (in-flight records are replayed into them).
-        buffer_records: Records a writer's buffer holds before it is handed over.
+        buffer_records: Records a writer's buffer holds before it is handed over (at first, when
+            ``buffer_bytes`` is set).
+        buffer_bytes: Bytes of a network buffer: a writer with remote channels fits the records its
+            buffers hold to the bytes its records take on the wire (None: ``buffer_records``, fixed).
         buffer_timeout_ms: How long records may wait in a writer's buffer (None: until the task
             runs out of input; 0: not at all).
         latency_interval_ms: How often a source task sends a latency marker (None: never).
@@ -74,6 +77,7 @@ class DeploymentContext:
     restore: RestorePlan | None
     exchanges: list[ExchangeEdge] = field(default_factory=list)
     buffer_records: int = BUFFER_SIZE
+    buffer_bytes: int | None = None
     buffer_timeout_ms: int | None = None
     latency_interval_ms: int | None = None
 
@@ -200,7 +204,7 @@ def deploy_tasks(graph: JobGraph, subtasks: Iterable[SubtaskKey], host: TaskHost
                 writer = RecordWriter(
                     targets, edge.partitioning, key_selector=edge_key_selector(edge),
                     key_serializer=edge.key_serializer, max_parallelism=edge.target.max_parallelism,
-                    start_channel=i, buffer_size=context.buffer_records,
+                    start_channel=i, buffer_size=context.buffer_records, buffer_bytes=context.buffer_bytes,
                 )
                 writer.side_output = edge.side_output
                 writer.timestamped = edge.source.transformation.timestamped

@@ -54,8 +54,9 @@ __all__ = ["TaskManager", "main", "send_message", "receive_message", "connect_un
 log = logging.getLogger("statekit.runtime")
 
 JOIN_TIMEOUT_S = 10.0
-# the bytes a record is taken to need in a network buffer: a buffer of --buffer-size bytes holds
-# buffer-size / RECORD_BYTES records (512 for the default 32 KiB)
+# the bytes a record is taken to need in a network buffer until records have crossed to another
+# TaskManager: a buffer of --buffer-size bytes starts with buffer-size / RECORD_BYTES records (512
+# for the default 32 KiB), then holds as many as fit by the bytes records took on the wire
 RECORD_BYTES = 64
 CONNECT_TIMEOUT_S = 30.0
 _PR_SET_PDEATHSIG = 1
@@ -251,6 +252,7 @@ class TaskManager:
             incremental=spec.incremental, channel_state_serializer=spec.channel_state_serializer,
             storage_options=storage_options, restore=restore, exchanges=exchange_edges(graph),
             buffer_records=1 if spec.buffer_timeout_ms == 0 else max(1, spec.buffer_size // RECORD_BYTES),
+            buffer_bytes=None if spec.buffer_timeout_ms == 0 else spec.buffer_size,
             buffer_timeout_ms=spec.buffer_timeout_ms, latency_interval_ms=spec.options.latency_interval,
         )
         subtasks = spec.placement.subtasks_of(graph, spec.index)

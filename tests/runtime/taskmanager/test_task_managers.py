@@ -5,6 +5,7 @@ graph a TaskManager builds must be the job master's, and backpressure crosses pr
 from __future__ import annotations
 
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from tm_support import JOB, alive, final_sums, task_managers, truth
 
 from statekit.runtime import JobHandle, JobStatus, RunOptions, run_job_file
 from statekit.runtime.dataflow.run_options import add_job_listener, remove_job_listener
+from statekit.runtime.exchange.record_writer import MAX_BUFFER_RECORDS
 from statekit.statefmt.errors import BadInputError
 
 pytestmark = pytest.mark.slow
@@ -171,8 +173,12 @@ def test_backpressure_crosses_processes_and_memory_stays_bounded(tmp_path: Path)
     assert sources and sinks
     assert all(t.backpressure == "high" for t in sources), [(t.report.name, t.backpressured_ratio) for t in sources]
     in_flight = sum(t.report.records_out for t in sources) - sum(t.report.records_in for t in sinks)
-    # credits (4 buffers a remote channel) and gate bounds: a few buffers of 512 records per channel
-    assert 0 <= in_flight <= 40 * 512, in_flight
+    # credits (8 buffers a remote channel) and gate bounds: a few buffers of 32 KiB per channel, each
+    # holding as many of the job's (number, time) records as fit by their bytes on the wire
+    now = int(time.time() * 1000)
+    wire_bytes = len(pickle.dumps([(n, now) for n in range(100_000, 101_000)], protocol=5)) / 1000
+    buffer_records = min(MAX_BUFFER_RECORDS, int(32 * 1024 / wire_bytes))
+    assert 0 <= in_flight <= 40 * buffer_records, (in_flight, buffer_records)
 
 
 @pytest.mark.parametrize("timeout_ms", [0, 300])
