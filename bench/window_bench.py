@@ -5,8 +5,8 @@ hashmap snapshots to a temporary directory): a collection source with a bounded
 out-of-orderness watermark strategy (100 events per event-time millisecond, so a key has
 about 10 events per window at 10,000 keys; each source subtask's split covers the same event
 time, :func:`timed_events`), 1 s tumbling
-event-time windows counting per key (``aggregate``), a discarding sink. In the same run,
-the keyed running count of bench/runtime_bench.py over the same events; the ratio of the two
+event-time windows counting per key (``aggregate``), a discarding sink. In the same run and
+process, the keyed running count of bench/runtime_bench.py over the same events; the ratio of the two
 throughputs is printed (goal: windows >= 0.5x the running count). Then the same running count
 with a 1 h state TTL (``StateTtlConfig``, ON_CREATE_AND_WRITE, full-snapshot cleanup): its
 time as a ratio to the count without TTL (goal: <= 1.3x).
@@ -23,22 +23,11 @@ from __future__ import annotations
 
 import argparse
 import gc
-import importlib.util
 import logging
 import shutil
 import tempfile
 import time
-from pathlib import Path
-from types import ModuleType
 from typing import Any, ClassVar
-
-
-def _runtime_bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("runtime_bench", Path(__file__).with_name("runtime_bench.py"))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def timed_events(events: list[str], parallelism: int) -> list[tuple[str, int]]:
@@ -111,8 +100,10 @@ def run_windows(events: list[str], parallelism: int, interval_ms: int, backend: 
         shutil.rmtree(work, ignore_errors=True)
 
 
-def run_ttl_count(events: list[str], parallelism: int, interval_ms: int, backend: str) -> tuple[float, int]:
-    """(seconds, completed checkpoints) of runtime_bench's keyed running count with a state TTL."""
+def run_count(events: list[str], parallelism: int, interval_ms: int, backend: str, *,
+              ttl: bool = False) -> tuple[float, int]:
+    """(seconds, completed checkpoints) of runtime_bench's keyed running count (with a 1 h state TTL
+    if ``ttl``), on the same executor as the windows: this process's."""
     from statekit.runtime.api.functions import KeyedProcessFunction, RuntimeContext
     from statekit.runtime.api.state import ValueStateDescriptor
     from statekit.runtime.api.ttl import StateTtlConfig
@@ -122,7 +113,8 @@ def run_ttl_count(events: list[str], parallelism: int, interval_ms: int, backend
     class RunningCount(KeyedProcessFunction):
         def open(self, ctx: RuntimeContext) -> None:
             descriptor = ValueStateDescriptor("count", "int")
-            descriptor.enable_time_to_live(StateTtlConfig.new_builder(3_600_000).cleanup_full_snapshot().build())
+            if ttl:
+                descriptor.enable_time_to_live(StateTtlConfig.new_builder(3_600_000).cleanup_full_snapshot().build())
             self.count = ctx.get_state(descriptor)
 
         def process_element(self, value: str, ctx: Any, out: Any) -> None:
@@ -162,8 +154,8 @@ def main() -> None:
     runs: dict[str, list[tuple[float, int]]] = {"count": [], "ttl": [], "windows": []}
     fired = 0
     for _ in range(args.repeat):  # interleaved, so each pair of figures ran at the same moment's load
-        runs["count"].append(_runtime_bench().run_job(events, args.parallelism, args.interval_ms, args.backend))
-        runs["ttl"].append(run_ttl_count(events, args.parallelism, args.interval_ms, args.backend))
+        runs["count"].append(run_count(events, args.parallelism, args.interval_ms, args.backend))
+        runs["ttl"].append(run_count(events, args.parallelism, args.interval_ms, args.backend, ttl=True))
         window_s, window_checkpoints, fired = run_windows(events, args.parallelism, args.interval_ms, args.backend)
         runs["windows"].append((window_s, window_checkpoints))
         gc.collect()
@@ -172,7 +164,7 @@ def main() -> None:
 
     print(f"window bench: {n:,} events over {args.keys:,} keys, parallelism {args.parallelism}, "
           f"{args.backend} backend, checkpoint every {args.interval_ms} ms, best of {args.repeat} interleaved runs")
-    print(f"  keyed running count (runtime_bench)   {n / count_s:>12,.0f} events/s  ({count_s:.2f} s, "
+    print(f"  keyed running count                   {n / count_s:>12,.0f} events/s  ({count_s:.2f} s, "
           f"{count_checkpoints} checkpoints)")
     print(f"  1 s tumbling event-time windows       {n / window_s:>12,.0f} events/s  ({window_s:.2f} s, "
           f"{window_checkpoints} checkpoints, {fired:,} windows fired)")
@@ -182,6 +174,7 @@ def main() -> None:
     print(f"  TTL overhead (time with / without)    {ttl_s / count_s:>12.2f}x  (goal <= 1.3x)")
     print("  every run (s): " + "; ".join(f"{name} {', '.join(f'{t:.2f}' for t, _ in times)}"
                                          for name, times in runs.items()))
+
 
 if __name__ == "__main__":
     main()
