@@ -57,6 +57,15 @@ def make_input(directory: Path, files: int, lines: int, seed: int) -> collection
                      endings=("", "!", " 7")).write(directory)
 
 
+def add_input(inputs: Path, number: int) -> collections.Counter[str]:
+    """One more file of words in ``inputs`` (moved in whole, for a job that watches it); its word counts."""
+    staging = inputs.parent / f"more-{number}"
+    counts = make_input(staging, files=1, lines=2_000, seed=100 + number)
+    (staging / "part-0.txt").rename(inputs / f"more-{number}.txt")
+    staging.rmdir()
+    return counts
+
+
 def query(dsn: str, statement: str, params: list[Any] | None = None) -> list[tuple[Any, ...]]:
     with psycopg.connect(dsn, autocommit=True) as conn:
         cursor = conn.execute(statement, params)
@@ -104,9 +113,9 @@ def latest_over(checkpoints: Path) -> Path | None:
 def test_wordcount_postgres_is_exactly_once_under_sigkill(tmp_path: Path, postgres_dsn: str) -> None:
     """As a user runs it: every attempt is a new job (a new job id) restored from the latest complete
     checkpoint of any earlier one, SIGKILLed at a random moment, while a checkpoint is being taken
-    (between PREPARE and completion), or — every third — right after it prepared its first
-    transaction (it completes no checkpoint: the next attempt restores the same one). No prepared
-    transaction of any of them is left in the end."""
+    (between PREPARE and completion), or — every third, given a new input file — right after it
+    prepared its first transaction (it completes no checkpoint: the next attempt restores the same
+    one). No prepared transaction of any of them is left in the end."""
     expected = make_input(tmp_path / "in", files=8, lines=14_000, seed=5)
     checkpoints, home = tmp_path / "chk", tmp_path / "home"
     rng = random.Random(17)
@@ -117,6 +126,8 @@ def test_wordcount_postgres_is_exactly_once_under_sigkill(tmp_path: Path, postgr
         source = latest_over(checkpoints)
         restored.append(int(source.name[4:]) if source else 0)
         command = job_command(WORDCOUNT_POSTGRES, checkpoints, job, parallelism=2, restore=source, interval="50ms")
+        if attempt % 3 == 2:  # new words, so that this attempt has a transaction to prepare however far the others got
+            expected.update(add_input(tmp_path / "in", attempt))
         with JobProcess([*command, *wordcount_args(tmp_path / "in", postgres_dsn, watch=True)], home=home) as process:
             if attempt % 3 == 2:  # killed once it prepared its first transaction, before it completes
                 before = set(prepared(postgres_dsn))
