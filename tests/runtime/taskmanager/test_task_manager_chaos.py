@@ -118,8 +118,13 @@ def run_example(tmp_path: Path, job_file: str, job_args: list[str], feed: Sequen
             assert master.poll() is None, f"the job ended early: {master.stderr.read()!r}"  # type: ignore[union-attr]
             assert time.monotonic() < deadline, "the job completed no checkpoint after the last kill"
             time.sleep(0.01)
-        stop = subprocess.run([sys.executable, "-m", "statekit.cli.main", "stop", job_id, "-p",
-                               str(tmp_path / "savepoints")], env=env, capture_output=True, text=True, timeout=120)
+        deadline = time.monotonic() + 60
+        while True:  # while the job restarts (a TaskManager lost again), stop refuses and says to try again
+            stop = subprocess.run([sys.executable, "-m", "statekit.cli.main", "stop", job_id, "-p",
+                                   str(tmp_path / "savepoints")], env=env, capture_output=True, text=True, timeout=120)
+            if stop.returncode == 0 or "starting or restarting" not in stop.stderr or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
         assert stop.returncode == 0, stop.stderr
         savepoint = stop.stdout.strip().splitlines()[-1]
         assert os.path.isfile(os.path.join(savepoint, "_metadata")), stop.stdout
