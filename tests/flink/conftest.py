@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,10 @@ from typing import Any
 import pytest
 
 from statekit.flink import relocate_flink_metadata
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:  # the helpers of this directory are imported by name (pyflink_runs)
+    sys.path.insert(0, str(HERE))
 
 ROOT = Path(__file__).resolve().parents[1] / "golden" / "flink-2.3"
 

@@ -15,7 +15,6 @@ scripts/test_flink.sh. Skipped where PyFlink's jars (``.venv-flink``) or javac a
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
 from pathlib import Path
@@ -23,6 +22,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from pyflink_runs import flink_tests_selected, pyflink_venv_python
 
 from statekit.cli.main import cli
 
@@ -35,18 +35,12 @@ FAR_FUTURE = 4102444800000
 sys.path.insert(0, str(ROOT / "scripts"))
 
 
-def _selected(config: pytest.Config) -> bool:
-    expression = str(config.getoption("-m") or "")
-    return os.environ.get("STATEKIT_FLINK_TESTS") == "1" or ("flink" in expression and "not flink" not in expression)
-
-
 @pytest.fixture(scope="module")
 def flink_lib(request: pytest.FixtureRequest) -> Path:
     """PyFlink's bundled jars (pyflink/lib)."""
-    if not _selected(request.config):
+    if not flink_tests_selected(request.config):
         pytest.skip("restores in real Flink (one JVM): run `pytest -m flink` or scripts/test_flink.sh")
-    python = Path(os.environ.get("STATEKIT_PYFLINK_PYTHON", ROOT / ".venv-flink" / "bin" / "python"))
-    venv = python.parent.parent
+    venv = pyflink_venv_python().parent.parent
     found = sorted(venv.glob("lib/python*/site-packages/pyflink/lib"))
     if not found:
         pytest.skip(f"PyFlink is not installed in {venv}: scripts/test_flink.sh installs it")

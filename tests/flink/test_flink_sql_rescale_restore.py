@@ -26,7 +26,6 @@ from __future__ import annotations
 import glob
 import json
 import os
-import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -34,6 +33,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from pyflink_runs import pyflink_python
 
 from statekit.cli.main import cli
 from statekit.flink import fast_regroup, regroup
@@ -59,23 +59,10 @@ RESTORES = {"rescaled-256": (256, 2, "rocksdb"), "rescaled-100": (100, 3, "hashm
 Aggregates = dict[str, dict[tuple[Any, ...], tuple[Any, ...]]]
 
 
-def _selected(config: pytest.Config) -> bool:
-    expression = str(config.getoption("-m") or "")
-    return os.environ.get("STATEKIT_FLINK_TESTS") == "1" or ("flink" in expression and "not flink" not in expression)
-
-
 @pytest.fixture(scope="module")
 def pyflink(request: pytest.FixtureRequest) -> Path:
     """The Python of the PyFlink virtualenv."""
-    if not _selected(request.config):
-        pytest.skip("restores in real Flink (5 SQL jobs in one JVM, about a minute): run `pytest -m flink` or scripts/test_flink.sh")
-    python = Path(os.environ.get("STATEKIT_PYFLINK_PYTHON", ROOT / ".venv-flink" / "bin" / "python"))
-    if not python.exists():
-        pytest.skip(f"PyFlink is not installed ({python} missing): scripts/test_flink.sh installs it "
-                    "(scripts/install_pyflink.sh) and runs these tests")
-    if shutil.which("java") is None:
-        pytest.skip("Java 17 is not on the PATH: PyFlink runs a JVM")
-    return python
+    return pyflink_python(request.config, "restores in real Flink (5 SQL jobs in one JVM, about a minute)")
 
 
 def truth(first: int, last: int) -> Aggregates:

@@ -31,7 +31,6 @@ import glob
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -39,6 +38,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from pyflink_runs import pyflink_python
 
 from statekit.cli.main import cli
 from statekit.flink import savepoint_bootstrap
@@ -55,21 +55,9 @@ TIMEOUT_S = 900
 WORD = re.compile(r"[^\W\d_]+")
 
 
-def _selected(config: pytest.Config) -> bool:
-    expression = str(config.getoption("-m") or "")
-    return os.environ.get("STATEKIT_FLINK_TESTS") == "1" or ("flink" in expression and "not flink" not in expression)
-
-
 @pytest.fixture(scope="module")
 def pyflink(request: pytest.FixtureRequest) -> Path:
-    if not _selected(request.config):
-        pytest.skip("restores in real Flink (about 3 minutes): run `pytest -m flink` or scripts/test_flink.sh")
-    python = Path(os.environ.get("STATEKIT_PYFLINK_PYTHON", ROOT / ".venv-flink" / "bin" / "python"))
-    if not python.exists():
-        pytest.skip(f"PyFlink is not installed ({python} missing): scripts/test_flink.sh installs it")
-    if shutil.which("java") is None or shutil.which("javac") is None:
-        pytest.skip("Java 17 (java, javac) is not on the PATH")
-    return python
+    return pyflink_python(request.config, "restores in real Flink (about 3 minutes)", javac=True)
 
 
 def statekit(*args: str) -> dict[str, Any]:
