@@ -32,12 +32,13 @@ Usage:  python flink_sql_more_fixture_job.py OUT BACKEND PLAN [QUERIES]
 Prints one JSON line "FIXTURE {...}" with the job id and the savepoint paths.
 """
 
-import glob
 import json
 import os
 import sys
 import time
 
+from flink_sql_job_support import latest_checkpoint as latest_retained
+from flink_sql_job_support import minicluster_configuration, wait_for
 from pyflink.common import Configuration, Types, WatermarkStrategy
 from pyflink.datastream import StreamExecutionEnvironment
 from pyflink.datastream.connectors.number_seq import NumberSequenceSource
@@ -143,41 +144,17 @@ def throttle(n: int) -> int:
 
 
 def configuration() -> Configuration:
-    conf = Configuration()
-    settings = {
-        "execution.checkpointing.interval": "1 s",
-        "execution.checkpointing.dir": f"file://{OUT}/checkpoints",
-        "execution.checkpointing.savepoint-dir": f"file://{OUT}/savepoints",
+    return minicluster_configuration(OUT, BACKEND, {
         "execution.checkpointing.num-retained": "1",
-        "state.backend.type": BACKEND,
-        "execution.checkpointing.incremental": str(BACKEND == "rocksdb").lower(),
         "python.fn-execution.bundle.size": "100",
         "python.fn-execution.bundle.time": "100",
         "python.executable": sys.executable,
         "python.client.executable": sys.executable,
-        "rest.bind-address": "127.0.0.1",
-        "rest.address": "127.0.0.1",
-        "taskmanager.numberOfTaskSlots": "4",
-        "table.local-time-zone": "UTC",
-        "table.exec.resource.default-parallelism": "2",
-        "pipeline.max-parallelism": "128",
-    }
-    for key, value in settings.items():
-        conf.set_string(key, value)
-    return conf
+    })
 
 
 def latest_checkpoint(job_id: str) -> int:
-    found = [int(p.split("chk-")[1].split("/")[0]) for p in glob.glob(f"{OUT}/checkpoints/{job_id}/chk-*/_metadata")]
-    return max(found, default=0)
-
-
-def wait_for(predicate, what: str, timeout: float = 300.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.time() + timeout
-    while not predicate():
-        if time.time() > deadline:
-            raise SystemExit(f"timed out waiting for {what}")
-        time.sleep(0.2)
+    return latest_retained(OUT, job_id)
 
 
 def main() -> None:

@@ -26,12 +26,13 @@ Usage:  python flink_sql_window_fixture_job.py OUT BACKEND PLAN
 Prints one JSON line "FIXTURE {...}" with the job id and the savepoint paths.
 """
 
-import glob
 import json
 import os
 import sys
 import time
 
+from flink_sql_job_support import latest_checkpoint as latest_retained
+from flink_sql_job_support import minicluster_configuration, wait_for
 from pyflink.common import Configuration
 from pyflink.datastream import StreamExecutionEnvironment
 from pyflink.table import StreamTableEnvironment
@@ -76,37 +77,13 @@ SINK_COLUMNS = ("window_start TIMESTAMP(3), window_end TIMESTAMP(3), user_id STR
 
 
 def configuration() -> Configuration:
-    conf = Configuration()
-    settings = {
-        "execution.checkpointing.interval": "1 s",
-        "execution.checkpointing.dir": f"file://{OUT}/checkpoints",
-        "execution.checkpointing.savepoint-dir": f"file://{OUT}/savepoints",
-        "state.backend.type": BACKEND,
-        "execution.checkpointing.incremental": str(BACKEND == "rocksdb").lower(),
-        "rest.bind-address": "127.0.0.1",
-        "rest.address": "127.0.0.1",
-        "taskmanager.numberOfTaskSlots": "4",
-        "table.local-time-zone": "UTC",
-        "table.exec.resource.default-parallelism": "2",
+    return minicluster_configuration(OUT, BACKEND, {
         "table.optimizer.agg-phase-strategy": "ONE_PHASE",
-        "pipeline.max-parallelism": "128",
-    }
-    for key, value in settings.items():
-        conf.set_string(key, value)
-    return conf
+    })
 
 
 def latest_checkpoint(job_id: str) -> int:
-    found = [int(p.split("chk-")[1].split("/")[0]) for p in glob.glob(f"{OUT}/checkpoints/{job_id}/chk-*/_metadata")]
-    return max(found, default=0)
-
-
-def wait_for(predicate, what: str, timeout: float = 120.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.time() + timeout
-    while not predicate():
-        if time.time() > deadline:
-            raise SystemExit(f"timed out waiting for {what}")
-        time.sleep(0.2)
+    return latest_retained(OUT, job_id)
 
 
 def main() -> None:
@@ -125,10 +102,10 @@ def main() -> None:
     client = result.getJobClient().get()
     job_id = str(client.getJobID())
     print("job id", job_id, flush=True)
-    wait_for(lambda: latest_checkpoint(job_id) >= 1, "the first checkpoint")
+    wait_for(lambda: latest_checkpoint(job_id) >= 1, "the first checkpoint", timeout=120.0)
     time.sleep(N / RATE + 3)
     c0 = latest_checkpoint(job_id)
-    wait_for(lambda: latest_checkpoint(job_id) >= c0 + 2, "a checkpoint of the frozen state")
+    wait_for(lambda: latest_checkpoint(job_id) >= c0 + 2, "a checkpoint of the frozen state", timeout=120.0)
     from pyflink.java_gateway import get_gateway
 
     formats = get_gateway().jvm.org.apache.flink.core.execution.SavepointFormatType
