@@ -20,10 +20,12 @@ __all__ = [
 
 @dataclass(frozen=True)
 class SourceReaderContext:
-    """The subtask a reader runs in."""
+    """The subtask a reader runs in, and the attempt's plan of the source (:meth:`Source.plan`:
+    the same value in every reader of the attempt; None when the source makes none)."""
 
     subtask: int
     parallelism: int
+    plan: Any = None
 
 
 class SourceReader(ABC):
@@ -59,6 +61,13 @@ class Source(ABC):
     def bounded(self) -> bool:
         """Whether the input ends."""
         return True
+
+    def plan(self, parallelism: int) -> Any:
+        """Which reader reads what, decided once per execution attempt by the job master (the
+        part of Flink's split enumerator this runtime needs): every reader of the attempt gets
+        the same value as ``ctx.plan``, so readers that list their input at different moments
+        still agree. A picklable value, or None (the default: each reader decides alone)."""
+        return None
 
     @abstractmethod
     def create_reader(self, ctx: SourceReaderContext) -> SourceReader:

@@ -8,9 +8,10 @@ barrier covers exactly the records emitted before it. Offsets are operator state
 from __future__ import annotations
 
 import os
-import zlib
 from collections.abc import Sequence
 from typing import IO, Any
+
+import mmh3
 
 from statekit.runtime.api.functions import FunctionInitializationContext, FunctionSnapshotContext
 from statekit.runtime.api.sources import Source, SourceReader, SourceReaderContext
@@ -22,6 +23,7 @@ __all__ = [
     "NumberSequenceSource",
     "CollectionSource",
     "index_split",
+    "file_owner",
     "OFFSETS",
     "SPLITS",
 ]
@@ -33,10 +35,15 @@ __all__ = [
 class FileSource(Source):
     """Lines of the UTF-8 text files of a directory, replayable from byte offsets.
 
-    Files are the directory's regular files (not hidden, not starting with ``_``); subtask
-    ``i`` of ``p`` reads the files with ``crc32(name) % p == i``, each in sorted name order.
-    Offsets (bytes consumed per file) are union list state ``offsets`` so a restore at a
-    different parallelism hands every file to exactly one new owner.
+    Files are the directory's regular files (not hidden, not starting with ``_``), each read
+    whole by one subtask, in sorted name order. Which one: the job master lists the directory
+    once per execution attempt (:meth:`plan`) and deals the files out by size, the largest
+    first, each to the subtask with the fewest bytes so far (names break ties), so that the
+    subtasks read about the same bytes whatever the files are named; a file that appears after
+    that listing (watch mode) goes to subtask ``murmur3(name) % p``. Every reader of an attempt
+    holds the same plan, so every file has exactly one owner. Offsets (bytes consumed per
+    file) are union list state ``offsets``: a restore, at any parallelism, hands each file's
+    offset to the file's owner in the new attempt.
 
     Args:
         directory: The input directory.
@@ -56,8 +63,34 @@ class FileSource(Source):
     def bounded(self) -> bool:
         return not self.watch
 
+    def plan(self, parallelism: int) -> dict[str, int] | None:
+        """The owner of each file in the directory now: sizes dealt out largest first, each
+        to the subtask with the fewest bytes so far (None: the directory cannot be listed;
+        the readers then report it)."""
+        try:
+            files = sorted((-entry.stat().st_size, entry.name) for entry in os.scandir(self.directory)
+                           if entry.is_file() and not entry.name.startswith((".", "_")))
+        except OSError:
+            return None
+        loads = [0] * parallelism
+        owners: dict[str, int] = {}
+        for negative_size, name in files:
+            owner = min(range(parallelism), key=loads.__getitem__)
+            owners[name] = owner
+            loads[owner] -= negative_size
+        return owners
+
     def create_reader(self, ctx: SourceReaderContext) -> SourceReader:
         return _FileSourceReader(self, ctx)
+
+
+def file_owner(name: str, parallelism: int, plan: dict[str, int] | None) -> int:
+    """The subtask that reads ``name``: the plan's, else by the name's murmur3 hash."""
+    if plan is not None:
+        owner = plan.get(name)
+        if owner is not None:
+            return owner
+    return mmh3.hash(name.encode("utf-8"), 0, False) % parallelism
 
 
 OFFSETS = ListStateDescriptor("offsets", value_type="struct<file:string,offset:int>")
@@ -76,7 +109,7 @@ class _FileSourceReader(SourceReader):
         self.idle_wait_s = source.monitor_interval_s
 
     def owns(self, name: str) -> bool:
-        return zlib.crc32(name.encode("utf-8")) % self.ctx.parallelism == self.ctx.subtask
+        return file_owner(name, self.ctx.parallelism, self.ctx.plan) == self.ctx.subtask
 
     def initialize_state(self, ctx: FunctionInitializationContext) -> None:
         self.state = ctx.operator_state_store.get_union_list_state(OFFSETS)

@@ -180,6 +180,7 @@ class StreamEnvironment:
             bounded=source.bounded,
         )
         t.timestamped = watermark_strategy is not None
+        t.source = source
         return DataStream(self, [InputSpec(t)], t)
 
     add_source = from_source

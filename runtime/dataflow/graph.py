@@ -23,6 +23,7 @@ from statekit.statefmt.errors import BadInputError
 from statekit.statefmt.keygroups import check_parallelism, compute_default_max_parallelism
 
 if TYPE_CHECKING:
+    from statekit.runtime.api.sources import Source
     from statekit.runtime.checkpoint.restore import RestorePlan
     from statekit.runtime.operators.base import StreamOperator
 
@@ -72,6 +73,7 @@ class Transformation:
     new_chain: bool = False
     bounded: bool = True
     timestamped: bool = False  # its records carry event timestamps (a timestamp assigner upstream)
+    source: Source | None = None  # a source operator's Source (the job master asks it for its plan)
 
     @property
     def is_source(self) -> bool:

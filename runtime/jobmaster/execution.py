@@ -22,7 +22,7 @@ from statekit.runtime.dataflow.user_code import with_user_location
 from statekit.runtime.task.mails import Cancel, Resume, Terminate
 from statekit.runtime.task.metrics import TaskReport
 from statekit.runtime.task.task import Task
-from statekit.runtime.taskmanager.deployment import DeploymentContext, deploy_tasks
+from statekit.runtime.taskmanager.deployment import DeploymentContext, deploy_tasks, source_plans
 from statekit.statefmt.errors import JobError, JobFailedError, StatekitError
 
 if TYPE_CHECKING:
@@ -105,7 +105,7 @@ class ThreadDeployment:
             working_dir=master._temp_dir(f"statekit-{backend.name}-") if backend.needs_working_dir else None,
             incremental=master.incremental, channel_state_serializer=master.config.channel_state_serializer,
             storage_options=master.env.storage_options, restore=restore, exchanges=master.exchanges,
-            latency_interval_ms=master.options.latency_interval,
+            latency_interval_ms=master.options.latency_interval, source_plans=execution.source_plans,
         )
         subtasks = [(v.id, i) for v in master.graph.vertices for i in range(v.parallelism)]
         deployed = deploy_tasks(master.graph, subtasks, execution, context)
@@ -163,6 +163,7 @@ class Execution:
         self._finishing = False
         self.tasks: list[DeployedTask] = []
         self.source_tasks: list[DeployedTask] = []
+        self.source_plans = source_plans(master.graph)  # one per attempt, the same on every host
         self._build(restore)
 
     # ------------------------------------------------------------ deployment

@@ -111,7 +111,7 @@ class ProcessDeployment:
             incremental=master.incremental, channel_state_serializer=master.config.channel_state_serializer,
             restore=restore.spec() if restore is not None else None, run_dir=run_dir, token=self._token,
             control_path=control_path, buffer_timeout_ms=timeout,
-            buffer_size=options.buffer_size or DEFAULT_BUFFER_SIZE,
+            buffer_size=options.buffer_size or DEFAULT_BUFFER_SIZE, source_plans=execution.source_plans,
         )
         self.managers: list[_ManagerProcess] = []
         try:

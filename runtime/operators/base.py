@@ -97,6 +97,7 @@ class OperatorContext:
     working_dir: str | None = None
     job_id: str = ""
     incremental: bool = False
+    source_plan: Any = None  # a source operator's plan for this attempt (Source.plan)
     # the accumulators of the operator's task (shared by the operators of its chain)
     accumulators: dict[str, Accumulator] = field(default_factory=dict)
 

@@ -37,7 +37,8 @@ class SourceOperator(StreamOperator):
         self.watermarks: SourceWatermarks | None = None
 
     def initialize_function(self) -> None:
-        self.reader = self.source.create_reader(SourceReaderContext(self.ctx.subtask, self.ctx.parallelism))
+        self.reader = self.source.create_reader(SourceReaderContext(self.ctx.subtask, self.ctx.parallelism,
+                                                                       self.ctx.source_plan))
         self.reader.initialize_state(self.init_context())
         if self.watermark_strategy is not None:
             self.watermarks = SourceWatermarks(self.watermark_strategy)

@@ -33,6 +33,7 @@ __all__ = [
     "RemoteChannels",
     "DeployedTasks",
     "deploy_tasks",
+    "source_plans",
     "exchange_edges",
     "channel_spec",
     "gate_width",
@@ -65,6 +66,7 @@ class DeploymentContext:
         buffer_timeout_ms: How long records may wait in a writer's buffer (None: until the task
             runs out of input; 0: not at all).
         latency_interval_ms: How often a source task sends a latency marker (None: never).
+        source_plans: The attempt's plan of each source operator (by uid; :func:`source_plans`).
     """
 
     job_id: str
@@ -80,6 +82,21 @@ class DeploymentContext:
     buffer_bytes: int | None = None
     buffer_timeout_ms: int | None = None
     latency_interval_ms: int | None = None
+    source_plans: dict[str, Any] = field(default_factory=dict)
+
+
+def source_plans(graph: JobGraph) -> dict[str, Any]:
+    """Each source operator's plan for a new attempt (:meth:`Source.plan`; made in the job master,
+    once per attempt, and handed to every host), by uid; sources without a plan are left out."""
+    plans: dict[str, Any] = {}
+    for vertex in graph.vertices:
+        for node in vertex.operators:
+            source = node.transformation.source
+            if source is not None:
+                plan = source.plan(node.parallelism)
+                if plan is not None:
+                    plans[node.uid] = plan
+    return plans
 
 
 class RemoteChannels(Protocol):
@@ -184,7 +201,7 @@ def deploy_tasks(graph: JobGraph, subtasks: Iterable[SubtaskKey], host: TaskHost
                 key_selector=node.key_selector, key_serializer=node.key_serializer,
                 restore=restore.subtask(node.uid, i, node.parallelism, node.max_parallelism) if restore else None,
                 working_dir=context.working_dir, job_id=context.job_id, incremental=context.incremental,
-                accumulators=accumulators,
+                source_plan=context.source_plans.get(node.uid), accumulators=accumulators,
             ), Output(lambda value: None))
             operators.append(op)
             chained_next.append([vertex.operators.index(e.target) for e in node.outputs if e.chained])

@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from statekit.runtime.checkpoint.handles import TaskStateSnapshot
@@ -136,6 +136,7 @@ class TaskManagerSpec:
         control_path: The job master's control socket.
         buffer_timeout_ms: How long a record may wait in a network buffer (0: flushed at once; None: until full).
         buffer_size: Bytes of a network buffer.
+        source_plans: The attempt's plan of each source operator, by uid (made by the job master).
     """
 
     job_file: str
@@ -154,6 +155,7 @@ class TaskManagerSpec:
     control_path: str
     buffer_timeout_ms: int | None = 100
     buffer_size: int = 32 * 1024
+    source_plans: dict[str, Any] = field(default_factory=dict)
 
     def endpoint_path(self, task_manager: int) -> str:
         """The network endpoint of TaskManager ``task_manager`` of this attempt."""

@@ -254,6 +254,7 @@ class TaskManager:
             buffer_records=1 if spec.buffer_timeout_ms == 0 else max(1, spec.buffer_size // RECORD_BYTES),
             buffer_bytes=None if spec.buffer_timeout_ms == 0 else spec.buffer_size,
             buffer_timeout_ms=spec.buffer_timeout_ms, latency_interval_ms=spec.options.latency_interval,
+            source_plans=spec.source_plans,
         )
         subtasks = spec.placement.subtasks_of(graph, spec.index)
         return deploy_tasks(graph, subtasks, self.host, context, self.links)
