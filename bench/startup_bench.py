@@ -31,23 +31,29 @@ def task_manager_pids() -> set[int]:
     return {int(pid) for pid in found.split()}
 
 
+def timed_statekit_run(label: str, args: list[str], home: str, timeout: float = 300) -> float:
+    """Seconds from the start of ``statekit run ARGS`` (a fresh process, registry in ``home``) to
+    its exit; it must exit 0 and leave no TaskManager behind."""
+    command = [sys.executable, "-m", "statekit.cli.main", "run", *args]
+    before = task_manager_pids()
+    start = time.perf_counter()
+    done = subprocess.run(command, env={**os.environ, "STATEKIT_HOME": home}, capture_output=True, text=True,
+                          timeout=timeout)
+    seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        raise SystemExit(f"{label}: exit {done.returncode}: {done.stderr.strip()[-500:]}")
+    left = task_manager_pids() - before
+    if left:
+        raise SystemExit(f"{label}: processes left behind: {sorted(left)}")
+    return seconds
+
+
 def run_once(executor: str, parallelism: int, events: int) -> float:
     """Seconds from the start of ``statekit run`` to its exit; it must exit 0 and leave nothing."""
     home = tempfile.mkdtemp(prefix="statekit-startup-bench-")
     try:
-        command = [sys.executable, "-m", "statekit.cli.main", "run", "-p", str(parallelism), "--executor", executor,
-                   JOB, "--events", str(events), "--keys", "100"]
-        before = task_manager_pids()
-        start = time.perf_counter()
-        done = subprocess.run(command, env={**os.environ, "STATEKIT_HOME": home}, capture_output=True, text=True,
-                              timeout=300)
-        seconds = time.perf_counter() - start
-        if done.returncode != 0:
-            raise SystemExit(f"{executor}: exit {done.returncode}: {done.stderr.strip()[-500:]}")
-        left = task_manager_pids() - before
-        if left:
-            raise SystemExit(f"{executor}: processes left behind: {left}")
-        return seconds
+        return timed_statekit_run(executor, ["-p", str(parallelism), "--executor", executor, JOB, "--events",
+                                             str(events), "--keys", "100"], home)
     finally:
         shutil.rmtree(home, ignore_errors=True)
 

@@ -27,13 +27,10 @@ import os
 import random
 import shutil
 import string
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
-from startup_bench import task_manager_pids
+from startup_bench import timed_statekit_run
 from timed_children import use_bytecode_caches
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -98,19 +95,10 @@ def run_once(executor: str, parallelism: int, texts: Path, truth: collections.Co
     work = Path(tempfile.mkdtemp(prefix="statekit-wordcount-bench-"))
     try:
         output = work / "out"
-        command = [sys.executable, "-m", "statekit.cli.main", "run", "-p", str(parallelism), "--executor", executor,
-                   "--checkpoint-dir", str(work / "chk"), "--checkpoint-interval", "1s", str(JOB),
-                   "--input", str(texts), "--output", str(output)]
-        before = task_manager_pids()
-        start = time.perf_counter()
-        done = subprocess.run(command, env={**os.environ, "STATEKIT_HOME": str(work / "home")}, capture_output=True,
-                              text=True, timeout=900)
-        seconds = time.perf_counter() - start
-        if done.returncode != 0:
-            raise SystemExit(f"{executor} p={parallelism}: exit {done.returncode}: {done.stderr.strip()[-500:]}")
-        left = task_manager_pids() - before
-        if left:
-            raise SystemExit(f"{executor} p={parallelism}: processes left behind: {sorted(left)}")
+        seconds = timed_statekit_run(f"{executor} p={parallelism}", [
+            "-p", str(parallelism), "--executor", executor, "--checkpoint-dir", str(work / "chk"),
+            "--checkpoint-interval", "1s", str(JOB), "--input", str(texts), "--output", str(output)],
+            str(work / "home"), timeout=900)
         counts = committed_counts(output)
         if counts != dict(truth):
             wrong = [w for w in truth if counts.get(w) != truth[w]]
