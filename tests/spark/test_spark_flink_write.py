@@ -3,7 +3,8 @@
 * ``bootstrap --format flink --engine spark``: the same entries as the local engine (list
   elements given one per row in no defined order: compared as multisets);
 * ``rescale FLINK --max-parallelism --engine spark``: byte for byte the local engine's streams,
-  on every path (merge, split, rehash);
+  on every path (merge, split, rehash), compressed or not, however the key groups are sliced and
+  spilled and wherever the streams are gathered;
 * ``rescale STATEKIT --max-parallelism --engine spark``: byte for byte the local engine's files.
 """
 
@@ -25,6 +26,8 @@ from statekit.flink.storage import load_snapshot
 pytestmark = pytest.mark.spark
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "pyflink-2.3/hashmap/savepoints/savepoint-48634f-b2be849ccf0d"
+JAVA = Path(__file__).resolve().parents[1] / "golden" / "flink-java-2.3" / "tuple-compressed"
+COMPRESSED = JAVA / str(json.loads((JAVA / "facts.json").read_text())["savepoint"])  # Snappy key groups
 
 
 def invoke(*args: str) -> dict[str, Any]:
@@ -74,15 +77,55 @@ def test_flink_bootstrap_on_spark_writes_the_local_entries(spark: Any, tmp_path:
     assert invoke("verify", str(tmp_path / "s"))["ok"] is True
 
 
-@pytest.mark.parametrize("max_parallelism", [128, 1024, 200])
-def test_flink_rescale_on_spark_writes_the_local_bytes(spark: Any, tmp_path: Path, max_parallelism: int) -> None:
-    local = invoke("rescale", str(GOLDEN), "--max-parallelism", str(max_parallelism), "-o", str(tmp_path / "l"))
-    remote = invoke("rescale", str(GOLDEN), "--max-parallelism", str(max_parallelism), "--engine", "spark",
+@pytest.mark.parametrize("savepoint, max_parallelism", [(GOLDEN, 128), (GOLDEN, 1024), (GOLDEN, 200),
+                                                         (COMPRESSED, 512), (COMPRESSED, 64)])
+def test_flink_rescale_on_spark_writes_the_local_bytes(spark: Any, tmp_path: Path, savepoint: Path,
+                                                       max_parallelism: int) -> None:
+    local = invoke("rescale", str(savepoint), "--max-parallelism", str(max_parallelism), "-o", str(tmp_path / "l"))
+    remote = invoke("rescale", str(savepoint), "--max-parallelism", str(max_parallelism), "--engine", "spark",
                     "--master", "local[2]", "-o", str(tmp_path / "s"))
     assert (remote["engine"], local["engine"], remote["format"]) == ("spark", "local", "flink")
     assert sorted(files(tmp_path / "s").values()) == sorted(files(tmp_path / "l").values())
     assert remote["operators"] == local["operators"]
     assert invoke("verify", str(tmp_path / "s"))["ok"] is True
+
+
+@pytest.mark.parametrize("gather_in_driver", [False, True])
+@pytest.mark.parametrize("max_parallelism", [1024, 200])
+def test_flink_split_on_spark_from_small_slices_and_spilled_runs(spark: Any, tmp_path: Path, max_parallelism: int,
+                                                                 gather_in_driver: bool) -> None:
+    """Many slices per source, each spilling several runs per group into its fragment, gathered by
+    Spark tasks or the driver's threads: still the local engine's bytes, and no fragment left."""
+    from statekit.flink.rewrite import rescale_flink_savepoint
+    from statekit.spark.flink_rewrite import FRAGMENTS_PREFIX, SparkRegroup
+    from statekit.spark.session import SparkSettings
+
+    local = rescale_flink_savepoint(str(GOLDEN), str(tmp_path / "l"), max_parallelism=max_parallelism)
+    regroup = SparkRegroup(SparkSettings("local[2]"), memory_budget=2048, slice_bytes=4096,
+                           gather_in_driver=gather_in_driver)
+    remote = rescale_flink_savepoint(str(GOLDEN), str(tmp_path / "s"), max_parallelism=max_parallelism,
+                                     regroup=regroup, execution="spark")
+    assert remote.spilled_bytes > 0 and remote.bytes_read == local.bytes_read
+    assert sorted(files(tmp_path / "s").values()) == sorted(files(tmp_path / "l").values())
+    assert not [p for p in (tmp_path / "s").rglob("*") if p.name.startswith(FRAGMENTS_PREFIX)]
+    assert remote.operators == local.operators
+
+
+def test_a_failed_spark_gather_leaves_no_output_and_no_fragments(spark: Any, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from statekit.flink.rewrite import rescale_flink_savepoint
+    from statekit.spark import flink_rewrite
+    from statekit.spark.session import SparkSettings
+    from statekit.statefmt.errors import CorruptStateError
+
+    def broken(self: Any, work: tuple[int, list[Any]]) -> Any:
+        raise CorruptStateError("a fragment went missing", path="fragment")
+
+    monkeypatch.setattr(flink_rewrite._WriteSubtask, "__call__", broken)
+    with pytest.raises(CorruptStateError, match="a fragment went missing"):
+        rescale_flink_savepoint(str(GOLDEN), str(tmp_path / "out"), max_parallelism=1024,
+                                regroup=flink_rewrite.SparkRegroup(SparkSettings("local[2]"), gather_in_driver=True))
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_statekit_rescale_on_spark_writes_the_local_files(spark: Any, sample: str, tmp_path: Path) -> None:
