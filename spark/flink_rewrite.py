@@ -78,15 +78,16 @@ class _Slice:
 
 
 def _slices(streams: OperatorStreams, slice_bytes: int, tasks: int) -> list[_Slice]:
-    """Each stream's key groups cut into contiguous slices of about equal size: the source bytes
-    over ``tasks``, at most ``slice_bytes`` (a stream smaller than that is one slice)."""
+    """Each stream's key groups cut into contiguous slices of about equal size: about the source
+    bytes over ``tasks``, and at most about ``slice_bytes`` (a slice ends with the key group
+    that reaches its share)."""
     per_source = [key_group_blocks(source) for source in streams.sources]
     total = sum(end - offset for blocks in per_source for _, offset, end in blocks)
-    target = max(1, min(slice_bytes, -(-total // max(1, tasks))))
+    even = max(1, total / max(1, tasks))
     slices: list[_Slice] = []
     for number, blocks in enumerate(per_source):
         size = sum(end - offset for _, offset, end in blocks)
-        parts = max(1, round(size / target))
+        parts = max(1, round(size / even), -(-size // max(1, slice_bytes)))
         current: list[tuple[int, int, int]] = []
         done, part = 0, 1
         for block in blocks:
@@ -244,7 +245,7 @@ class SparkRegroup:
     Args:
         settings: Spark master and configuration.
         memory_budget: Bytes of runs each task holds before it spills.
-        slice_bytes: Source bytes per map task (at most).
+        slice_bytes: Source bytes per map task (at most, unless one key group is larger).
         storage_options / output_storage_options: fsspec options the executors open the source and output with.
         gather_in_driver: Write the split and rehash paths' streams in the driver's threads
             (default: on a local master only; see :meth:`_write`).

@@ -137,3 +137,25 @@ def test_statekit_rescale_on_spark_writes_the_local_files(spark: Any, sample: st
         assert report["engine"] == "spark"
         assert files(out_spark) == files(out_local)
         assert invoke("verify", str(out_spark))["ok"] is True
+
+
+@pytest.mark.parametrize("tasks, slice_bytes", [(1, 1 << 30), (2, 1 << 30), (8, 1 << 30), (2, 8 << 10)])
+def test_slices_cover_every_key_group_once_in_stream_order(tasks: int, slice_bytes: int) -> None:
+    pytest.importorskip("pyspark")
+    from statekit.flink.streams_writer import key_group_blocks, operator_streams
+    from statekit.spark.flink_rewrite import _slices
+
+    snapshot = load_snapshot(str(GOLDEN))
+    op = next(o for o in snapshot.metadata.operators if any(s.managed_keyed_state for s in o.subtasks))
+    streams = operator_streams(snapshot, op)
+    slices = _slices(streams, slice_bytes, tasks)
+    assert [s.index for s in slices] == list(range(len(slices)))
+    for number, source in enumerate(streams.sources):
+        assert [b for s in slices if s.source == number for b in s.blocks] == key_group_blocks(source)
+    sizes = [s.bytes for s in slices]
+    largest = max(end - offset for s in slices for _, offset, end in s.blocks)
+    if slice_bytes < sum(sizes):  # capped: no slice much past the cap
+        assert len(slices) >= sum(sizes) // slice_bytes and max(sizes) < slice_bytes + largest
+    else:  # about even: one slice per source at least, each source's share of the tasks rounded
+        assert max(len(streams.sources), tasks) <= len(slices) <= tasks + len(streams.sources)
+        assert max(sizes) <= 2 * min(sizes)
