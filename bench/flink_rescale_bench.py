@@ -232,6 +232,7 @@ from statekit.flink.rewrite import rescale_flink_savepoint
 from statekit.spark.flink_rewrite import SparkRegroup
 from statekit.spark.session import SparkSettings
 savepoint, scratch, master, warm = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+CLI_BUDGET = 96 << 20  # rescale --memory-budget's default, as the local runs (CLI children) have it
 started = time.perf_counter()
 settings = SparkSettings(master)
 settings.session()
@@ -241,7 +242,7 @@ out = {"session_s": round(session_s, 2)}
 for label, m2 in (("spark-1024", 1024), ("spark-merge-64", 64)):
     started = time.perf_counter()
     report = rescale_flink_savepoint(savepoint, scratch + "/" + label, max_parallelism=m2,
-                                     regroup=SparkRegroup(settings), spill_dir=scratch)
+                                     regroup=SparkRegroup(settings, memory_budget=CLI_BUDGET), spill_dir=scratch)
     out[label] = {"seconds": round(time.perf_counter() - started, 2),
                   "entries": sum(op.entries for op in report.operators)}
 print(json.dumps(out))

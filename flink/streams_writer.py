@@ -256,7 +256,7 @@ def key_group_blocks(source: StreamSource) -> list[tuple[int, int, int]]:
 
 
 def write_stream(out: IO[bytes], header: bytes, key_groups: KeyGroupRange,
-                 groups: Iterable[tuple[int, int, Iterator[bytes]]], *,
+                 groups: Iterable[tuple[int, int, Iterator[bytes | memoryview]]], *,
                  compressed: bool = False) -> tuple[list[int], int]:
     """Write one subtask's stream: ``header``, then ``groups`` (ascending, inside ``key_groups``).
 
@@ -291,7 +291,7 @@ def write_stream(out: IO[bytes], header: bytes, key_groups: KeyGroupRange,
 
 
 def _write_compressed(out: IO[bytes], header: bytes, key_groups: KeyGroupRange,
-                      groups: Iterable[tuple[int, int, Iterator[bytes]]]) -> tuple[list[int], int]:
+                      groups: Iterable[tuple[int, int, Iterator[bytes | memoryview]]]) -> tuple[list[int], int]:
     """:func:`write_stream` with every key group compressed on its own (as Flink's full snapshot writes it)."""
     out.write(header)
     position = len(header)

@@ -26,7 +26,7 @@ The rescale itself (checks, the ``_metadata`` edits, carried files, publishing) 
 No Spark shuffle. Either way the streams are byte for byte the local engine's (compressed
 streams too), and the driver records their offsets and writes ``_metadata``.
 
-Memory per task is the budget plus one key group (map), or one 4 MiB chunk (gather). The
+Memory per task is the budget plus one key group (map), or 64 MiB of read windows (gather). The
 output must be storage the executors share with the driver (a local path in local mode, an
 object store on a cluster).
 """
@@ -48,6 +48,7 @@ from statekit.flink.sources import META_FOLLOWS
 from statekit.flink.storage import FlinkSnapshot, load_snapshot
 from statekit.flink.streams_writer import OperatorStreams, key_group_blocks, open_input, operator_streams, write_stream
 from statekit.spark.session import SparkSettings, spark_errors
+from statekit.statefmt.allocator import retain_freed_memory
 from statekit.statefmt.errors import CorruptStateError
 from statekit.statefmt.fileio import FileIO
 from statekit.statefmt.keygroups import (
@@ -60,7 +61,9 @@ __all__ = ["SparkRegroup", "DEFAULT_SLICE_BYTES", "FRAGMENTS_PREFIX"]
 
 DEFAULT_SLICE_BYTES = 256 << 20
 FRAGMENTS_PREFIX = ".statekit-fragments-"
-_COPY_CHUNK = 4 << 20
+_GATHER_MEMORY = 64 << 20  # a gather's read windows, all fragments together
+_MAX_WINDOW = 8 << 20
+_MIN_WINDOW = 64 << 10
 _STATE_BITS = 16
 
 
@@ -131,7 +134,8 @@ class _Job:
         io, directory = FileIO.for_path(self.fragments_url, self.output_storage_options)
         return io, posixpath.join(directory, f"{slice_index:06d}")
 
-    def write(self, index: int, groups: Iterator[tuple[int, int, Iterator[bytes]]]) -> tuple[tuple[int, ...], str, int]:
+    def write(self, index: int,
+              groups: Iterator[tuple[int, int, Iterator[bytes | memoryview]]]) -> tuple[tuple[int, ...], str, int]:
         """Subtask ``index``'s stream (header, then ``groups``) in the output: offsets, file name, size."""
         io, directory = FileIO.for_path(self.directory_url, self.output_storage_options)
         name = str(uuid.uuid4())
@@ -152,6 +156,7 @@ class _MapSlice:
         self.job = job
 
     def __call__(self, item: _Slice) -> tuple[list[_Piece], int]:
+        retain_freed_memory()  # Python workers run many tasks: NumPy's temporaries are reused
         job = self.job
         snapshot, streams = _streams(job.path, job.operator_id, job.storage_options)
         io, path = job.fragment(item.index)
@@ -166,42 +171,60 @@ class _MapSlice:
         return pieces, spilled
 
 
+class _Fragment:
+    """A slice's fragment file, read through one window: pieces asked for by ascending offset
+    (a gather's, within one fragment) cost one read per window, and come as views of it."""
+
+    def __init__(self, stream: IO[bytes], name: str, window: int) -> None:
+        self.stream, self.name, self.window = stream, name, window
+        self.base, self.data = 0, b""
+
+    def read(self, offset: int, length: int, flag: int) -> Iterator[bytes | memoryview]:
+        """The ``length`` bytes at ``offset``; the meta-data-follows flag set in the byte at ``flag``
+        (relative; -1: none)."""
+        done = 0
+        while done < length:
+            at = offset + done
+            if not self.base <= at < self.base + len(self.data):
+                self.stream.seek(at)
+                self.base, self.data = at, self.stream.read(self.window)
+                if not self.data:
+                    raise CorruptStateError(f"truncated: {length} bytes expected at byte offset {offset}",
+                                            path=self.name)
+            start = at - self.base
+            view = memoryview(self.data)[start:start + length - done]
+            if done <= flag < done + len(view):
+                at_flag = flag - done
+                yield view[:at_flag]
+                yield bytes([view[at_flag] | META_FOLLOWS])
+                yield view[at_flag + 1:]
+            else:
+                yield view
+            done += len(view)
+
+
 class _WriteSubtask:
-    """Executors: one target subtask's pieces, by group then slice (source order) -> its stream."""
+    """One target subtask's pieces, by group then slice (source order) -> its stream."""
 
     def __init__(self, job: _Job) -> None:
         self.job = job
 
     def __call__(self, work: tuple[int, list[_Piece]]) -> tuple[Any, ...]:
         index, pieces = work
+        slices = sorted({piece[1] for piece in pieces})
+        window = max(_MIN_WINDOW, min(_MAX_WINDOW, _GATHER_MEMORY // max(1, len(slices))))
         with ExitStack() as stack:
-            opened: dict[int, tuple[IO[bytes], str]] = {}
+            fragments: dict[int, _Fragment] = {}
+            for slice_index in slices:
+                io, path = self.job.fragment(slice_index)
+                fragments[slice_index] = _Fragment(stack.enter_context(io.open_input(path)), io.url(path), window)
 
-            def fragment(slice_index: int) -> tuple[IO[bytes], str]:
-                if slice_index not in opened:
-                    io, path = self.job.fragment(slice_index)
-                    opened[slice_index] = stack.enter_context(io.open_input(path)), io.url(path)
-                return opened[slice_index]
-
-            def chunks(group: list[_Piece]) -> Iterator[bytes]:
+            def chunks(group: list[_Piece]) -> Iterator[bytes | memoryview]:
                 for number, (_, slice_index, offset, length, last, _) in enumerate(group):
-                    stream, name = fragment(slice_index)
-                    stream.seek(offset)
                     flag = last + 4 if number == len(group) - 1 else -1  # the group's last entry
-                    done = 0
-                    while done < length:
-                        data = stream.read(min(_COPY_CHUNK, length - done))
-                        if not data:
-                            raise CorruptStateError(f"truncated: {length} bytes expected at byte offset {offset}",
-                                                    path=name)
-                        if done <= flag < done + len(data):
-                            patched = bytearray(data)
-                            patched[flag - done] |= META_FOLLOWS
-                            data = bytes(patched)
-                        done += len(data)
-                        yield data
+                    yield from fragments[slice_index].read(offset, length, flag)
 
-            def groups() -> Iterator[tuple[int, int, Iterator[bytes]]]:
+            def groups() -> Iterator[tuple[int, int, Iterator[bytes | memoryview]]]:
                 start = 0
                 while start < len(pieces):
                     group = pieces[start][0]
@@ -222,6 +245,7 @@ class _MergeSubtask:
         self.job, self.slices = job, slices
 
     def __call__(self, index: int) -> tuple[Any, ...]:
+        retain_freed_memory()
         job = self.job
         snapshot, streams = _streams(job.path, job.operator_id, job.storage_options)
         key_groups = job.key_groups(index)

@@ -159,3 +159,30 @@ def test_slices_cover_every_key_group_once_in_stream_order(tasks: int, slice_byt
     else:  # about even: one slice per source at least, each source's share of the tasks rounded
         assert max(len(streams.sources), tasks) <= len(slices) <= tasks + len(streams.sources)
         assert max(sizes) <= 2 * min(sizes)
+
+
+@pytest.mark.parametrize("window", [1, 3, 64])
+def test_fragment_reads_any_piece_through_a_small_window_and_sets_the_flag(window: int) -> None:
+    import io
+    import random
+
+    pytest.importorskip("pyspark")
+    from statekit.flink.sources import META_FOLLOWS
+    from statekit.spark.flink_rewrite import _Fragment
+
+    data = bytes(range(40)) * 3
+    fragment = _Fragment(io.BytesIO(data), "fragment", window)
+    chosen = random.Random(7)
+    offset = 0
+    while offset < len(data):  # ascending pieces, as a gather asks for them, and some going back
+        length = min(chosen.randrange(0, 11), len(data) - offset)
+        flag = chosen.randrange(-1, length) if length else -1
+        expected = bytearray(data[offset:offset + length])
+        if flag >= 0:
+            expected[flag] |= META_FOLLOWS
+        assert b"".join(bytes(c) for c in fragment.read(offset, length, flag)) == bytes(expected)
+        assert bytes(b"".join(bytes(c) for c in fragment.read(max(0, offset - 5), 5, -1))) == \
+            data[max(0, offset - 5):max(0, offset - 5) + 5]
+        offset += length
+    with pytest.raises(Exception, match="truncated"):
+        list(fragment.read(len(data), 4, -1))
