@@ -36,7 +36,7 @@ from __future__ import annotations
 import posixpath
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -64,6 +64,7 @@ FRAGMENTS_PREFIX = ".statekit-fragments-"
 _GATHER_MEMORY = 64 << 20  # a gather's read windows, all fragments together
 _MAX_WINDOW = 8 << 20
 _MIN_WINDOW = 64 << 10
+_COPY_BUFFER = 4 << 20  # the split path's gather copies through one buffer
 _STATE_BITS = 16
 
 
@@ -169,6 +170,86 @@ class _MapSlice:
         pieces = [(group, item.index, offset, length, last, count)
                   for group, offset, length, last, count in regrouper.spilled_runs()]
         return pieces, spilled
+
+
+# split path, a whole target key group of one slice, framed as in a stream:
+# (key group, slice, offset in the slice's fragment, length, entries, entry bytes)
+_Block = tuple[int, int, int, int, int, int]
+_PAD = b"\x00"  # a split fragment's first byte: no key group starts at offset 0 (0 means empty, as in a handle)
+
+
+class _MapWholeKeyGroups:
+    """Executors, split path (``M`` divides ``M2``: every target key group comes from one source
+    key group, so from one slice): one slice regrouped -> its fragment of whole target key
+    groups, framed by :func:`~statekit.flink.streams_writer.write_stream` (compressed when the
+    savepoint is), and their index. The gather then only copies ranges."""
+
+    def __init__(self, job: _Job) -> None:
+        self.job = job
+
+    def __call__(self, item: _Slice) -> tuple[list[_Block], int]:
+        retain_freed_memory()
+        job = self.job
+        snapshot, streams = _streams(job.path, job.operator_id, job.storage_options)
+        everything = KeyGroupRange(0, job.max_parallelism - 1)
+        io, path = job.fragment(item.index)
+        with tempfile.TemporaryFile() as spill, open_input(snapshot, streams, item.source, item.blocks) as entries:
+            regrouper = Regrouper(streams.hasher, streams.operator.max_parallelism, job.max_parallelism, spill,
+                                  job.memory_budget)
+            regrouper.add_stream(entries)
+            with io.open_scratch(path) as out:
+                offsets, size = write_stream(out, _PAD, everything, regrouper.groups(everything),
+                                             compressed=job.compressed)
+        present = [(kg, offset) for kg, offset in enumerate(offsets) if offset]
+        ends = [offset for _, offset in present[1:]] + [size]
+        tally = regrouper.tally
+        blocks = [(kg, item.index, offset, end - offset, tally.entries[kg], tally.bytes[kg])
+                  for (kg, offset), end in zip(present, ends)]
+        return blocks, regrouper.spilled_bytes
+
+
+class _CopySubtask:
+    """Split path: one target subtask's whole key groups, ascending -> its stream: the header,
+    then the fragments' ranges (neighbours in one fragment copied as one)."""
+
+    def __init__(self, job: _Job) -> None:
+        self.job = job
+
+    def __call__(self, work: tuple[int, list[_Block]]) -> tuple[Any, ...]:
+        index, blocks = work
+        job = self.job
+        key_groups = job.key_groups(index)
+        offsets = [0] * len(key_groups)
+        ranges: list[tuple[int, int, int]] = []  # (slice, offset, length)
+        position = len(job.header)
+        for key_group, slice_index, offset, length, _, _ in blocks:
+            offsets[key_group - key_groups.start] = position
+            position += length
+            if ranges and ranges[-1][0] == slice_index and sum(ranges[-1][1:]) == offset:
+                ranges[-1] = (slice_index, ranges[-1][1], ranges[-1][2] + length)
+            else:
+                ranges.append((slice_index, offset, length))
+        io, directory = FileIO.for_path(job.directory_url, job.output_storage_options)
+        name = str(uuid.uuid4())
+        buffer = memoryview(bytearray(_COPY_BUFFER))
+        with ExitStack() as stack, io.open_output(posixpath.join(directory, name)) as out:
+            out.write(job.header)
+            opened: dict[int, tuple[IO[bytes], str]] = {}
+            for slice_index, offset, length in ranges:
+                if slice_index not in opened:
+                    fragment_io, path = job.fragment(slice_index)
+                    opened[slice_index] = stack.enter_context(fragment_io.open_input(path)), fragment_io.url(path)
+                stream, source = opened[slice_index]
+                stream.seek(offset)
+                done = 0
+                while done < length:
+                    got = stream.readinto(buffer[:min(len(buffer), length - done)])  # type: ignore[attr-defined]
+                    if not got:
+                        raise CorruptStateError(f"truncated: {length} bytes expected at byte offset {offset}",
+                                                path=source)
+                    out.write(buffer[:got])
+                    done += got
+        return index, tuple(offsets), name, position
 
 
 class _Fragment:
@@ -309,11 +390,18 @@ class SparkRegroup:
                     tally.bytes[kgs.start:kgs.end + 1] = sizes
                     spilled += spill
             else:
+                split = max_parallelism % op.max_parallelism == 0
                 try:
-                    mapped = context.parallelize(slices, len(slices)).map(_MapSlice(job)).collect()
-                    work = self._plan(job, [pieces for pieces, _ in mapped], tally)
-                    spilled = sum(spill for _, spill in mapped)
-                    results = self._write(context, job, work)
+                    if split:
+                        blocks = context.parallelize(slices, len(slices)).map(_MapWholeKeyGroups(job)).collect()
+                        spilled = sum(spill for _, spill in blocks)
+                        results = self._write(context, _CopySubtask(job),
+                                              self._plan_blocks(job, [part for part, _ in blocks], tally))
+                    else:
+                        mapped = context.parallelize(slices, len(slices)).map(_MapSlice(job)).collect()
+                        spilled = sum(spill for _, spill in mapped)
+                        results = self._write(context, _WriteSubtask(job),
+                                              self._plan(job, [pieces for pieces, _ in mapped], tally))
                 finally:
                     if io.exists(fragments):
                         io.rm(fragments, recursive=True)
@@ -321,7 +409,8 @@ class SparkRegroup:
                    for index, offsets, name, size, *_ in sorted(results, key=lambda r: int(r[0]))]
         return RegroupResult(written, tally, sum(s.bytes for s in slices), spilled)
 
-    def _write(self, context: Any, job: _Job, work: list[tuple[int, list[_Piece]]]) -> list[tuple[Any, ...]]:
+    def _write(self, context: Any, writer: Callable[[Any], tuple[Any, ...]],
+               work: Sequence[tuple[int, Sequence[Any]]]) -> list[tuple[Any, ...]]:
         """The gather: per target subtask, its stream from the fragments. Pure file I/O (nothing is
         decoded), so on a local master the driver's threads do it (the executors are this machine;
         a Spark job would add its fixed cost, about 0.1 s); elsewhere one Spark task per subtask,
@@ -330,10 +419,23 @@ class SparkRegroup:
 
         in_driver = self.gather_in_driver if self.gather_in_driver is not None else is_local_master(context.master)
         if not in_driver:
-            results: list[tuple[Any, ...]] = context.parallelize(work, len(work)).map(_WriteSubtask(job)).collect()
+            results: list[tuple[Any, ...]] = context.parallelize(work, len(work)).map(writer).collect()
             return results
         with ThreadPoolExecutor(max(1, min(len(work), int(context.defaultParallelism)))) as pool:
-            return list(pool.map(_WriteSubtask(job), work))
+            return list(pool.map(writer, work))
+
+    @staticmethod
+    def _plan_blocks(job: _Job, mapped: list[list[_Block]], tally: KeyGroupTally) -> list[tuple[int, list[_Block]]]:
+        """Per target subtask its whole key groups, ascending; counts each into ``tally``."""
+        work: list[tuple[int, list[_Block]]] = [(index, []) for index in range(job.parallelism)]
+        blocks = sorted(block for part in mapped for block in part)
+        assert len({block[0] for block in blocks}) == len(blocks), "a target key group from two slices"
+        for block in blocks:
+            key_group = block[0]
+            tally.entries[key_group] += block[4]
+            tally.bytes[key_group] += block[5]
+            work[compute_operator_index_for_key_group(job.max_parallelism, job.parallelism, key_group)][1].append(block)
+        return work
 
     @staticmethod
     def _plan(job: _Job, mapped: list[list[_Piece]], tally: KeyGroupTally) -> list[tuple[int, list[_Piece]]]:

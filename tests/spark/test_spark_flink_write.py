@@ -111,8 +111,10 @@ def test_flink_split_on_spark_from_small_slices_and_spilled_runs(spark: Any, tmp
     assert remote.operators == local.operators
 
 
+@pytest.mark.parametrize("max_parallelism, gather", [(1024, "_CopySubtask"), (200, "_WriteSubtask")])
 def test_a_failed_spark_gather_leaves_no_output_and_no_fragments(spark: Any, tmp_path: Path,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+                                                                 monkeypatch: pytest.MonkeyPatch, max_parallelism: int,
+                                                                 gather: str) -> None:
     from statekit.flink.rewrite import rescale_flink_savepoint
     from statekit.spark import flink_rewrite
     from statekit.spark.session import SparkSettings
@@ -121,9 +123,9 @@ def test_a_failed_spark_gather_leaves_no_output_and_no_fragments(spark: Any, tmp
     def broken(self: Any, work: tuple[int, list[Any]]) -> Any:
         raise CorruptStateError("a fragment went missing", path="fragment")
 
-    monkeypatch.setattr(flink_rewrite._WriteSubtask, "__call__", broken)
+    monkeypatch.setattr(getattr(flink_rewrite, gather), "__call__", broken)
     with pytest.raises(CorruptStateError, match="a fragment went missing"):
-        rescale_flink_savepoint(str(GOLDEN), str(tmp_path / "out"), max_parallelism=1024,
+        rescale_flink_savepoint(str(GOLDEN), str(tmp_path / "out"), max_parallelism=max_parallelism,
                                 regroup=flink_rewrite.SparkRegroup(SparkSettings("local[2]"), gather_in_driver=True))
     assert list(tmp_path.iterdir()) == []
 
