@@ -8,20 +8,26 @@ The rescale itself (checks, the ``_metadata`` edits, carried files, publishing) 
   per target key-group range** (a new subtask) reads only the source key groups that land in
   it (ranged reads), merges them with the vectorized local code (nothing hashed) and writes
   the subtask's stream into the staged output directory. One Spark job.
-* **split** and **rehash** paths (every key hashed; any source key group can feed any target):
+* **split** (``M`` divides ``M2``) and **rehash** paths (every key hashed):
   1. *map* (one Spark job) — each source stream's key groups are cut into contiguous
      *slices* of about equal size (never splitting a key group): as many as the default
-     parallelism, more only past ``slice_bytes`` each. One task per slice reads only its
-     key groups (ranged reads) and regroups them with the vectorized local code
-     (:mod:`statekit.flink.fast_regroup`); its :class:`~statekit.flink.regroup.Regrouper`
-     spills into the slice's *fragment file* in a staging directory inside the output
-     (storage every task and the driver share), and the task returns only the index of its
-     runs (group, offset, length, last entry, entries);
-  2. *gather* — per target subtask, its runs by group, then slice (the order in which the
-     local engine reads entries), read back by ranged reads and framed into the subtask's
-     stream. Nothing is decoded: on a local master the driver's threads do it, elsewhere
-     one Spark task per subtask (no byte passes through the driver). The staging directory
-     is removed afterwards, also when the rescale fails.
+     parallelism, more only past ``slice_bytes`` each. One task per slice reads only its key
+     groups (ranged reads), regroups them with the vectorized local code
+     (:mod:`statekit.flink.fast_regroup`) and writes its *fragment file* into a staging
+     directory inside the output (storage every task and the driver share), returning only
+     the fragment's index. On the split path every target key group comes from one source
+     key group, so from one slice: the fragment holds whole target key groups, framed as
+     in a stream (:func:`~statekit.flink.streams_writer.write_stream`, compressed when the
+     savepoint is). On the rehash path a target key group gathers entries from several
+     slices: the fragment is the regrouper's spill file, runs of entries per (key group,
+     state), indexed by (group, offset, length, last entry, entries).
+  2. *gather* — per target subtask, its stream: on the split path the header and then the
+     fragments' ranges, copied; on the rehash path its runs by group, then slice (the order
+     in which the local engine reads entries), read back through one window per fragment
+     and framed. Nothing is decoded: on a local master the driver's threads do it (a Spark
+     job would add its fixed cost), elsewhere one Spark task per subtask (no byte passes
+     through the driver). The staging directory is removed afterwards, also when the
+     rescale fails.
 
 No Spark shuffle. Either way the streams are byte for byte the local engine's (compressed
 streams too), and the driver records their offsets and writes ``_metadata``.
@@ -150,7 +156,7 @@ _Piece = tuple[int, int, int, int, int, int]
 
 
 class _MapSlice:
-    """Executors: one slice of source key groups, regrouped -> its fragment file (the regrouper's
+    """Executors, rehash path: one slice of source key groups, regrouped -> its fragment file (the regrouper's
     spill file: runs of entries, flags clear) and the index of its runs."""
 
     def __init__(self, job: _Job) -> None:
@@ -285,7 +291,7 @@ class _Fragment:
 
 
 class _WriteSubtask:
-    """One target subtask's pieces, by group then slice (source order) -> its stream."""
+    """Rehash path: one target subtask's pieces, by group then slice (source order) -> its stream."""
 
     def __init__(self, job: _Job) -> None:
         self.job = job
