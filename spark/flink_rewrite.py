@@ -399,12 +399,12 @@ class SparkRegroup:
                 split = max_parallelism % op.max_parallelism == 0
                 try:
                     if split:
-                        blocks = context.parallelize(slices, len(slices)).map(_MapWholeKeyGroups(job)).collect()
+                        blocks = context.parallelize(slices, max(1, len(slices))).map(_MapWholeKeyGroups(job)).collect()
                         spilled = sum(spill for _, spill in blocks)
                         results = self._write(context, _CopySubtask(job),
                                               self._plan_blocks(job, [part for part, _ in blocks], tally))
                     else:
-                        mapped = context.parallelize(slices, len(slices)).map(_MapSlice(job)).collect()
+                        mapped = context.parallelize(slices, max(1, len(slices))).map(_MapSlice(job)).collect()
                         spilled = sum(spill for _, spill in mapped)
                         results = self._write(context, _WriteSubtask(job),
                                               self._plan(job, [pieces for pieces, _ in mapped], tally))

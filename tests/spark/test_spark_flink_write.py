@@ -188,3 +188,21 @@ def test_fragment_reads_any_piece_through_a_small_window_and_sets_the_flag(windo
         offset += length
     with pytest.raises(Exception, match="truncated"):
         list(fragment.read(len(data), 4, -1))
+
+
+@pytest.mark.parametrize("max_parallelism", [1024, 200])
+def test_flink_rescale_on_spark_of_keyed_state_without_entries(spark: Any, tmp_path: Path,
+                                                               max_parallelism: int) -> None:
+    """Keyed handles whose streams hold only the header: no slice to map, header-only streams out."""
+    pq.write_table(pa.table({"key": pa.array([], pa.string()), "n": pa.array([], pa.int64())}),
+                   tmp_path / "rows.parquet")
+    spec = {"operators": [{"uid": "java", "key_type": "string", "parallelism": 2, "max_parallelism": 128,
+                           "key_column": "key", "input": "rows.parquet", "states": [{"name": "v", "value_column": "n"}]}]}
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    invoke("bootstrap", "--format", "flink", "--spec", str(tmp_path / "spec.json"), "-o", str(tmp_path / "empty"))
+    local = invoke("rescale", str(tmp_path / "empty"), "--max-parallelism", str(max_parallelism), "-o",
+                   str(tmp_path / "l"))
+    remote = invoke("rescale", str(tmp_path / "empty"), "--max-parallelism", str(max_parallelism), "--engine", "spark",
+                    "--master", "local[2]", "-o", str(tmp_path / "s"))
+    assert sorted(files(tmp_path / "s").values()) == sorted(files(tmp_path / "l").values())
+    assert remote["operators"] == local["operators"] and local["operators"][0]["entries"] == 0
