@@ -206,3 +206,29 @@ def test_flink_rescale_on_spark_of_keyed_state_without_entries(spark: Any, tmp_p
                     "--master", "local[2]", "-o", str(tmp_path / "s"))
     assert sorted(files(tmp_path / "s").values()) == sorted(files(tmp_path / "l").values())
     assert remote["operators"] == local["operators"] and local["operators"][0]["entries"] == 0
+
+
+@pytest.mark.parametrize("kernel", ["copies half, then fails", "unsupported"])
+def test_the_split_gather_falls_back_to_python_copies(spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      kernel: str) -> None:
+    import errno
+    import os
+
+    from statekit.flink.rewrite import rescale_flink_savepoint
+    from statekit.spark.flink_rewrite import SparkRegroup
+    from statekit.spark.session import SparkSettings
+
+    real = os.copy_file_range
+    calls = []
+
+    def copy_file_range(src: int, dst: int, count: int, offset_src: int | None = None) -> int:
+        calls.append(count)
+        if kernel == "unsupported" or len(calls) % 2 == 0:
+            raise OSError(errno.EXDEV, "cross-device link")
+        return real(src, dst, max(1, count // 2), offset_src)
+
+    monkeypatch.setattr(os, "copy_file_range", copy_file_range)
+    rescale_flink_savepoint(str(GOLDEN), str(tmp_path / "l"), max_parallelism=1024)
+    rescale_flink_savepoint(str(GOLDEN), str(tmp_path / "s"), max_parallelism=1024,
+                            regroup=SparkRegroup(SparkSettings("local[2]"), gather_in_driver=True))
+    assert calls and sorted(files(tmp_path / "s").values()) == sorted(files(tmp_path / "l").values())
