@@ -2,7 +2,7 @@
 >= 1M keys against ``cp -r`` of the same savepoint, same run; local engine and Spark.
 
     .venv/bin/python bench/flink_rescale_bench.py [--keys 1000000] [--savepoint DIR] [--workdir DIR]
-        [--entry-path] [--spark] [--master local[2]]
+        [--entry-path] [--spark] [--master local[2]] [--repeat N]
 
 Steps (the timed ones each a child process, its peak RSS and CPU time read from ``os.wait4``;
 this process stays small, since on Linux a child's peak RSS starts from its parent's at fork):
@@ -28,6 +28,11 @@ this process stays small, since on Linux a child's peak RSS starts from its pare
    ``local[2]``), in one child that starts the session and warms the Python workers on a
    first rescale, then times each rescale alone (the session's start is reported apart):
    Spark's throughput against the local engine's, on the same bytes.
+
+``--repeat N`` times every rescale N times (the local ones N fresh children each, the Spark
+ones N times in the same session) and reports each run's median wall time (and that run's
+CPU time; peak RSS the largest), every time in the JSON: on a shared 2-core machine one run
+varies by 20 % or more either way.
 
 Prints one table and a JSON line with every figure. Targets: <= 50x ``cp -r`` locally at 1M keys,
 Spark local[2] >= 1.7x the local engine's throughput, peak RSS <= 300 MB.
@@ -227,11 +232,12 @@ print(json.dumps(json_data(report)))
 """
 
 SPARK_RUNS = """
-import json, sys, time
+import json, shutil, sys, time
 from statekit.flink.rewrite import rescale_flink_savepoint
 from statekit.spark.flink_rewrite import SparkRegroup
 from statekit.spark.session import SparkSettings
-savepoint, scratch, master, warm = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+savepoint, scratch, master, warm, repeat = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
+CLI_BUDGET = 96 << 20  # rescale --memory-budget's default, as the local runs (CLI children) have it
 started = time.perf_counter()
 settings = SparkSettings(master)
 settings.session()
@@ -239,31 +245,40 @@ session_s = time.perf_counter() - started
 rescale_flink_savepoint(warm, scratch + "/warm", max_parallelism=512, regroup=SparkRegroup(settings))
 out = {"session_s": round(session_s, 2)}
 for label, m2 in (("spark-1024", 1024), ("spark-merge-64", 64)):
-    started = time.perf_counter()
-    report = rescale_flink_savepoint(savepoint, scratch + "/" + label, max_parallelism=m2,
-                                     regroup=SparkRegroup(settings), spill_dir=scratch)
-    out[label] = {"seconds": round(time.perf_counter() - started, 2),
+    times = []
+    for number in range(repeat):
+        started = time.perf_counter()
+        report = rescale_flink_savepoint(savepoint, f"{scratch}/{label}-{number}", max_parallelism=m2,
+                                         regroup=SparkRegroup(settings, memory_budget=CLI_BUDGET), spill_dir=scratch)
+        times.append(round(time.perf_counter() - started, 2))
+        shutil.rmtree(f"{scratch}/{label}-{number}")
+    out[label] = {"seconds": sorted(times)[(len(times) - 1) // 2], "seconds_each": times,
                   "entries": sum(op.entries for op in report.operators)}
 print(json.dumps(out))
 """
 
 
 def rescale(savepoint: Path, scratch: Path, label: str, *extra: str, max_parallelism: int = 1024,
-            entry_path: bool = False) -> dict[str, Any]:
+            entry_path: bool = False, repeat: int = 1) -> dict[str, Any]:
     out = scratch / label
     if entry_path:
         argv = [sys.executable, "-c", ENTRY_PATH, str(savepoint), str(out), str(max_parallelism), str(scratch)]
     else:
         argv = [*STATEKIT, "rescale", str(savepoint), "--max-parallelism", str(max_parallelism), "-o", str(out),
                 "--spill-dir", str(scratch), "--json", *extra]
-    elapsed, rss, stdout, cpu = run(argv)
-    report = json.loads(stdout)
-    run([*STATEKIT, "verify", str(out)])
-    size, _ = du(out)
-    shutil.rmtree(out)
+    runs = []
+    for _ in range(repeat):
+        elapsed, rss, stdout, cpu = run(argv)
+        report = json.loads(stdout)
+        run([*STATEKIT, "verify", str(out)])
+        size, _ = du(out)
+        shutil.rmtree(out)
+        runs.append((elapsed, cpu, rss))
+    elapsed, cpu, _ = sorted(runs)[(len(runs) - 1) // 2]  # the median run (the lower one of an even count)
+    rss = max(r[2] for r in runs)
     entries = sum(op["entries"] for op in report["operators"])
     return {"label": label, "seconds": round(elapsed, 2), "cpu_s": round(cpu, 2), "peak_rss_mb": rss,
-            "entries": entries,
+            "seconds_each": [round(r[0], 2) for r in runs], "entries": entries,
             "bytes_written": size, "spilled_bytes": report["spilled_bytes"],
             "entries_per_s": round(entries / elapsed)}
 
@@ -277,6 +292,7 @@ def main() -> None:
     parser.add_argument("--entry-path", action="store_true", help="also time the entry-by-entry Python path")
     parser.add_argument("--spark", action="store_true", help="also time --engine spark (PySpark)")
     parser.add_argument("--master", default="local[2]", help="Spark master of --spark")
+    parser.add_argument("--repeat", type=int, default=1, help="runs of every rescale; the median is reported")
     parser.add_argument("--grow", nargs=3, metavar=("BASE", "KEYS", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     use_bytecode_caches()
@@ -296,12 +312,13 @@ def main() -> None:
     scratch = Path(tempfile.mkdtemp(prefix="run-", dir=args.workdir))
     try:
         cp_s, cp_sync_s = copy_baseline(savepoint, scratch)
-        runs = [rescale(savepoint, scratch, "rescale"), rescale(savepoint, scratch, "rescale-16MiB",
-                                                                "--memory-budget", "16"),
-                rescale(savepoint, scratch, "merge-64", max_parallelism=64)]
+        repeat = max(1, args.repeat)
+        runs = [rescale(savepoint, scratch, "rescale", repeat=repeat),
+                rescale(savepoint, scratch, "rescale-16MiB", "--memory-budget", "16", repeat=repeat),
+                rescale(savepoint, scratch, "merge-64", max_parallelism=64, repeat=repeat)]
         if args.entry_path:
-            runs.append(rescale(savepoint, scratch, "entry-path", entry_path=True))
-        spark = spark_runs(savepoint, scratch, args.master, base if args.savepoint is None else savepoint) \
+            runs.append(rescale(savepoint, scratch, "entry-path", entry_path=True, repeat=repeat))
+        spark = spark_runs(savepoint, scratch, args.master, base if args.savepoint is None else savepoint, repeat) \
             if args.spark else None
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -310,6 +327,8 @@ def main() -> None:
              else ""))
     load = [round(x, 1) for x in os.getloadavg()]
     print(f"cp -r {cp_s:.3f} s, cp -r + sync {cp_sync_s:.3f} s; load average {load} on {os.cpu_count()} CPUs")
+    if args.repeat > 1:
+        print(f"each row: the median of {args.repeat} runs (every run's time in the JSON)")
     print(f"{'run':<16}{'seconds':>9}{'CPU s':>8}{'x cp -r':>9}{'x cp+sync':>10}{'entries':>10}{'entries/s':>11}"
           f"{'peak RSS':>10}{'spilled':>10}")
     for r in runs:
@@ -330,9 +349,10 @@ def main() -> None:
                       "cpus": os.cpu_count(), "runs": runs, "spark": spark}))
 
 
-def spark_runs(savepoint: Path, scratch: Path, master: str, warm: Path) -> dict[str, Any]:
+def spark_runs(savepoint: Path, scratch: Path, master: str, warm: Path, repeat: int = 1) -> dict[str, Any]:
     """The --engine spark rescales in one child (session and Python workers warm), each timed alone."""
-    _, _, stdout, _ = run([sys.executable, "-c", SPARK_RUNS, str(savepoint), str(scratch), master, str(warm)])
+    _, _, stdout, _ = run([sys.executable, "-c", SPARK_RUNS, str(savepoint), str(scratch), master, str(warm),
+                           str(repeat)])
     result: dict[str, Any] = json.loads(stdout.strip().splitlines()[-1])
     return result
 

@@ -51,8 +51,8 @@ def _operator_parallelism(values: tuple[str, ...]) -> dict[str, int]:
 @click.option("--exact-plan", is_flag=True,
               help="Flink, with --dry-run: read and hash every key for exact figures (as long as the rescale).")
 @click.option("--engine", type=click.Choice(["local", "spark"]), default="local", show_default=True,
-              help="local: one process; spark: a max-parallelism change on Spark, one task per target "
-                   "key-group range (statekit[spark]).")
+              help="local: one process; spark: a max-parallelism change on Spark, tasks per slice of the "
+                   "source and per target key-group range (statekit[spark]).")
 @spark_options
 @storage_option
 @common_options

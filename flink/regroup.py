@@ -280,9 +280,9 @@ class Regrouper:
             skip = TIMER_TIMESTAMP_BYTES if state in entries.timers else 0
 
     def _flush(self) -> None:
-        """Append every buffer to the spill file as a run and empty it (counting only: drop them)."""
+        """Append every buffer to the spill file as a run, by group, and empty it (counting only: drop them)."""
         if self.spill is not None:
-            for group, buffer in self._buffers.items():
+            for group, buffer in sorted(self._buffers.items()):
                 self._runs.setdefault(group, []).append((self._spilled, len(buffer), self._last[group],
                                                          self._counts.get(group, 0)))
                 self.spill.write(buffer)
@@ -296,6 +296,17 @@ class Regrouper:
         """Spill the buffers when they hold more than the memory budget."""
         if self._buffered > self.memory_budget:
             self._flush()
+
+    def flush(self) -> None:
+        """Spill every buffer, full or not: afterwards :meth:`spilled_runs` lists every entry."""
+        self._flush()
+
+    def spilled_runs(self) -> Iterator[tuple[int, int, int, int, int]]:
+        """``(group, offset in the spill file, length, offset of the last entry, entries)`` of every
+        spilled run (flags clear), by group, each group's runs in the order written."""
+        for group in sorted(self._runs):
+            for offset, length, last, entries in self._runs[group]:
+                yield group, offset, length, last, entries
 
     # ------------------------------------------------------------------ gather
 

@@ -62,6 +62,7 @@ from statekit.flink.streams_writer import OperatorStreams, has_keyed_state, open
 from statekit.flink.uids import operator_id_for_uid
 from statekit.flink.verify import verify_snapshot
 from statekit.readers.progress import Advance, ProgressFactory, no_progress
+from statekit.statefmt.allocator import retain_freed_memory
 from statekit.statefmt.errors import BadInputError, CorruptStateError, MetadataError, StateNotFoundError
 from statekit.statefmt.fileio import FileIO
 from statekit.statefmt.keygroups import KeyGroupRange, check_parallelism, compute_key_group_range_for_operator_index
@@ -363,7 +364,11 @@ class _Rescale:
 
 def _regroup(snapshot: FlinkSnapshot, streams: OperatorStreams, max_parallelism: int, spill: IO[bytes] | None,
              memory_budget: int, advance: Advance) -> Regrouper:
-    """Every entry of the operator's streams, hashed into its new key group (``spill=None``: counted only)."""
+    """Every entry of the operator's streams, hashed into its new key group (``spill=None``: counted only).
+
+    Freed NumPy temporaries are kept for the next key group (:mod:`statekit.statefmt.allocator`).
+    """
+    retain_freed_memory()
     regrouper = Regrouper(streams.hasher, streams.operator.max_parallelism, max_parallelism, spill, memory_budget)
     with open_inputs(snapshot, streams) as inputs:
         for entries in inputs:

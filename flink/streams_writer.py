@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import io
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import IO
@@ -43,7 +43,8 @@ from statekit.flink.storage import FlinkSnapshot, read_stream_bytes, resolve_str
 from statekit.statefmt.errors import BadInputError
 from statekit.statefmt.keygroups import KeyGroupRange
 
-__all__ = ["OperatorStreams", "operator_streams", "open_inputs", "write_stream", "has_keyed_state"]
+__all__ = ["OperatorStreams", "operator_streams", "open_input", "open_inputs", "key_group_blocks", "write_stream",
+           "has_keyed_state"]
 
 END_OF_KEY_GROUP = b"\xff\xff"
 SUPPORTED_KEYS = ("String, Long, Integer, Short, Byte, Boolean, Character, Double, Float, Rows and Tuples of these, "
@@ -196,45 +197,66 @@ def _open(snapshot: FlinkSnapshot, handle: StreamHandle) -> IO[bytes]:
     return location.io.open_input(location.path)
 
 
-def _uncompressed(snapshot: FlinkSnapshot, source: StreamSource,
-                  spill: IO[bytes]) -> tuple[tuple[int, int], ...]:
-    """Write the key groups of a compressed stream uncompressed to ``spill``: their new offsets.
+def _uncompressed(snapshot: FlinkSnapshot, source: StreamSource, spill: IO[bytes],
+                  wanted: set[int] | None) -> tuple[tuple[tuple[int, int], ...], tuple[int, ...]]:
+    """Write the (wanted) key groups of a compressed stream uncompressed to ``spill``: their new
+    offsets and ends.
 
     One key group at a time, so memory holds the largest key group, not the stream.
     """
-    offsets = []
-    for key_group, _, data in source.key_groups(snapshot):
+    offsets, ends = [], []
+    for key_group, _, data in source.key_groups(snapshot, wanted):
         offsets.append((key_group, spill.tell()))
         spill.write(data)
+        ends.append(spill.tell())
     spill.seek(0)
-    return tuple(offsets)
+    return tuple(offsets), tuple(ends)
+
+
+@contextmanager
+def open_input(snapshot: FlinkSnapshot, streams: OperatorStreams, number: int,
+               blocks: Sequence[tuple[int, int, int]] | None = None) -> Iterator[StreamInput]:
+    """Source ``number`` of the operator, opened as a regrouper input (closed when the block exits).
+
+    ``blocks``: only these ``(key group, offset, end)`` of the stream, in stream order (a slice
+    of it, :func:`key_group_blocks`). A compressed stream is read through a temporary file of
+    its (chosen) key groups, uncompressed.
+    """
+    source, state_ids = streams.sources[number], streams.state_ids[number]
+    with ExitStack() as stack:
+        stream: IO[bytes]
+        ends: tuple[int, ...] | None = None
+        if source.meta.compressed:
+            stream = stack.enter_context(tempfile.TemporaryFile(prefix="statekit-flink-kg-"))
+            offsets, ends = _uncompressed(snapshot, source, stream,
+                                          None if blocks is None else {kg for kg, _, _ in blocks})
+        elif blocks is None:
+            offsets = tuple((kg, offset) for kg, offset, _ in key_group_blocks(source))
+            stream = stack.enter_context(_open(snapshot, source.delegate))
+        else:
+            offsets, ends = tuple((kg, offset) for kg, offset, _ in blocks), tuple(end for _, _, end in blocks)
+            stream = stack.enter_context(_open(snapshot, source.delegate))
+        yield StreamInput(stream, source.source, offsets, state_ids, streams.timers, ends)
 
 
 @contextmanager
 def open_inputs(snapshot: FlinkSnapshot, streams: OperatorStreams) -> Iterator[list[StreamInput]]:
-    """The operator's streams, opened, as regrouper inputs (closed when the block exits).
-
-    Compressed streams are read through a temporary file of their uncompressed key groups.
-    """
+    """The operator's streams, opened, as regrouper inputs (closed when the block exits)."""
     with ExitStack() as stack:
-        inputs = []
-        for source, state_ids in zip(streams.sources, streams.state_ids):
-            handle = source.handle
-            stream: IO[bytes]
-            if source.meta.compressed:
-                stream = stack.enter_context(tempfile.TemporaryFile(prefix="statekit-flink-kg-"))
-                offsets = _uncompressed(snapshot, source, stream)
-            else:
-                offsets = tuple(sorted(((kg, offset) for kg, offset in zip(handle.key_group_range,
-                                                                         handle.key_group_offsets) if offset),
-                                       key=lambda pair: pair[1]))
-                stream = stack.enter_context(_open(snapshot, source.delegate))
-            inputs.append(StreamInput(stream, source.source, offsets, state_ids, streams.timers))
-        yield inputs
+        yield [stack.enter_context(open_input(snapshot, streams, number)) for number in range(len(streams.sources))]
+
+
+def key_group_blocks(source: StreamSource) -> list[tuple[int, int, int]]:
+    """``(key group, offset, end)`` of every non-empty key group of the stream, in stream order
+    (offsets as the handle records them: of the compressed bytes in a compressed stream)."""
+    handle = source.handle
+    starts = sorted((offset, kg) for kg, offset in zip(handle.key_group_range, handle.key_group_offsets) if offset)
+    return [(kg, offset, starts[i + 1][0] if i + 1 < len(starts) else source.delegate.size)
+            for i, (offset, kg) in enumerate(starts)]
 
 
 def write_stream(out: IO[bytes], header: bytes, key_groups: KeyGroupRange,
-                 groups: Iterable[tuple[int, int, Iterator[bytes]]], *,
+                 groups: Iterable[tuple[int, int, Iterator[bytes | memoryview]]], *,
                  compressed: bool = False) -> tuple[list[int], int]:
     """Write one subtask's stream: ``header``, then ``groups`` (ascending, inside ``key_groups``).
 
@@ -269,7 +291,7 @@ def write_stream(out: IO[bytes], header: bytes, key_groups: KeyGroupRange,
 
 
 def _write_compressed(out: IO[bytes], header: bytes, key_groups: KeyGroupRange,
-                      groups: Iterable[tuple[int, int, Iterator[bytes]]]) -> tuple[list[int], int]:
+                      groups: Iterable[tuple[int, int, Iterator[bytes | memoryview]]]) -> tuple[list[int], int]:
     """:func:`write_stream` with every key group compressed on its own (as Flink's full snapshot writes it)."""
     out.write(header)
     position = len(header)

@@ -192,7 +192,8 @@ def rescale(path: str, output: str | None, *, engine: str = "local", spark: Spar
             spill_dir: str | None = None, memory_budget: int = DEFAULT_MEMORY_BUDGET,
             progress: ProgressFactory | None = None) -> RescaleReport | FlinkRescaleReport:
     """``statekit rescale`` on ``engine``: a Flink savepoint's regrouping on Spark runs one task per
-    slice of source key groups and one per target key-group range (``statekit.spark.flink_rewrite``);
+    slice of source key groups, then gathers each target subtask's stream from their fragment files
+    (the merge path: one task per target key-group range; ``statekit.spark.flink_rewrite``);
     a statekit savepoint's new max parallelism on Spark, one task per target subtask
     (``statekit.spark.rescale``). Both write what the local engine writes."""
     from statekit.flink.dispatch import rescale_any

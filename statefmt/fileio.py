@@ -265,6 +265,23 @@ class FileIO:
                 os.unlink(tmp)
             raise
 
+    @contextmanager
+    def open_scratch(self, path: str) -> Iterator[IO[bytes]]:
+        """Stream an intermediate file that is read back soon and removed after: no ``fsync``
+        and no temporary name (a failed write may leave it partial; its owner removes it)."""
+        if not self.is_local:
+            f = self.fs.open(path, "wb")
+            try:
+                yield f
+            except BaseException:
+                _abandon(f)
+                raise
+            f.close()
+            return
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb", buffering=_OUTPUT_BUFFER) as f:
+            yield f
+
     def sync_dir(self, path: str) -> None:
         if self.is_local:
             fsync_dir(path)

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # Methods that change a filesystem whatever object they are called on (FileIO, fsspec, Path).
 WRITING_METHODS = frozenset({
-    "write_atomic", "open_output", "rm", "rm_file", "rename", "makedirs", "mkdir", "rmdir", "unlink",
+    "write_atomic", "open_output", "open_scratch", "rm", "rm_file", "rename", "makedirs", "mkdir", "rmdir", "unlink",
     "copy_file", "pipe_file", "put_file", "mv", "touch", "write_text", "write_bytes", "symlink_to", "rmtree",
 })
 # Module functions that change a filesystem (called as os.remove(...) or imported by name).

@@ -47,6 +47,17 @@ def test_open_output_appears_only_on_clean_exit(root: str) -> None:
     assert io.read_bytes(path) == b"whole"
 
 
+def test_open_scratch_writes_in_place_for_its_owner_to_remove(root: str) -> None:
+    io, directory = FileIO.for_path(f"{root}/staging")
+    path = io.join(directory, "000001")
+    with io.open_scratch(path) as out:  # the directory is created; no temporary name
+        out.write(b"fragment")
+    assert io.read_bytes(path) == b"fragment"
+    assert [f.name for f in io.list_dir(directory)] == ["000001"]
+    io.rm(directory, recursive=True)
+    assert not io.exists(directory)
+
+
 def test_local_write_atomic_leaves_no_temp_on_failure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     io, path = FileIO.for_path(str(tmp_path / "f"))
 
