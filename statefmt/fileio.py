@@ -238,18 +238,25 @@ class FileIO:
         fsync_dir(directory)
 
     @contextmanager
+    def _remote_output(self, path: str, *, remove_on_failure: bool) -> Iterator[IO[bytes]]:
+        """A new object on a remote store: complete when the block exits cleanly, abandoned (not
+        completed) when it fails."""
+        f = self.fs.open(path, "wb")
+        try:
+            yield f
+        except BaseException:
+            _abandon(f)
+            if remove_on_failure and self.fs.exists(path):  # stores that create the object on open (memory://)
+                self.fs.rm_file(path)
+            raise
+        f.close()
+
+    @contextmanager
     def open_output(self, path: str) -> Iterator[IO[bytes]]:
         """Stream a new file; it appears under ``path`` only when the block exits cleanly."""
         if not self.is_local:
-            f = self.fs.open(path, "wb")
-            try:
+            with self._remote_output(path, remove_on_failure=True) as f:
                 yield f
-            except BaseException:
-                _abandon(f)
-                if self.fs.exists(path):  # stores that create the object on open (memory://)
-                    self.fs.rm_file(path)
-                raise
-            f.close()
             return
         directory = os.path.dirname(path)
         os.makedirs(directory, exist_ok=True)
@@ -270,13 +277,8 @@ class FileIO:
         """Stream an intermediate file that is read back soon and removed after: no ``fsync``
         and no temporary name (a failed write may leave it partial; its owner removes it)."""
         if not self.is_local:
-            f = self.fs.open(path, "wb")
-            try:
+            with self._remote_output(path, remove_on_failure=False) as f:
                 yield f
-            except BaseException:
-                _abandon(f)
-                raise
-            f.close()
             return
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "wb", buffering=_OUTPUT_BUFFER) as f:
