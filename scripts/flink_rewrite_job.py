@@ -23,16 +23,18 @@ read: restores SAVEPOINT into a job with max parallelism MAX_PARALLELISM and par
   JSON object per line to RESULT.
 """
 
-import glob
 import json
 import os
 import sys
 import time
 
+from flink_sql_job_support import latest_checkpoint, wait_for
 from pyflink.common import Configuration, Types, WatermarkStrategy
 from pyflink.datastream import KeyedProcessFunction, RuntimeContext, StreamExecutionEnvironment
 from pyflink.datastream.connectors.number_seq import NumberSequenceSource
 from pyflink.datastream.state import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
+
+WAIT_S = 3600.0  # the bench's savepoints of many keys take long under a loaded PyFlink
 
 FAR_FUTURE = 4102444800000  # 2100-01-01 in epoch ms
 
@@ -86,19 +88,6 @@ def configuration(out: str, backend: str, extra: dict[str, str]) -> Configuratio
     return conf
 
 
-def latest_checkpoint(out: str, job_id: str) -> int:
-    found = [int(p.split("chk-")[1].split("/")[0]) for p in glob.glob(f"{out}/checkpoints/{job_id}/chk-*/_metadata")]
-    return max(found, default=0)
-
-
-def wait_for(predicate, what: str, timeout: float = 3600.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.time() + timeout
-    while not predicate():
-        if time.time() > deadline:
-            raise SystemExit(f"timed out waiting for {what}")
-        time.sleep(0.2)
-
-
 def write(out: str, keys: int, events: int, max_parallelism: int, parallelism: int, backend: str) -> None:
     marker = os.path.join(out, "input-consumed")
 
@@ -121,9 +110,10 @@ def write(out: str, keys: int, events: int, max_parallelism: int, parallelism: i
     state.filter(lambda n: False).set_parallelism(1).uid("drop").print()
     client = env.execute_async("statekit-rewrite-write")
     job_id = str(client.get_job_id())
-    wait_for(lambda: os.path.exists(marker), "the input to be consumed")
+    wait_for(lambda: os.path.exists(marker), "the input to be consumed", WAIT_S)
     first_checkpoint = latest_checkpoint(out, job_id)  # one checkpoint at a time: +2 follows every event
-    wait_for(lambda: latest_checkpoint(out, job_id) >= first_checkpoint + 2, "a checkpoint of the whole input")
+    wait_for(lambda: latest_checkpoint(out, job_id) >= first_checkpoint + 2, "a checkpoint of the whole input",
+             WAIT_S)
     from pyflink.java_gateway import get_gateway
 
     formats = get_gateway().jvm.org.apache.flink.core.execution.SavepointFormatType

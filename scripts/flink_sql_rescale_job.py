@@ -39,6 +39,7 @@ import sys
 import time
 import traceback
 
+from flink_sql_job_support import latest_checkpoint, wait_for
 from pyflink.common import Configuration, Types, WatermarkStrategy
 from pyflink.datastream import FlatMapFunction, RuntimeContext, StreamExecutionEnvironment
 from pyflink.datastream.connectors.number_seq import NumberSequenceSource
@@ -140,21 +141,6 @@ def build(directory: str, backend: str, max_parallelism: int, parallelism: int, 
         (t_env.to_changelog_stream(t_env.sql_query(sql))
          .flat_map(Changes(directory, query), output_type=Types.STRING()).uid(f"changes-{query}"))
     return env
-
-
-def latest_checkpoint(directory: str, job_id: str) -> int:
-    root = os.path.join(directory, "checkpoints", job_id)
-    found = [int(name[4:]) for name in (os.listdir(root) if os.path.isdir(root) else [])
-             if name.startswith("chk-") and os.path.exists(os.path.join(root, name, "_metadata"))]
-    return max(found, default=0)
-
-
-def wait_for(predicate, what: str, timeout: float = 300.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.time() + timeout
-    while not predicate():
-        if time.time() > deadline:
-            raise SystemExit(f"timed out waiting for {what}")
-        time.sleep(0.2)
 
 
 def write() -> str:
