@@ -45,6 +45,11 @@ BUFFER_SIZE = 512
 # the most records a buffer sized by bytes holds (tiny records would otherwise make huge buffers)
 MAX_BUFFER_RECORDS = 8192
 
+# the records of the first buffers of a writer sized by bytes with a channel to another process,
+# until a buffer has crossed and measured the bytes a record takes: a probe small enough that even
+# large records make no frame far beyond the buffer's bytes
+PROBE_BUFFER_RECORDS = 16
+
 
 _ROUTE_CACHE_LIMIT = 1 << 20
 
@@ -58,6 +63,11 @@ class ChannelTarget:
 
     gate: InputGate
     channel: int
+
+
+def _measures(target: ChannelTarget) -> bool:
+    """Whether ``target``'s gate measures the bytes records take on the wire (a remote channel)."""
+    return hasattr(target.gate, "record_bytes")
 
 
 def _key_bytes(key_serializer: str) -> Callable[[Any], bytes]:
@@ -100,6 +110,8 @@ class RecordWriter:
         self.timestamped = False  # records go out as (value, timestamp) pairs
         self._size = buffer_size
         self._buffer_bytes = buffer_bytes  # None: buffers hold buffer_size records, never resized
+        if buffer_bytes is not None and any(_measures(target) for target in targets):
+            self._size = min(buffer_size, PROBE_BUFFER_RECORDS)
         self._set_size: Callable[[int], None] | None = None  # the hash emitter's, when it has one
         self.partitioning = partitioning
         self._selector = key_selector

@@ -17,7 +17,12 @@ from statekit.runtime.exchange.batch_path import emit_all_of
 from statekit.runtime.exchange.input_gate import InputGate
 from statekit.runtime.exchange.network import NetworkEndpoint, OutboundLink
 from statekit.runtime.exchange.partitioning import Partitioning
-from statekit.runtime.exchange.record_writer import MAX_BUFFER_RECORDS, ChannelTarget, RecordWriter
+from statekit.runtime.exchange.record_writer import (
+    MAX_BUFFER_RECORDS,
+    PROBE_BUFFER_RECORDS,
+    ChannelTarget,
+    RecordWriter,
+)
 
 TOKEN = b"t" * 32
 
@@ -62,7 +67,7 @@ def test_buffers_hold_as_many_records_as_fit_in_buffer_size_bytes(
     records = [f"user-{i:06d}-clicked" for i in range(20_000)]
     buffers = _send_and_receive(writer, gate, records)
     assert [r for b in buffers for r in b] == records
-    assert len(buffers[0]) == 512  # the first buffer is sized by the first guess, 64 bytes a record
+    assert len(buffers[0]) == PROBE_BUFFER_RECORDS  # the first buffer probes the bytes a record takes
     full = buffers[2:-1]
     wire = [len(pickle.dumps(b, protocol=5)) for b in full]
     assert full and all(0.85 * buffer_bytes <= n <= 1.15 * buffer_bytes for n in wire), wire
@@ -85,7 +90,32 @@ def test_a_buffer_holds_max_buffer_records_at_most(remote: tuple[InputGate, Outb
     records = list(range(3 * MAX_BUFFER_RECORDS))
     buffers = _send_and_receive(tiny, gate, records)
     assert [r for b in buffers for r in b] == records
-    assert [len(b) for b in buffers] == [512] + [MAX_BUFFER_RECORDS] * 2 + [MAX_BUFFER_RECORDS - 512]
+    assert [len(b) for b in buffers] == ([PROBE_BUFFER_RECORDS] + [MAX_BUFFER_RECORDS] * 2
+                                        + [MAX_BUFFER_RECORDS - PROBE_BUFFER_RECORDS])
+
+
+def test_large_records_make_no_frame_far_beyond_the_buffer_bytes(remote: tuple[InputGate, OutboundLink]) -> None:
+    """Before anything crossed, a writer does not know a record's size: its first buffer is a probe
+    of a few records, not buffer_size records of whatever size (512 records of 4 KiB would be a
+    2 MiB frame for a 32 KiB buffer)."""
+    gate, link = remote
+    writer = RecordWriter([link.gate(1, 0).target(0)], Partitioning.FORWARD, buffer_size=512,
+                          buffer_bytes=32 * 1024)
+    records = [f"{i:06d}".encode() + b"x" * 4096 for i in range(600)]
+    buffers = _send_and_receive(writer, gate, records)
+    assert [r for b in buffers for r in b] == records
+    wire = [len(pickle.dumps(b, protocol=5)) for b in buffers]
+    assert len(buffers[0]) == PROBE_BUFFER_RECORDS and wire[0] < 70_000  # not 512 records: 2.1 MB
+    assert max(wire[1:]) <= 32 * 1024, wire
+    assert all(len(b) == 7 for b in buffers[1:-1]), [len(b) for b in buffers]  # 32 KiB / 4.1 KiB
+
+
+def test_a_writer_with_only_local_channels_starts_at_its_record_count() -> None:
+    """The probe is for remote channels: a local gate measures nothing, so a local writer's buffers
+    keep buffer_size records."""
+    gate = InputGate(1000, 1)
+    writer = RecordWriter([ChannelTarget(gate, 0)], Partitioning.FORWARD, buffer_size=512, buffer_bytes=32 * 1024)
+    assert writer.buffer_records == 512
 
 
 def test_a_writer_without_buffer_bytes_keeps_its_record_count(remote: tuple[InputGate, OutboundLink]) -> None:
@@ -102,7 +132,7 @@ def test_a_keyed_writer_resizes_its_emitters_buffers_too(remote: tuple[InputGate
     writer = RecordWriter([link.gate(1, 0).target(0), ChannelTarget(local, 0)], Partitioning.HASH,
                           key_selector=lambda record: record, buffer_size=512, buffer_bytes=2048)
     remote_records = [r for r in (f"k{i:05d}" for i in range(40_000)) if writer.channel_for_key(r) == 0]
-    buffers = _send_and_receive(writer, gate, remote_records[:600])  # 512, then the rest
+    buffers = _send_and_receive(writer, gate, remote_records[:600])  # the probe, then fitted buffers
     size = writer.buffer_records
     assert size != 512 and 0.85 * 2048 <= len(pickle.dumps(remote_records[:size], protocol=5)) <= 1.15 * 2048
     emit_all = emit_all_of(writer.emit)
