@@ -7,7 +7,7 @@ import collections
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from statekit.runtime import JobHandle, JobStatus, RunOptions, run_job_file
@@ -69,16 +69,17 @@ def alive(pid: int) -> bool:
         return False
 
 
-def committed_sums(output: Path) -> dict[int, list[int]]:
-    """Every committed ``key<TAB>sum`` line of ``output``, per key, in ascending order of the sums
-    (no pending or in-progress file may be visible)."""
-    names = os.listdir(output)
-    assert not [n for n in names if n.startswith(".")], "pending or in-progress files are visible"
+def committed_sums(*outputs: Path) -> dict[int, list[int]]:
+    """Every committed ``key<TAB>sum`` line of the ``outputs``, per key, in ascending order of the
+    sums (no pending or in-progress file may be visible)."""
     sums: dict[int, list[int]] = collections.defaultdict(list)
-    for name in names:
-        for line in (output / name).read_text().splitlines():
-            key, total = (int(x) for x in line.split("\t"))
-            sums[key].append(total)
+    for output in outputs:
+        names = os.listdir(output)
+        assert not [n for n in names if n.startswith(".")], "pending or in-progress files are visible"
+        for name in names:
+            for line in (output / name).read_text().splitlines():
+                key, total = (int(x) for x in line.split("\t"))
+                sums[key].append(total)
     return {key: sorted(totals) for key, totals in sums.items()}
 
 
@@ -94,8 +95,10 @@ def source_splits(count: int, parallelism: int) -> list[range]:
     return splits
 
 
-def assert_running_sums_exactly_once(output: Path, count: int, keys: int = 100, parallelism: int = 2) -> None:
-    """The committed lines of jobs/numbers.py are its running sums with every input record counted
+def assert_running_sums_exactly_once(output: Path | Sequence[Path], count: int, keys: int = 100,
+                                     parallelism: int = 2) -> None:
+    """The committed lines of jobs/numbers.py (in ``output``, or the outputs of the runs that took
+    the job on from each other's snapshots) are its running sums with every input record counted
     exactly once: per key, the sums in ascending order are the prefix sums of one order of exactly
     the key's numbers (the numbers are >= 0, so ascending is the order they were added), in which
     the numbers of each source split come in ascending order (a channel keeps its order). A lost
@@ -104,7 +107,7 @@ def assert_running_sums_exactly_once(output: Path, count: int, keys: int = 100, 
     expected: dict[int, list[int]] = collections.defaultdict(list)
     for n in range(count):
         expected[n % keys].append(n)
-    got = committed_sums(output)
+    got = committed_sums(*([output] if isinstance(output, Path) else output))
     assert sorted(got) == sorted(expected), f"keys {sorted(set(got) ^ set(expected))[:10]} missing or extra"
     split_of = {n: index for index, split in enumerate(source_splits(count, parallelism)) for n in split}
     wrong: dict[int, str] = {}
