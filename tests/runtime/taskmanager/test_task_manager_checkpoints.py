@@ -85,7 +85,9 @@ def test_at_least_once_checkpoints_on_processes_count_every_record(tmp_path: Pat
     handles: list[object] = []
     add_job_listener(handles.append)
     try:
-        status = run_job_file(JOB, options(tmp_path, "1", "--rate", "3000", checkpointing_mode="at-least-once",
+        # a slow sink queues input: the barriers of a checkpoint reach the sum apart, records between
+        status = run_job_file(JOB, options(tmp_path, "1", "--rate", "3000", "--slow-sink", "0.0003", "--latency",
+                                           str(tmp_path / "latency"), checkpointing_mode="at-least-once",
                                            checkpoint_interval_ms=100))
     finally:
         remove_job_listener(handles.append)
