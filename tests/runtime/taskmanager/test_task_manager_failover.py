@@ -3,7 +3,8 @@ backpressured job restarts it within two seconds (the surviving TaskManagers of 
 are killed, not drained) and the output stays exactly once; a user's cancel of a backpressured
 job ends within three seconds without killing anything; a TaskManager whose user code holds the
 interpreter lock for seconds is busy, not lost; the state backend's working directories of the
-TaskManagers never outlive their attempt."""
+TaskManagers never outlive their attempt; a slow task handles its buffers in slices, looking at the
+cancel flags between them."""
 
 from __future__ import annotations
 
@@ -22,7 +23,10 @@ from tm_support import JOB, final_sums, task_managers, truth
 
 from statekit.runtime import JobHandle, JobStatus, RunOptions, run_job_file
 from statekit.runtime.dataflow.run_options import add_job_listener, remove_job_listener
+from statekit.runtime.exchange.batch_path import TimestampedBuffer, with_batch_handler
+from statekit.runtime.exchange.input_gate import TaskCancelled
 from statekit.runtime.jobmaster.task_managers import HEARTBEAT_TIMEOUT_S
+from statekit.runtime.task.task import Task
 
 pytestmark = pytest.mark.slow
 
@@ -184,3 +188,49 @@ def test_working_directories_of_task_managers_never_outlive_their_attempt(
         assert after and not task_managers(os.getpid())
     finally:
         shutil.rmtree(private, ignore_errors=True)
+
+
+class _Flags:
+    """What :meth:`Task._handle_in_slices` asks of its task: the cancel flags (set after ``after`` looks)."""
+
+    def __init__(self, after: int | None = None) -> None:
+        self.after, self.looks = after, 0
+
+    def _cancelled(self) -> bool:
+        self.looks += 1
+        return self.after is not None and self.looks > self.after
+
+
+def test_a_buffer_handled_in_slices_gives_every_record_in_order_and_stops_at_a_cancel() -> None:
+    records = list(range(1000))
+    stamps = [10_000 + n for n in records]
+    plain: list[object] = []
+    batches: list[int] = []
+
+    def many(values: list[object]) -> None:
+        batches.append(len(values))
+        plain.extend(values)
+
+    Task._handle_in_slices(_Flags(), list(records), plain.append, many, 64)  # type: ignore[arg-type]
+    assert plain == records and batches == [64] * 15 + [40]
+    plain.clear()
+    Task._handle_in_slices(_Flags(), list(records), plain.append, None, 300)  # type: ignore[arg-type]
+    assert plain == records
+    pairs: list[tuple[object, object]] = []
+    buffer = TimestampedBuffer()
+    buffer.extend(records)
+    buffer.timestamps = list(stamps)
+    Task._handle_in_slices(_Flags(), buffer, pairs.append, None, 64)  # type: ignore[arg-type]
+    assert pairs == list(zip(records, stamps, strict=True))
+    pairs.clear()
+
+    def batch(values: list[object], timestamps: list[object]) -> None:
+        pairs.extend(zip(values, timestamps, strict=True))
+
+    Task._handle_in_slices(_Flags(), buffer, with_batch_handler(lambda record: None, batch), None,  # type: ignore[arg-type]
+                           64)
+    assert pairs == list(zip(records, stamps, strict=True))
+    plain.clear()
+    with pytest.raises(TaskCancelled):
+        Task._handle_in_slices(_Flags(after=2), list(records), plain.append, None, 64)  # type: ignore[arg-type]
+    assert plain == records[:128]  # two slices, then the cancel is seen
