@@ -205,6 +205,11 @@ class JobMaster:
     def _temp_dir(self, prefix: str) -> str:
         return self._temp_dirs.create(prefix)
 
+    @property
+    def cancel_requested(self) -> bool:
+        """The job is being cancelled (an attempt ending now ends by the user's cancel, not a failure)."""
+        return self._cancel.is_set()
+
     def start(self) -> None:
         self._thread.start()
 
@@ -354,6 +359,9 @@ class JobMaster:
             return "failed", error
         with self._lock:
             self._execution = execution
+            cancelled = self._cancel.is_set()  # a cancel while the attempt deployed found no execution
+        if cancelled:
+            execution.post("cancel")
         try:
             return execution.run()
         finally:

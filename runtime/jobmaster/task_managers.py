@@ -7,10 +7,22 @@ reach (the job's token). The execution sees each remote subtask as a :class:`Rem
 mails go to the TaskManager that runs it, and its events, acknowledgements and metric reports
 come back on the same connection, one reader thread per TaskManager.
 
-A TaskManager is lost when its process exits, its control connection breaks, or its heartbeats
-stop for :data:`HEARTBEAT_TIMEOUT_S`: the attempt fails (the job restarts per its strategy from
-the latest completed checkpoint), every TaskManager of the attempt is cancelled, and after
-:data:`CANCEL_TIMEOUT_S` the ones still running are killed — no process of an attempt survives it.
+A TaskManager is lost when its process exits, its control connection breaks, or it shows no sign
+of life for :data:`HEARTBEAT_TIMEOUT_S`. A sign of life is a message (a heartbeat every 0.3 s) or,
+where ``/proc`` exists, CPU time the process spent while not stopped: a TaskManager whose user code
+holds the interpreter lock starves its heartbeat thread but is busy, not lost; a stopped or hung
+one spends none.
+
+An attempt that failed (a TaskManager lost, a task failed, a checkpoint failure beyond the
+tolerable ones) keeps nothing: every TaskManager still running is SIGKILLed at once, so the
+restart does not wait for tasks to work through their queued input. Exactly-once sinks lose
+nothing by it: their open transactions are not in any checkpoint, and the restored attempt
+commits what the checkpoint pre-committed and discards the rest
+(:mod:`statekit.runtime.connectors.two_phase_commit`). A user's cancel is graceful: the
+TaskManagers end their tasks (which look at the cancel flags between input buffers), and the
+ones still running after :data:`CANCEL_TIMEOUT_S` in all are killed. No process of an attempt
+survives it, nor its state backends' working directories (in the job's run directory, removed
+when the attempt's processes are gone).
 """
 
 from __future__ import annotations
@@ -20,6 +32,7 @@ import logging
 import os
 import pickle
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -45,8 +58,10 @@ __all__ = ["ProcessDeployer", "ProcessDeployment", "RemoteTask", "TaskManagerLos
 log = logging.getLogger("statekit.runtime")
 
 HEARTBEAT_TIMEOUT_S = 1.5
+HEARTBEAT_CHECK_S = 0.1
 STARTUP_TIMEOUT_S = 60.0
-CANCEL_TIMEOUT_S = 10.0
+CANCEL_TIMEOUT_S = 3.0  # a graceful end (cancel, or a finished attempt) in all; then SIGKILL
+KILL_REAP_S = 5.0
 DEFAULT_BUFFER_TIMEOUT_MS = 100
 DEFAULT_BUFFER_SIZE = 32 * 1024
 
@@ -74,7 +89,8 @@ class _ManagerProcess:
         self.index = index
         self.process = process
         self.connection: Connection | None = None
-        self.last_heartbeat = time.monotonic()
+        self.last_heartbeat = time.monotonic()  # the last sign of life: a message or CPU progress
+        self.cpu_ticks: int | None = None  # utime + stime at the last look (/proc), None: unknown
         self.registered = False
         self.live: set[tuple[int, int]] = set()  # its tasks that have not ended yet
         self.lock = threading.Lock()
@@ -99,6 +115,7 @@ class ProcessDeployment:
         self.placement: Placement = placement(max(v.parallelism for v in graph.vertices), options.task_managers,
                                               options.slots)
         self._closing = threading.Event()
+        self._graceful_until: float | None = None  # when the graceful end of the attempt's processes is over
         self._token = secrets.token_hex(32)
         control_path = os.path.join(run_dir, f"a{execution.attempt}-jm.sock")
         self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -113,6 +130,7 @@ class ProcessDeployment:
             control_path=control_path, buffer_timeout_ms=timeout,
             buffer_size=options.buffer_size or DEFAULT_BUFFER_SIZE, source_plans=execution.source_plans,
         )
+        self._base = base
         self.managers: list[_ManagerProcess] = []
         try:
             for index in range(self.placement.task_managers):
@@ -120,6 +138,7 @@ class ProcessDeployment:
             self._accept_all()
         except BaseException:
             self._kill_all()
+            self._remove_working_dirs()
             self._server.close()
             raise
         by_index = {m.index: m for m in self.managers}
@@ -232,34 +251,47 @@ class ProcessDeployment:
             manager.send(protocol.Start())
 
     def cancel(self) -> None:
+        """A user's cancel: the TaskManagers end their tasks (bounded, then killed). An attempt
+        that failed: its TaskManagers are killed at once (nothing of a failed attempt is kept)."""
         self._closing.set()
-        for manager in self.managers:
-            manager.send(protocol.Cancel())
-        self._wait_exit(CANCEL_TIMEOUT_S)
+        if not self.execution.master.cancel_requested:
+            running = [m for m in self.managers if m.process.poll() is None]
+            if running:
+                log.info("attempt %d failed: killing its %d running TaskManager(s)", self.execution.attempt,
+                         len(running))
+            _kill(*running)
+        else:
+            for manager in self.managers:
+                manager.send(protocol.Cancel())
         self.close()
 
     def close(self) -> None:
-        """Wait for the TaskManagers to end (they end when their tasks did), kill stragglers."""
+        """Wait for the TaskManagers to end (they end when their tasks did; :data:`CANCEL_TIMEOUT_S`
+        from the first cancel or close in all), kill stragglers, remove their working directories."""
         self._closing.set()
-        self._wait_exit(CANCEL_TIMEOUT_S)
+        if self._graceful_until is None:
+            self._graceful_until = time.monotonic() + CANCEL_TIMEOUT_S
+        for manager in self.managers:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                manager.process.wait(max(0.0, self._graceful_until - time.monotonic()))
         self._kill_all()
         for manager in self.managers:
             if manager.connection is not None:
                 manager.connection.close()
         with contextlib.suppress(OSError):
             self._server.close()
-
-    def _wait_exit(self, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        for manager in self.managers:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                manager.process.wait(max(0.0, deadline - time.monotonic()))
+        self._remove_working_dirs()
 
     def _kill_all(self) -> None:
+        running = [m for m in self.managers if m.process.poll() is None]
+        for manager in running:
+            log.warning("%s did not end; killing it", manager.describe())
+        _kill(*running)
+
+    def _remove_working_dirs(self) -> None:
+        """The state backends' working directories of the attempt (its processes are gone)."""
         for manager in self.managers:
-            if manager.process.poll() is None:
-                log.warning("%s did not end; killing it", manager.describe())
-                _kill(manager)
+            shutil.rmtree(self._base.working_dir_of(manager.index), ignore_errors=True)
 
     # ------------------------------------------------------------ events from the TaskManagers
 
@@ -307,12 +339,16 @@ class ProcessDeployment:
                                 f"{f' while {live} of its tasks ran' if live else ''}")
 
     def _watch_heartbeats(self) -> None:
-        while not self._closing.wait(0.1):
-            now = time.monotonic()
+        while not self._closing.wait(HEARTBEAT_CHECK_S):
             for manager in self.managers:
-                if now - manager.last_heartbeat > HEARTBEAT_TIMEOUT_S and manager.process.poll() is None \
+                busy = _cpu_progress(manager)  # looked at every interval: progress is dated to the look
+                now = time.monotonic()
+                if busy:
+                    manager.last_heartbeat = now
+                elif now - manager.last_heartbeat > HEARTBEAT_TIMEOUT_S and manager.process.poll() is None \
                         and manager.live:
-                    self._lost(manager, f"it sent no heartbeat for {now - manager.last_heartbeat:.1f} s")
+                    self._lost(manager, f"it sent no heartbeat and spent no CPU time for "
+                                        f"{now - manager.last_heartbeat:.1f} s")
 
     def _lost(self, manager: _ManagerProcess, why: str) -> None:
         if self._closing.is_set():
@@ -322,12 +358,28 @@ class ProcessDeployment:
         self.execution.fail(TaskManagerLostError(f"{manager.describe()} was lost: {why}"))
 
 
-def _kill(manager: _ManagerProcess) -> None:
-    """SIGKILL a TaskManager's process group (it runs in a session of its own) and reap it."""
-    with contextlib.suppress(OSError):
-        os.killpg(manager.process.pid, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        manager.process.wait(5)
+def _kill(*managers: _ManagerProcess) -> None:
+    """SIGKILL TaskManagers' process groups (each runs in a session of its own), then reap them."""
+    for manager in managers:
+        with contextlib.suppress(OSError):
+            os.killpg(manager.process.pid, signal.SIGKILL)
+    deadline = time.monotonic() + KILL_REAP_S
+    for manager in managers:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            manager.process.wait(max(0.0, deadline - time.monotonic()))
+
+
+def _cpu_progress(manager: _ManagerProcess) -> bool:
+    """Whether the TaskManager's process spent CPU time since the last look and is not stopped
+    (``/proc/<pid>/stat``: state, utime + stime); False where ``/proc`` cannot tell."""
+    try:
+        with open(f"/proc/{manager.process.pid}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()
+        state, ticks = fields[0], int(fields[11]) + int(fields[12])  # fields 3, 14 and 15 of proc(5)
+    except (OSError, IndexError, ValueError):
+        return False
+    previous, manager.cpu_ticks = manager.cpu_ticks, ticks
+    return previous is not None and ticks > previous and state not in (b"T", b"t", b"Z", b"X")
 
 
 def _exit_description(code: int) -> str:

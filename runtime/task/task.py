@@ -69,6 +69,8 @@ __all__ = [
 log = logging.getLogger("statekit.runtime")
 
 SOURCE_BATCH = 512
+REPLAY_SLICE = 128  # restored in-flight records handled between two looks at the cancel flags
+SLICE_S = 0.1  # a buffer whose records took longer: the next ones are handled in slices this long
 _OUTPUT_WAIT_S = 0.002
 
 
@@ -350,7 +352,7 @@ class Task:
         """Deliver backlogged output; meanwhile serve priority barriers, timeouts and (sources) mails."""
         started = time.monotonic()
         while not self._output_available():
-            if self.host.cancelled.is_set() or self.gate.cancelled.is_set():
+            if self._cancelled():
                 raise TaskCancelled()
             if self.is_source:
                 item = self.gate.poll()
@@ -374,10 +376,14 @@ class Task:
             started = self.metrics.waited(started)  # a long wait is reported while it lasts
         self.metrics.add_backpressure(time.monotonic() - started)
 
+    def _cancelled(self) -> bool:
+        """The attempt is being cancelled: the task ends at the next buffer, not after its queued input."""
+        return self.gate.cancelled.is_set() or self.host.cancelled.is_set()
+
     def _drain_output(self) -> None:
         """Deliver everything still backlogged (the end of the task)."""
         while any(w.pending for w in self.writers):
-            if self.host.cancelled.is_set() or self.gate.cancelled.is_set():
+            if self._cancelled():
                 raise TaskCancelled()
             for writer in self.writers:
                 if writer.pending and not writer.deliver():
@@ -546,13 +552,36 @@ class Task:
     def _replay(self) -> None:
         """Process the restored in-flight records before any new input."""
         replay, self.replay = self.replay, []
+        cancelled = self._cancelled
         for position, input_index, records in replay:
             handle = self.second_handler if input_index == 2 else self.chain_handlers[position]
             assert handle is not None
-            for record in records:
-                handle(record)
+            for start in range(0, len(records), REPLAY_SLICE):
+                if cancelled():
+                    raise TaskCancelled()
+                for record in records[start:start + REPLAY_SLICE]:
+                    handle(record)
             if not self._output_available():
                 self._drain_output()
+
+    def _handle_in_slices(self, payload: list[Any], handle: Callable[[Any], None],
+                          many: Callable[[list[Any]], None] | None, size: int) -> None:
+        """Hand ``payload`` (a list or :class:`TimestampedBuffer`) to its handler ``size`` records at
+        a time, in order, looking at the cancel flags before each slice."""
+        timestamped = payload.__class__ is TimestampedBuffer
+        for start in range(0, len(payload), size):
+            if self._cancelled():
+                raise TaskCancelled()
+            if timestamped:
+                part = TimestampedBuffer()
+                part.extend(payload[start:start + size])
+                part.timestamps = cast(TimestampedBuffer, payload).timestamps[start:start + size]
+                part.deliver(handle)
+            elif many is not None:
+                many(payload[start:start + size])
+            else:
+                for record in payload[start:start + size]:
+                    handle(record)
 
     def _run_input(self) -> None:
         gate = self.gate
@@ -564,7 +593,12 @@ class Task:
         ended_input: set[int] = set()
         channels = len(self.channel_inputs)
         timer_ops = self.timer_ops
+        gate_cancelled, host_cancelled = gate.cancelled.is_set, self.host.cancelled.is_set
+        slice_records = 0  # records of a buffer handled between two looks at the cancel flags (0: all)
         while True:
+            # a cancel mail waits behind the queued data: the flags are seen between any two items
+            if gate_cancelled() or host_cancelled():
+                raise TaskCancelled()
             if not self._output_available():
                 self._wait_output()
                 continue
@@ -597,7 +631,10 @@ class Task:
             if payload.__class__ is list or payload.__class__ is TimestampedBuffer:
                 handle = handlers[channel]
                 assert handle is not None
-                if payload.__class__ is list:
+                started = time.monotonic()
+                if slice_records and len(payload) > slice_records:
+                    self._handle_in_slices(payload, handle, handle_all[channel], slice_records)
+                elif payload.__class__ is list:
                     many = handle_all[channel]
                     if many is not None:
                         many(payload)
@@ -606,6 +643,10 @@ class Task:
                             handle(record)
                 else:
                     cast(TimestampedBuffer, payload).deliver(handle)
+                took = time.monotonic() - started
+                # slow records (a slow sink, a backpressured chain): the next buffers go in slices
+                # of about SLICE_S, so a cancel is seen within one slice, not one whole buffer
+                slice_records = max(1, int(len(payload) * SLICE_S / took)) if took > SLICE_S else 0
                 self.metrics.count_in(len(payload))
                 self._flush_if_due()
                 if timer_ops:

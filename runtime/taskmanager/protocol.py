@@ -161,6 +161,12 @@ class TaskManagerSpec:
         """The network endpoint of TaskManager ``task_manager`` of this attempt."""
         return os.path.join(self.run_dir, f"a{self.attempt}-tm{task_manager}.sock")
 
+    def working_dir_of(self, task_manager: int) -> str:
+        """The state backend's working directory of TaskManager ``task_manager`` of this attempt: in
+        the job's run directory (which a sweep removes with it when the job master died), removed
+        by the job master once the attempt's processes are gone, however they ended."""
+        return os.path.join(self.run_dir, f"statekit-{self.state_backend.name}-tm{task_manager}-a{self.attempt}")
+
 
 # -------------------------------------------------------------------------------- messages
 

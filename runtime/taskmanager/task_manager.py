@@ -243,9 +243,8 @@ class TaskManager:
             register_state_backend(spec.state_backend)  # registered at run time in the job master
         backend = resolve_state_backend(spec.state_backend.name)
         if backend.needs_working_dir:
-            import tempfile
-
-            self.working_dir = tempfile.mkdtemp(prefix=f"statekit-{backend.name}-tm{spec.index}-")
+            self.working_dir = spec.working_dir_of(spec.index)
+            os.mkdir(self.working_dir, 0o700)
         restore = RestorePlan.from_spec(spec.restore, storage_options) if spec.restore is not None else None
         context = DeploymentContext(
             job_id=spec.job_id, attempt=spec.attempt, state_backend=backend.name, working_dir=self.working_dir,
