@@ -567,9 +567,13 @@ class Task:
     def _handle_in_slices(self, payload: list[Any], handle: Callable[[Any], None],
                           many: Callable[[list[Any]], None] | None, size: int) -> None:
         """Hand ``payload`` (a list or :class:`TimestampedBuffer`) to its handler ``size`` records at
-        a time, in order, looking at the cancel flags before each slice."""
+        a time, in order, looking at the cancel flags before each slice and handing over the output
+        buffers whose buffer timeout is due after each (a slow operator's output waits one slice
+        beyond the timeout, not one whole input buffer)."""
         timestamped = payload.__class__ is TimestampedBuffer
         for start in range(0, len(payload), size):
+            if start:
+                self._flush_if_due()
             if self._cancelled():
                 raise TaskCancelled()
             if timestamped:
@@ -595,6 +599,8 @@ class Task:
         timer_ops = self.timer_ops
         gate_cancelled, host_cancelled = gate.cancelled.is_set, self.host.cancelled.is_set
         slice_records = 0  # records of a buffer handled between two looks at the cancel flags (0: all)
+        # a slice takes about SLICE_S, or the buffer timeout when that is shorter
+        slice_s = min(SLICE_S, self._flush_every_s) if self._flush_every_s else SLICE_S
         while True:
             # a cancel mail waits behind the queued data: the flags are seen between any two items
             if gate_cancelled() or host_cancelled():
@@ -645,8 +651,9 @@ class Task:
                     cast(TimestampedBuffer, payload).deliver(handle)
                 took = time.monotonic() - started
                 # slow records (a slow sink, a backpressured chain): the next buffers go in slices
-                # of about SLICE_S, so a cancel is seen within one slice, not one whole buffer
-                slice_records = max(1, int(len(payload) * SLICE_S / took)) if took > SLICE_S else 0
+                # of about slice_s, so a cancel is seen, and a due output buffer handed over, within
+                # one slice, not one whole buffer
+                slice_records = max(1, int(len(payload) * slice_s / took)) if took > slice_s else 0
                 self.metrics.count_in(len(payload))
                 self._flush_if_due()
                 if timer_ops:

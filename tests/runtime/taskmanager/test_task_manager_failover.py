@@ -194,11 +194,14 @@ class _Flags:
     """What :meth:`Task._handle_in_slices` asks of its task: the cancel flags (set after ``after`` looks)."""
 
     def __init__(self, after: int | None = None) -> None:
-        self.after, self.looks = after, 0
+        self.after, self.looks, self.flushes = after, 0, 0
 
     def _cancelled(self) -> bool:
         self.looks += 1
         return self.after is not None and self.looks > self.after
+
+    def _flush_if_due(self) -> None:
+        self.flushes += 1
 
 
 def test_a_buffer_handled_in_slices_gives_every_record_in_order_and_stops_at_a_cancel() -> None:
@@ -211,8 +214,10 @@ def test_a_buffer_handled_in_slices_gives_every_record_in_order_and_stops_at_a_c
         batches.append(len(values))
         plain.extend(values)
 
-    Task._handle_in_slices(_Flags(), list(records), plain.append, many, 64)  # type: ignore[arg-type]
+    flags = _Flags()
+    Task._handle_in_slices(flags, list(records), plain.append, many, 64)  # type: ignore[arg-type]
     assert plain == records and batches == [64] * 15 + [40]
+    assert flags.flushes == 15  # due output buffers go between slices, not after the whole buffer
     plain.clear()
     Task._handle_in_slices(_Flags(), list(records), plain.append, None, 300)  # type: ignore[arg-type]
     assert plain == records
