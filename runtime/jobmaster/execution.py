@@ -26,6 +26,8 @@ from statekit.runtime.taskmanager.deployment import DeploymentContext, deploy_ta
 from statekit.statefmt.errors import JobError, JobFailedError, StatekitError
 
 if TYPE_CHECKING:
+    from statekit.runtime.dataflow.graph import JobGraph
+    from statekit.runtime.dataflow.run_options import RunOptions
     from statekit.runtime.jobmaster.job_master import JobMaster
 
 __all__ = [
@@ -91,6 +93,14 @@ class Deployment(Protocol):
 class Deployer(Protocol):
     """How the job master deploys an attempt's tasks (threads here, or TaskManager processes)."""
 
+    def check(self, graph: JobGraph, options: RunOptions) -> None:
+        """Refuse, before the job is announced or anything starts, a job this deployer cannot deploy.
+
+        Raises:
+            BadInputError: It cannot (e.g. too few slots for the job's largest parallelism).
+        """
+        ...
+
     def deploy(self, execution: Execution, restore: RestorePlan | None) -> Deployment: ...
 
 
@@ -145,6 +155,9 @@ class ThreadDeployment:
 
 class ThreadDeployer:
     """Deploys every attempt as threads of this process."""
+
+    def check(self, graph: JobGraph, options: RunOptions) -> None:
+        """Threads deploy any graph."""
 
     def deploy(self, execution: Execution, restore: RestorePlan | None) -> Deployment:
         return ThreadDeployment(execution, restore)

@@ -147,6 +147,7 @@ class JobMaster:
             default_max_parallelism=options.max_parallelism or env.max_parallelism,
             restore=self.initial_restore,
         )
+        self.deployer.check(self.graph, options)  # e.g. too few slots: refused before the job is announced
         self.storage = CheckpointStorage(storage_url, self.job_id, env.storage_options)
         self.exchanges = exchange_edges(self.graph)
         if self.initial_restore is not None:

@@ -51,6 +51,7 @@ from statekit.runtime.taskmanager.task_manager import receive_message, send_mess
 from statekit.statefmt.errors import BadInputError, JobFailedError
 
 if TYPE_CHECKING:
+    from statekit.runtime.dataflow.graph import JobGraph
     from statekit.runtime.jobmaster.execution import Deployment, Execution
 
 __all__ = ["ProcessDeployer", "ProcessDeployment", "RemoteTask", "TaskManagerLostError", "HEARTBEAT_TIMEOUT_S"]
@@ -402,6 +403,12 @@ class ProcessDeployer:
         self.job_file = os.path.abspath(job_file)
         self.auto = auto
         self._run_dir: str | None = None
+
+    def check(self, graph: JobGraph, options: RunOptions) -> None:
+        """Refuse too few slots for the job's largest parallelism before the job is announced."""
+        parallelism = max(v.parallelism for v in graph.vertices)
+        if not (self.auto and parallelism <= 1):
+            placement(parallelism, options.task_managers, options.slots)
 
     def deploy(self, execution: Execution, restore: RestorePlan | None) -> Deployment:
         from statekit.runtime.jobmaster.execution import ThreadDeployment

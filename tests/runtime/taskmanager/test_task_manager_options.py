@@ -64,9 +64,6 @@ def test_too_few_slots_are_refused_with_one_line(tmp_path: Path) -> None:
     assert not (tmp_path / "out").exists() or not os.listdir(tmp_path / "out")
 
 
-@pytest.mark.xfail(strict=True, reason="the job master checks the slots when it deploys the first attempt, after the "
-                                       "job was announced (job_master.py notifies listeners before ProcessDeployer "
-                                       "computes the placement): docs/RUNTIME.md says it is refused before anything starts")
 def test_too_few_slots_are_refused_before_the_job_is_submitted(tmp_path: Path) -> None:
     run = refused(tmp_path)
     assert run.returncode == 2
