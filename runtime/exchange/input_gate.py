@@ -7,8 +7,10 @@ Every consuming subtask has one :class:`InputGate` with two lanes:
   records) or an in-band event (barrier, end of input, end of partition). A full gate refuses
   more data (backpressure). Control mails (``channel == MAIL``) enter it past the bound, in
   order with the data;
-* the *priority lane*: unbounded, always taken first. Only :class:`PriorityBarrier` travels
-  there: the barrier of an unaligned checkpoint, which overtakes the data queued before it.
+* the *priority lane*: unbounded, always taken first. The barrier of an unaligned checkpoint
+  (:class:`PriorityBarrier`) travels there, overtaking the data queued before it, and so do the
+  mails that must not wait behind queued data (a completed checkpoint's notification: a sink
+  commits at once, as Flink's mailbox runs it between records).
 
 Counting invariant (what lets a barrier overtake data without losing its place): a producer
 counts the data-lane items it delivered on each channel (``RecordWriter.sent``), the gate
@@ -115,6 +117,12 @@ class InputGate:
         """Enqueue a control mail into the data lane, past the bound (never blocks)."""
         with self._lock:
             self._data.append((MAIL, mail))
+            self._not_empty.notify()
+
+    def put_priority_mail(self, mail: Any) -> None:
+        """Enqueue a control mail into the priority lane: taken before any queued data."""
+        with self._lock:
+            self._priority.append((MAIL, mail))
             self._not_empty.notify()
 
     def put_priority(self, item: tuple[int, Any]) -> None:

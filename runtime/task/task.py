@@ -174,8 +174,13 @@ class Task:
         self._terminated = False
 
     def mail(self, mail: Any) -> None:
-        """Deliver a control mail (never blocks)."""
-        self.gate.put_mail(mail)
+        """Deliver a control mail (never blocks). A completed checkpoint's notification overtakes
+        the queued input (its snapshot was taken before the coordinator could send it), so a
+        backpressured sink still commits at once; the other mails keep their place behind the data."""
+        if mail.__class__ is NotifyCheckpointComplete:
+            self.gate.put_priority_mail(mail)
+        else:
+            self.gate.put_mail(mail)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -391,6 +396,9 @@ class Task:
 
     def _on_priority(self, item: tuple[int, Any]) -> None:
         channel, payload = item
+        if channel == MAIL:
+            self._notify(payload)
+            return
         assert isinstance(payload, PriorityBarrier) and self.handler is not None
         self.handler.on_priority(channel, payload)
 

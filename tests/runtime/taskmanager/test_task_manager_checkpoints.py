@@ -7,6 +7,7 @@ restores at another parallelism. Every output is checked line by line against th
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -75,6 +76,46 @@ def test_unaligned_checkpoints_persist_buffers_between_processes_and_restore_exa
                    checkpoint_dir=str(tmp_path / "chk-2"))
     assert run_job_file(JOB, rest) is JobStatus.FINISHED
     assert_running_sums_exactly_once(tmp_path / "out-1", COUNT, parallelism=2)
+
+
+# ---------------------------------------------------------------- commits under backpressure
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("executor", ["threads", "processes"])
+def test_a_backpressured_sink_commits_a_completed_checkpoint_at_once(tmp_path: Path, executor: str) -> None:
+    """The notification of a completed checkpoint overtakes the input queued at the sink (its
+    snapshot is taken already): the committed files appear within half a second, not after the seconds
+    of queued records a slow sink has ahead of it (Flink's mailbox runs it between records)."""
+    # 2 KiB network buffers keep the queue ahead of the sink at a few thousand records (seconds at
+    # 4 ms a record), so a checkpoint completes while more records wait behind its barrier
+    slow = options(tmp_path, "1", "--rate", "4000", "--slow-sink", "0.004", "--latency", str(tmp_path / "latency"),
+                   "--count", "60000", executor=executor, checkpoint_interval_ms=500, buffer_size=2048)
+    out = tmp_path / "out-1"
+
+    def latest_completed(job: RunningJob) -> int:
+        history = job.handle.checkpoint_stats()["history"]
+        return max((int(c["id"]) for c in history if c["status"] == "COMPLETED"), default=0)
+
+    def committed(checkpoint_id: int) -> bool:  # the file sink names a committed part by its checkpoint
+        return out.exists() and any(p.name.startswith(f"part-{checkpoint_id:08d}-") for p in out.iterdir())
+
+    with RunningJob(slow) as job:
+        # the sink's gate fills first: the checkpoints after the first complete behind queued input
+        job.wait_for(lambda: latest_completed(job) >= 1, "no checkpoint completed")
+        first = latest_completed(job)
+        job.wait_for(lambda: latest_completed(job) > first, "no further checkpoint completed")
+        completed_at = time.monotonic()
+        checkpoint_id = latest_completed(job)
+        figures = job.handle.task_metrics()
+        job.wait_for(lambda: committed(checkpoint_id), f"checkpoint {checkpoint_id} was never committed", timeout=60)
+        waited = time.monotonic() - completed_at
+        job.handle.cancel()
+        job.finish(60)
+    sent = sum(f.report.records_out for f in figures if f.report.source)
+    taken = sum(f.report.records_in for f in figures if not f.report.source)
+    assert sent - taken >= 300, (sent, taken)  # records queued ahead of the sink: about a second of its work
+    assert waited < 0.5, f"checkpoint {checkpoint_id} was committed {waited:.1f} s after it completed"
 
 
 # ---------------------------------------------------------------- at-least-once
