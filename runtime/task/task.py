@@ -70,7 +70,7 @@ log = logging.getLogger("statekit.runtime")
 
 SOURCE_BATCH = 512
 REPLAY_SLICE = 128  # restored in-flight records handled between two looks at the cancel flags
-SLICE_S = 0.1  # a buffer whose records took longer: the next ones are handled in slices this long
+SLICE_S = 0.1  # a buffer that would take longer at the pace of the latest one is handled in slices this long
 _OUTPUT_WAIT_S = 0.002
 
 
@@ -658,10 +658,12 @@ class Task:
                 else:
                     cast(TimestampedBuffer, payload).deliver(handle)
                 took = time.monotonic() - started
-                # slow records (a slow sink, a backpressured chain): the next buffers go in slices
-                # of about slice_s, so a cancel is seen, and a due output buffer handed over, within
-                # one slice, not one whole buffer
-                slice_records = max(1, int(len(payload) * slice_s / took)) if took > slice_s else 0
+                # the records the latest buffer's pace handles in slice_s: a later buffer with more
+                # (slow records: a slow sink, a backpressured chain) goes in slices that long, so a
+                # cancel is seen, and a due output buffer handed over, within one slice, not one whole
+                # buffer; judged by the pace, not by the latest buffer's length (a short buffer of slow
+                # records must not let the next long one run whole)
+                slice_records = max(1, int(len(payload) * slice_s / took)) if took > 0 else 0
                 self.metrics.count_in(len(payload))
                 self._flush_if_due()
                 if timer_ops:
