@@ -85,7 +85,7 @@ def test_unaligned_checkpoints_persist_buffers_between_processes_and_restore_exa
 @pytest.mark.parametrize("executor", ["threads", "processes"])
 def test_a_backpressured_sink_commits_a_completed_checkpoint_at_once(tmp_path: Path, executor: str) -> None:
     """The notification of a completed checkpoint overtakes the input queued at the sink (its
-    snapshot is taken already): the committed files appear within half a second, not after the seconds
+    snapshot is taken already): the committed files appear within the input buffer in progress, not after the seconds
     of queued records a slow sink has ahead of it (Flink's mailbox runs it between records)."""
     # 2 KiB network buffers keep the queue ahead of the sink at a few thousand records (seconds at
     # 4 ms a record), so a checkpoint completes while more records wait behind its barrier
@@ -115,7 +115,9 @@ def test_a_backpressured_sink_commits_a_completed_checkpoint_at_once(tmp_path: P
     sent = sum(f.report.records_out for f in figures if f.report.source)
     taken = sum(f.report.records_in for f in figures if not f.report.source)
     assert sent - taken >= 300, (sent, taken)  # records queued ahead of the sink: about a second of its work
-    assert waited < 0.5, f"checkpoint {checkpoint_id} was committed {waited:.1f} s after it completed"
+    # at most the input buffer in progress (about 0.6 s of records here; 0.55-0.94 s on a loaded
+    # machine), not the queue ahead of the sink (3.2 s on processes, 6.3 s on threads before)
+    assert waited < 2.0, f"checkpoint {checkpoint_id} was committed {waited:.1f} s after it completed"
 
 
 # ---------------------------------------------------------------- at-least-once
