@@ -40,37 +40,8 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from proc_stats import cpu_seconds, descendants
 from runtime_bench import JOB
-
-_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-
-def _descendants(root: int) -> list[int]:
-    """The processes below ``root`` (the TaskManagers), from /proc."""
-    parents: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as stat:
-                    ppid = int(stat.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            parents.setdefault(ppid, []).append(int(entry))
-    found, todo = [], [root]
-    while todo:
-        for child in parents.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-def _cpu_seconds(pid: int) -> float | None:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / _TICKS  # utime + stime
 
 
 @dataclass(frozen=True)
@@ -95,7 +66,7 @@ def run_with_cpu(events: int, keys: int, parallelism: int, interval_ms: int) -> 
 
     def sample() -> None:
         while not done.is_set():
-            cpu = {pid: s for pid in _descendants(os.getpid()) if (s := _cpu_seconds(pid)) is not None}
+            cpu = {pid: s for pid in descendants(os.getpid()) if (s := cpu_seconds(pid)) is not None}
             samples.append((time.time() * 1000, cpu))
             time.sleep(0.02)
 

@@ -32,6 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from proc_stats import descendants
+
 IN_SESSION = """
 import sys, time
 from statekit.spark.engine import export
@@ -60,23 +62,6 @@ def checked(result: subprocess.CompletedProcess[str]) -> subprocess.CompletedPro
     if result.returncode != 0:
         raise SystemExit(f"failed ({result.returncode}): {' '.join(result.args)}\n{result.stderr[-2000:]}")
     return result
-
-
-def descendants(pid: int) -> set[int]:
-    parents = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat", "rb") as f:
-                    parents[int(entry)] = int(f.read().rsplit(b")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-    found: set[int] = set()
-    frontier = {pid}
-    while frontier:
-        frontier = {child for child, parent in parents.items() if parent in frontier} - found
-        found |= frontier
-    return found
 
 
 def interrupted_export(savepoint: str, out: str, master: str, runtime: str) -> tuple[float, int, int]:
