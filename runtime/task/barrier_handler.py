@@ -89,6 +89,9 @@ class CheckpointBarrierHandler:
         self.last_id = -1
         self.tracked: dict[int, tuple[Barrier, set[int]]] = {}  # at-least-once: id -> (barrier, channels)
         self.last_tracked = -1
+        # (channel, records): the unhandled rest of the buffer the task is in the middle of, while it
+        # takes priority items between the buffer's slices; before every queued item of its channel
+        self.in_hand: tuple[int, list[Any]] | None = None
 
     # ------------------------------------------------------------ entry points of the task loop
 
@@ -210,6 +213,9 @@ class CheckpointBarrierHandler:
         assert barrier is not None
         self.unaligned = True
         self.callbacks.snapshot(barrier, unaligned=True, alignment_ms=_now_ms() - self.started_ms)
+        in_hand = self.in_hand
+        if in_hand is not None and in_hand[0] in self.live and in_hand[0] not in self.seen:
+            self._store(in_hand[0], [in_hand[1]])  # received, not handled: the first in flight of its channel
         self._release()  # behind barriers that already arrived: after the snapshot, not in flight
         for channel in sorted(self.live - self.seen):
             before = self.gate.extract_barrier(channel, barrier.checkpoint_id)

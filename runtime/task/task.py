@@ -572,16 +572,18 @@ class Task:
             if not self._output_available():
                 self._drain_output()
 
-    def _handle_in_slices(self, payload: list[Any], handle: Callable[[Any], None],
+    def _handle_in_slices(self, channel: int, payload: list[Any], handle: Callable[[Any], None],
                           many: Callable[[list[Any]], None] | None, size: int) -> None:
-        """Hand ``payload`` (a list or :class:`TimestampedBuffer`) to its handler ``size`` records at
-        a time, in order, looking at the cancel flags before each slice and handing over the output
-        buffers whose buffer timeout is due after each (a slow operator's output waits one slice
-        beyond the timeout, not one whole input buffer)."""
+        """Hand ``payload`` (a list or :class:`TimestampedBuffer`) of input ``channel`` to its handler
+        ``size`` records at a time, in order. Between slices the task hands over the output buffers
+        whose buffer timeout is due (a slow operator's output waits one slice beyond the timeout, not
+        one whole input buffer) and takes its priority items (see :meth:`_priority_between_slices`);
+        it looks at the cancel flags before each slice."""
         timestamped = payload.__class__ is TimestampedBuffer
         for start in range(0, len(payload), size):
             if start:
                 self._flush_if_due()
+                self._priority_between_slices(channel, payload, start)
             if self._cancelled():
                 raise TaskCancelled()
             if timestamped:
@@ -594,6 +596,23 @@ class Task:
             else:
                 for record in payload[start:start + size]:
                     handle(record)
+
+    def _priority_between_slices(self, channel: int, payload: list[Any], start: int) -> None:
+        """Take the priority items that arrived while ``payload`` of ``channel`` is handled, as
+        Flink's mailbox takes them between records: a completed checkpoint's notification, and an
+        unaligned barrier, which snapshots now instead of one whole slow buffer later. The records
+        of ``payload`` from ``start`` on are not in that snapshot: the handler stores them as in
+        flight on ``channel``, ahead of what is queued behind them."""
+        gate, handler = self.gate, self.handler
+        while (item := gate.poll_priority()) is not None:
+            if handler is None or item[1].__class__ is not PriorityBarrier:
+                self._on_priority(item)
+                continue
+            handler.in_hand = (channel, payload[start:])
+            try:
+                self._on_priority(item)
+            finally:
+                handler.in_hand = None
 
     def _run_input(self) -> None:
         gate = self.gate
@@ -647,7 +666,7 @@ class Task:
                 assert handle is not None
                 started = time.monotonic()
                 if slice_records and len(payload) > slice_records:
-                    self._handle_in_slices(payload, handle, handle_all[channel], slice_records)
+                    self._handle_in_slices(channel, payload, handle, handle_all[channel], slice_records)
                 elif payload.__class__ is list:
                     many = handle_all[channel]
                     if many is not None:

@@ -195,6 +195,7 @@ class _Flags:
 
     def __init__(self, after: int | None = None) -> None:
         self.after, self.looks, self.flushes = after, 0, 0
+        self.priority_looks: list[tuple[int, int]] = []  # (channel, first unhandled record)
 
     def _cancelled(self) -> bool:
         self.looks += 1
@@ -202,6 +203,10 @@ class _Flags:
 
     def _flush_if_due(self) -> None:
         self.flushes += 1
+
+    def _priority_between_slices(self, channel: int, payload: list[object], start: int) -> None:
+        assert payload[start - 1] is not None  # the slice before was handled
+        self.priority_looks.append((channel, start))
 
 
 def test_a_buffer_handled_in_slices_gives_every_record_in_order_and_stops_at_a_cancel() -> None:
@@ -215,27 +220,28 @@ def test_a_buffer_handled_in_slices_gives_every_record_in_order_and_stops_at_a_c
         plain.extend(values)
 
     flags = _Flags()
-    Task._handle_in_slices(flags, list(records), plain.append, many, 64)  # type: ignore[arg-type]
+    Task._handle_in_slices(flags, 3, list(records), plain.append, many, 64)  # type: ignore[arg-type]
     assert plain == records and batches == [64] * 15 + [40]
     assert flags.flushes == 15  # due output buffers go between slices, not after the whole buffer
+    assert flags.priority_looks == [(3, start) for start in range(64, 1000, 64)]  # and priority items
     plain.clear()
-    Task._handle_in_slices(_Flags(), list(records), plain.append, None, 300)  # type: ignore[arg-type]
+    Task._handle_in_slices(_Flags(), 0, list(records), plain.append, None, 300)  # type: ignore[arg-type]
     assert plain == records
     pairs: list[tuple[object, object]] = []
     buffer = TimestampedBuffer()
     buffer.extend(records)
     buffer.timestamps = list(stamps)
-    Task._handle_in_slices(_Flags(), buffer, pairs.append, None, 64)  # type: ignore[arg-type]
+    Task._handle_in_slices(_Flags(), 0, buffer, pairs.append, None, 64)  # type: ignore[arg-type]
     assert pairs == list(zip(records, stamps, strict=True))
     pairs.clear()
 
     def batch(values: list[object], timestamps: list[object]) -> None:
         pairs.extend(zip(values, timestamps, strict=True))
 
-    Task._handle_in_slices(_Flags(), buffer, with_batch_handler(lambda record: None, batch), None,  # type: ignore[arg-type]
+    Task._handle_in_slices(_Flags(), 0, buffer, with_batch_handler(lambda record: None, batch), None,  # type: ignore[arg-type]
                            64)
     assert pairs == list(zip(records, stamps, strict=True))
     plain.clear()
     with pytest.raises(TaskCancelled):
-        Task._handle_in_slices(_Flags(after=2), list(records), plain.append, None, 64)  # type: ignore[arg-type]
+        Task._handle_in_slices(_Flags(after=2), 0, list(records), plain.append, None, 64)  # type: ignore[arg-type]
     assert plain == records[:128]  # two slices, then the cancel is seen
