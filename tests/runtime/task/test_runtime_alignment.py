@@ -91,44 +91,48 @@ def test_finished_channel_no_longer_blocks_alignment_and_stale_barriers_are_igno
     assert recorder.events == [("snap", 1), ("snap", 3)]
 
 
+UNALIGNED = Barrier(1, 0, CheckpointOptions(alignment=Alignment.UNALIGNED))
+
+
+def unaligned_gate(items: list[tuple[int, Any]]) -> tuple[InputGate, Recorder, CheckpointBarrierHandler]:
+    """A gate of two channels holding ``items``, and its barrier handler."""
+    gate = InputGate(16, 2)
+    for item in items:
+        assert gate.offer(item)
+    recorder = Recorder()
+    return gate, recorder, CheckpointBarrierHandler(2, gate, recorder)
+
+
 def test_an_unaligned_barrier_taken_between_slices_stores_the_rest_of_the_buffer_first() -> None:
     """The task is in the middle of channel 0's buffer [a1..a4] (a1, a2 handled) when channel 1's
     unaligned barrier overtakes its data: the snapshot holds a1 and a2, so a3 and a4 are in flight
     on channel 0, before a5 queued behind them; channel 1's queued b1 is in flight before its barrier."""
-    gate = InputGate(16, 2)
-    recorder = Recorder()
-    aligner = CheckpointBarrierHandler(2, gate, recorder)
-    unaligned = Barrier(1, 0, CheckpointOptions(alignment=Alignment.UNALIGNED))
-    for item in [(0, ["a1", "a2", "a3", "a4"]), (0, ["a5"]), (1, ["b1"])]:
-        assert gate.offer(item)
+    gate, recorder, aligner = unaligned_gate([(0, ["a1", "a2", "a3", "a4"]), (0, ["a5"]), (1, ["b1"])])
     channel, buffer = gate.poll()
     assert aligner.on_item(channel, buffer)
     aligner.in_hand = (0, buffer[2:])
-    aligner.on_priority(1, PriorityBarrier(unaligned, sent=1))
+    aligner.on_priority(1, PriorityBarrier(UNALIGNED, sent=1))
     aligner.in_hand = None
     assert recorder.events == [("snap", 1), ("inflight", 0, ["a3", "a4"]), ("inflight", 1, ["b1"])]
     # channel 0 is still in flight until its own barrier: a5, when the task takes it, is stored too
     channel, buffer = gate.poll()
     assert aligner.on_item(channel, buffer)
     assert recorder.events[-1] == ("inflight", 0, ["a5"])
-    aligner.on_priority(0, PriorityBarrier(unaligned, sent=2))
+    aligner.on_priority(0, PriorityBarrier(UNALIGNED, sent=2))
     assert aligner.current is None  # every channel delivered the barrier: the input side is complete
 
 
 def test_a_buffer_in_hand_of_a_channel_already_in_flight_is_not_stored_twice() -> None:
     """An unaligned checkpoint already running stored the whole buffer when the task took it; a
     barrier between its slices adds only what is queued."""
-    gate = InputGate(16, 2)
-    recorder = Recorder()
-    aligner = CheckpointBarrierHandler(2, gate, recorder)
-    unaligned = Barrier(1, 0, CheckpointOptions(alignment=Alignment.UNALIGNED))
-    aligner.on_priority(1, PriorityBarrier(unaligned, sent=0))
+    gate, recorder, aligner = unaligned_gate([])
+    aligner.on_priority(1, PriorityBarrier(UNALIGNED, sent=0))
     for item in [(0, ["a1", "a2", "a3"]), (0, ["a4"])]:
         assert gate.offer(item)
     channel, buffer = gate.poll()
     assert aligner.on_item(channel, buffer)
     aligner.in_hand = (0, buffer[1:])
-    aligner.on_priority(0, PriorityBarrier(unaligned, sent=2))
+    aligner.on_priority(0, PriorityBarrier(UNALIGNED, sent=2))
     aligner.in_hand = None
     assert recorder.events == [("snap", 1), ("inflight", 0, ["a1", "a2", "a3"]), ("inflight", 0, ["a4"])]
 
