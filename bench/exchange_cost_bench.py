@@ -41,7 +41,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from proc_stats import cpu_seconds, descendants
-from runtime_bench import JOB
+from runtime_bench import run_keyed_count
 
 
 @dataclass(frozen=True)
@@ -55,12 +55,6 @@ class JobRun:
 def run_with_cpu(events: int, keys: int, parallelism: int, interval_ms: int) -> JobRun:
     """``runtime_bench.run_keyed_count`` on processes, with the CPU its TaskManagers spend from the
     moment every task runs to the end (samples every 20 ms; the nearest ones inside the phase)."""
-    import shutil
-    import tempfile
-
-    from statekit.runtime import JobHandle, RunOptions, run_job_file
-    from statekit.runtime.dataflow.run_options import add_job_listener, remove_job_listener
-
     samples: list[tuple[float, dict[int, float]]] = []
     done = threading.Event()
 
@@ -70,23 +64,14 @@ def run_with_cpu(events: int, keys: int, parallelism: int, interval_ms: int) -> 
             samples.append((time.time() * 1000, cpu))
             time.sleep(0.02)
 
-    work = tempfile.mkdtemp(prefix="statekit-exchange-bench-")
-    handles: list[JobHandle] = []
-    add_job_listener(handles.append)
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     try:
-        args = ["--events", str(events), "--keys", str(keys), "--interval-ms", str(interval_ms), "--checkpoints", work]
-        run_job_file(JOB, RunOptions(parallelism=parallelism, executor="processes", job_args=tuple(args),
-                                     latency_interval_ms=0))
+        run = run_keyed_count(events, keys, parallelism, interval_ms)
     finally:
         done.set()
         sampler.join()
-        remove_job_listener(handles.append)
-        shutil.rmtree(work, ignore_errors=True)
-    (handle,) = handles
-    assert handle.tasks_running_ms is not None and handle.end_time_ms is not None
-    start_ms, end_ms = handle.tasks_running_ms, handle.end_time_ms
+    start_ms, end_ms = run.phase_ms
     inside = [s for s in samples if start_ms <= s[0] <= end_ms and s[1]]
     cpu: float | None = None
     if inside:
@@ -96,7 +81,7 @@ def run_with_cpu(events: int, keys: int, parallelism: int, interval_ms: int) -> 
         if last_ms > first_ms:
             spent = sum(last[pid] - first[pid] for pid in first)
             cpu = spent * (end_ms - start_ms) / (last_ms - first_ms)  # the phase's share outside the samples
-    return JobRun((end_ms - start_ms) / 1000, cpu)
+    return JobRun(run.seconds, cpu)
 
 
 class _Sink:

@@ -44,11 +44,13 @@ def dict_loop(events: list[str]) -> tuple[float, dict[str, int]]:
 
 @dataclass(frozen=True)
 class Run:
-    """One run of the job: seconds from every task deployed to the end, the deployment, checkpoints."""
+    """One run of the job: seconds from every task deployed to the end, the deployment, checkpoints,
+    and that timed phase as (start, end) in epoch milliseconds."""
 
     seconds: float
     deploy_s: float
     checkpoints: int
+    phase_ms: tuple[int, int]
 
 
 def run_keyed_count(events: int, keys: int, parallelism: int, interval_ms: int | None, backend: str = "hashmap",
@@ -70,7 +72,8 @@ def run_keyed_count(events: int, keys: int, parallelism: int, interval_ms: int |
         assert handle.tasks_running_ms is not None and handle.end_time_ms is not None
         completed = int(handle.checkpoint_stats()["counts"]["completed"])
         return Run((handle.end_time_ms - handle.tasks_running_ms) / 1000,
-                   (handle.tasks_running_ms - handle.start_time_ms) / 1000, completed)
+                   (handle.tasks_running_ms - handle.start_time_ms) / 1000, completed,
+                   (handle.tasks_running_ms, handle.end_time_ms))
     finally:
         remove_job_listener(handles.append)
         shutil.rmtree(work, ignore_errors=True)
